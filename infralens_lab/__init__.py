@@ -1,0 +1,23 @@
+"""InfraLens Lab: GPU performance engineering taught from evidence.
+
+Importing the package decides the execution mode once (see :mod:`infralens_lab.device`)
+and, in interpreter mode, sets ``TRITON_INTERPRET=1`` before any kernel is defined.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import device as device  # noqa: E402
+from .device import facts, mode  # noqa: E402
+
+mode()  # decide now, before any @triton.jit in this package runs
+
+
+def doctor(verbose: bool = True):
+    """Check this machine for the labs and print what is missing and how to fix it."""
+    from .doctor import run_doctor
+
+    return run_doctor(verbose=verbose)
+
+
+__all__ = ["__version__", "device", "doctor", "facts", "mode"]

@@ -1,0 +1,207 @@
+"""Execution mode and device facts. The only module that looks at the hardware.
+
+Two modes, decided once per process:
+
+* ``gpu``: a CUDA GPU is usable. Triton kernels compile for it; timings and profilers
+  give live evidence.
+* ``interpreter``: no usable GPU (CI, laptops), or the user asked for it. Triton kernels
+  run in Triton's interpreter on CPU tensors, and performance evidence comes from
+  recorded runs.
+
+The mode is chosen by :func:`mode`. The environment variable ``INFRALENS_MODE`` overrides
+detection: ``interpreter`` forces the interpreter on a GPU machine, ``gpu`` insists on a
+GPU (and raises if there is none), ``auto`` (the default) detects. In interpreter mode
+``TRITON_INTERPRET=1`` is set before any of this package's kernels are defined; Triton
+reads it when ``@triton.jit`` decorates a function, so importing ``torch`` or ``triton``
+before this package is fine.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+MODE_ENV = "INFRALENS_MODE"
+MODES = ("gpu", "interpreter")
+
+
+def _cuda_usable() -> tuple[bool, str]:
+    """Whether torch sees a CUDA GPU it can use, and why not if it cannot."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a hard dependency
+        return False, f"torch is not importable ({exc})"
+    try:
+        if not torch.cuda.is_available():
+            return False, "torch.cuda.is_available() is False (no NVIDIA GPU, no driver, or a CPU build of torch)"
+        if torch.cuda.device_count() < 1:
+            return False, "torch sees no CUDA device"
+        torch.cuda.get_device_properties(0)
+    except Exception as exc:  # a broken driver raises here
+        return False, f"CUDA is present but not usable: {exc}"
+    return True, "a CUDA GPU is usable"
+
+
+def decide_mode(env: dict[str, str] | None = None, cuda_usable: bool | None = None) -> tuple[str, str]:
+    """Pure mode decision: returns ``(mode, reason)``.
+
+    ``env`` defaults to ``os.environ``; ``cuda_usable`` defaults to probing torch. Raises
+    ``ValueError`` for an unknown ``INFRALENS_MODE`` value and ``RuntimeError`` when ``gpu``
+    is forced on a machine without a usable GPU.
+    """
+    env = os.environ if env is None else env
+    wanted = env.get(MODE_ENV, "auto").strip().lower() or "auto"
+    if wanted not in ("auto", *MODES):
+        raise ValueError(f"{MODE_ENV}={wanted!r} is not understood; expected one of 'auto', 'gpu', 'interpreter'")
+    if wanted == "interpreter":
+        return "interpreter", f"forced by {MODE_ENV}=interpreter"
+    if cuda_usable is None:
+        usable, why = _cuda_usable()
+    else:
+        usable, why = cuda_usable, ("a CUDA GPU is usable" if cuda_usable else "no usable CUDA GPU")
+    if wanted == "gpu" and not usable:
+        raise RuntimeError(f"{MODE_ENV}=gpu but {why}; unset it to fall back to the interpreter")
+    if usable:
+        return "gpu", why if wanted == "auto" else f"forced by {MODE_ENV}=gpu"
+    return "interpreter", why
+
+
+@functools.lru_cache(maxsize=1)
+def _decided() -> tuple[str, str]:
+    m, why = decide_mode()
+    if m == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+    return m, why
+
+
+def mode() -> str:
+    """``'gpu'`` or ``'interpreter'``, decided once for this process."""
+    return _decided()[0]
+
+
+def mode_reason() -> str:
+    """One sentence saying why :func:`mode` chose what it chose."""
+    return _decided()[1]
+
+
+def is_gpu() -> bool:
+    return mode() == "gpu"
+
+
+def torch_device() -> str:
+    """The torch device kernels run on: ``'cuda'`` in gpu mode, ``'cpu'`` in interpreter mode."""
+    return "cuda" if is_gpu() else "cpu"
+
+
+def synchronize() -> None:
+    """Wait for queued device work (no-op in interpreter mode)."""
+    if is_gpu():
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def slug(name: str) -> str:
+    """File-system name for a GPU: ``'NVIDIA H100 80GB HBM3'`` -> ``'nvidia-h100-80gb-hbm3'``."""
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not s:
+        raise ValueError(f"cannot make a slug from GPU name {name!r}")
+    return s
+
+
+def _run(cmd: list[str], timeout: float = 10.0) -> str | None:
+    """stdout of a short command, or None if it is missing or fails."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def driver_version() -> str | None:
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return out.strip().splitlines()[0] if out and out.strip() else None
+
+
+def tool_version(tool: str) -> str | None:
+    """Version string of ``ncu`` or ``nsys`` if on PATH (e.g. ``'2025.3.1'``), else None."""
+    out = _run([tool, "--version"])
+    if not out:
+        return None
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out)
+    return m.group(1) if m else out.strip().splitlines()[-1]
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the labs need to know about the machine. Sizes in bytes."""
+
+    mode: str
+    mode_reason: str
+    name: str
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    compute_capability: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str = ""
+    triton: str = ""
+    python: str = field(default_factory=platform.python_version)
+
+    @property
+    def slug(self) -> str:
+        return slug(self.name)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@functools.lru_cache(maxsize=1)
+def facts() -> DeviceFacts:
+    """Device facts for the current mode (GPU properties in gpu mode, the CPU otherwise)."""
+    import torch
+
+    m, why = _decided()
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:  # pragma: no cover
+        triton_version = "missing"
+    if m == "gpu":
+        p = torch.cuda.get_device_properties(0)
+        return DeviceFacts(
+            mode=m,
+            mode_reason=why,
+            name=p.name,
+            sm_count=p.multi_processor_count,
+            l2_bytes=getattr(p, "L2_cache_size", None),
+            memory_bytes=p.total_memory,
+            compute_capability=f"{p.major}.{p.minor}",
+            driver=driver_version(),
+            cuda=torch.version.cuda,
+            torch=torch.__version__,
+            triton=triton_version,
+        )
+    cpu = platform.processor() or platform.machine() or "CPU"
+    return DeviceFacts(
+        mode=m,
+        mode_reason=why,
+        name=f"CPU ({cpu}, Triton interpreter)",
+        torch=torch.__version__,
+        triton=triton_version,
+        cuda=torch.version.cuda,
+    )
+
+
+def reset_for_tests() -> None:
+    """Forget the decided mode and facts (tests only; a real process decides once)."""
+    _decided.cache_clear()
+    facts.cache_clear()

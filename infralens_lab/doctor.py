@@ -1,0 +1,229 @@
+"""The doctor: what this machine can do for the labs, and how to fix what it cannot.
+
+``python -m infralens_lab doctor`` or ``infralens_lab.doctor()`` in a notebook. Each check
+ends as ``ok``, ``note`` (works, with a limit worth knowing) or ``problem`` (something a
+lab would like to use is missing), and every non-ok line carries a one- or two-sentence
+fix. The doctor never raises: a probe that fails becomes a line of the report.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import device
+
+PARAMS_FILE = Path("/proc/driver/nvidia/params")
+
+FIX_NO_GPU = ("No usable CUDA GPU, so kernels run in Triton's interpreter and performance numbers come "
+              "from recorded evidence. To measure live, run the labs on a machine with an NVIDIA GPU, "
+              "its driver and a CUDA build of torch (`make lab` installs one when `nvidia-smi` works).")
+FIX_NO_NCU = ("Nsight Compute (`ncu`) is not on PATH, so kernel counters come from recorded evidence. "
+              "Install it with the CUDA toolkit or from NVIDIA's Nsight Compute page and add its folder "
+              "(e.g. /opt/nvidia/nsight-compute/<version>) to PATH.")
+FIX_NO_NSYS = ("Nsight Systems (`nsys`) is not on PATH; the labs use torch.profiler's timeline instead "
+               "and show the `nsys` command to run where it is installed.")
+FIX_COUNTERS = ("Performance counters are restricted to administrators (RmProfilingAdminOnly=1), so ncu "
+                "will stop with ERR_NVGPUCTRPERM. Run ncu with sudo, or allow all users: put "
+                "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d/ and reboot.")
+FIX_CPU_TORCH = ("This torch is a CPU build although an NVIDIA GPU is present. Reinstall a CUDA build: "
+                 "`rm -rf .venv && make lab` picks one when `nvidia-smi` works.")
+FIX_NO_RECORDED = ("No recorded evidence was found, so labs on this machine have nothing to show for "
+                   "performance. Use a clean clone of the repository, or record your own on a GPU with "
+                   "`python -m infralens_lab record --out data/recorded/<gpu-slug>`.")
+FIX_NO_WIDGETS = ("ipywidgets is not importable, so quiz self-check buttons will not show (answers in "
+                  "variables still work). Install it with `pip install ipywidgets` or run `make lab`.")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | note | problem
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        mark = {"ok": "ok     ", "note": "note   ", "problem": "PROBLEM"}[self.status]
+        s = f"[{mark}] {self.name}: {self.detail}"
+        if self.fix and self.status != "ok":
+            s += f"\n          fix: {self.fix}"
+        return s
+
+
+@dataclass
+class Probes:
+    """Everything the doctor asks of the machine; tests replace these with fakes."""
+
+    facts: callable = device.facts
+    which: callable = shutil.which
+    tool_version: callable = device.tool_version
+    params_text: callable = None
+    is_root: callable = None
+    counter_probe: callable = None  # runs ncu once on a tiny kernel; returns its output text
+    recordings: callable = None
+
+    def __post_init__(self):
+        if self.params_text is None:
+            self.params_text = lambda: PARAMS_FILE.read_text() if PARAMS_FILE.exists() else None
+        if self.is_root is None:
+            self.is_root = lambda: hasattr(os, "geteuid") and os.geteuid() == 0
+        if self.recordings is None:
+            from .evidence import recordings
+
+            self.recordings = recordings
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "problem"]
+
+    def by_name(self, name: str) -> Check:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(f"no check named {name!r}; checks: {[c.name for c in self.checks]}")
+
+    def __str__(self) -> str:
+        head = "InfraLens Lab doctor"
+        tail = (f"{len(self.problems)} problem(s); the labs still run, falling back to recorded evidence "
+                "where a tool is missing." if self.problems else "Everything the labs use is here.")
+        return "\n".join([head, *(c.line() for c in self.checks), tail])
+
+
+def counters_restricted(params: str | None) -> bool | None:
+    """True if ``RmProfilingAdminOnly: 1`` is in the driver params, False if 0, None if unknown."""
+    if not params:
+        return None
+    for line in params.splitlines():
+        if line.strip().startswith("RmProfilingAdminOnly"):
+            return line.split(":", 1)[-1].strip() == "1"
+    return None
+
+
+def probe_counters_with_ncu(timeout: float = 120.0) -> str:
+    """Run ncu on one tiny torch kernel and return its combined output (for ERR_NVGPUCTRPERM)."""
+    code = "import torch; x=torch.ones(1024, device='cuda'); (x+1).sum().item()"
+    out = subprocess.run(["ncu", "--metrics", "gpu__time_duration.sum", "--launch-count", "1",
+                          sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    return out.stdout + out.stderr
+
+
+def _safe(name: str, fn, checks: list[Check]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # the doctor never crashes
+        checks.append(Check(name, "problem", f"the check itself failed: {type(exc).__name__}: {exc}",
+                            "Please report this with the output of `python -m infralens_lab doctor`."))
+
+
+def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counters: bool = False) -> DoctorReport:
+    """Run every check, print the report if ``verbose``, and return it."""
+    p = probes or Probes()
+    checks: list[Check] = []
+    state: dict = {}
+
+    def mode_check():
+        f = p.facts()
+        state["facts"] = f
+        if f.mode == "gpu":
+            checks.append(Check("mode", "ok", f"gpu ({f.mode_reason})"))
+        else:
+            fix = "" if "forced" in f.mode_reason else FIX_NO_GPU
+            checks.append(Check("mode", "note", f"interpreter ({f.mode_reason})", fix))
+
+    def gpu_check():
+        f = state.get("facts")
+        if f is None or f.mode != "gpu":
+            checks.append(Check("gpu", "note", "none in use", ""))
+            return
+        mem = f"{f.memory_bytes / 2**30:.0f} GiB" if f.memory_bytes else "?"
+        l2 = f"{f.l2_bytes / 2**20:.0f} MiB L2" if f.l2_bytes else "L2 ?"
+        checks.append(Check("gpu", "ok", f"{f.name}, sm_{(f.compute_capability or '?').replace('.', '')}, "
+                                         f"{f.sm_count} SMs, {l2}, {mem}, driver {f.driver or '?'}"))
+
+    def versions_check():
+        f = state.get("facts") or p.facts()
+        detail = f"torch {f.torch} (CUDA {f.cuda or 'none: CPU build'}), triton {f.triton}, python {f.python}"
+        if f.mode != "gpu" and f.cuda is None and p.which("nvidia-smi"):
+            checks.append(Check("versions", "problem", detail, FIX_CPU_TORCH))
+        else:
+            checks.append(Check("versions", "ok", detail))
+
+    def ncu_check():
+        if not p.which("ncu"):
+            checks.append(Check("ncu", "problem", "not on PATH", FIX_NO_NCU))
+            return
+        checks.append(Check("ncu", "ok", f"Nsight Compute {p.tool_version('ncu') or '(version unknown)'}"))
+
+    def nsys_check():
+        if not p.which("nsys"):
+            checks.append(Check("nsys", "note", "not on PATH", FIX_NO_NSYS))
+            return
+        checks.append(Check("nsys", "ok", f"Nsight Systems {p.tool_version('nsys') or '(version unknown)'}"))
+
+    def counters_check():
+        f = state.get("facts")
+        if f is None or f.mode != "gpu":
+            checks.append(Check("counters", "note", "not checked (no GPU in use)", ""))
+            return
+        restricted = counters_restricted(p.params_text())
+        if probe_counters and p.which("ncu") and p.counter_probe is not None:
+            out = p.counter_probe()
+            if "ERR_NVGPUCTRPERM" in out:
+                checks.append(Check("counters", "problem", "ncu reported ERR_NVGPUCTRPERM", FIX_COUNTERS))
+                return
+            checks.append(Check("counters", "ok", "ncu read a counter from a test kernel"))
+            return
+        if restricted and not p.is_root():
+            checks.append(Check("counters", "problem",
+                                "RmProfilingAdminOnly=1 and not running as root: ncu will fail with "
+                                "ERR_NVGPUCTRPERM", FIX_COUNTERS))
+        elif restricted:
+            checks.append(Check("counters", "ok", "restricted to admins, and this process is root"))
+        elif restricted is False:
+            checks.append(Check("counters", "ok", "readable by all users (RmProfilingAdminOnly=0)"))
+        else:
+            checks.append(Check("counters", "note", "driver params unreadable; run with --probe-counters "
+                                                    "to try ncu once", ""))
+
+    def widgets_check():
+        try:
+            import ipywidgets  # noqa: F401
+        except ImportError:
+            checks.append(Check("widgets", "note", "ipywidgets missing", FIX_NO_WIDGETS))
+            return
+        checks.append(Check("widgets", "ok", "ipywidgets available for quiz self-checks"))
+
+    def recorded_check():
+        have = p.recordings()
+        if not have:
+            checks.append(Check("recorded", "problem", "no recorded evidence sets", FIX_NO_RECORDED))
+        else:
+            checks.append(Check("recorded", "ok", f"recorded evidence from: {', '.join(have)}"))
+
+    for name, fn in [("mode", mode_check), ("gpu", gpu_check), ("versions", versions_check),
+                     ("ncu", ncu_check), ("nsys", nsys_check), ("counters", counters_check),
+                     ("widgets", widgets_check), ("recorded", recorded_check)]:
+        _safe(name, fn, checks)
+    report = DoctorReport(checks)
+    if verbose:
+        print(report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab doctor", description=__doc__.splitlines()[0])
+    ap.add_argument("--probe-counters", action="store_true",
+                    help="run ncu once on a tiny kernel to prove counters are readable (GPU, ~10 s)")
+    args = ap.parse_args(argv)
+    probes = Probes(counter_probe=probe_counters_with_ncu)
+    run_doctor(verbose=True, probes=probes, probe_counters=args.probe_counters)
+    return 0

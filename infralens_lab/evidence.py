@@ -1,0 +1,381 @@
+"""Evidence records: values plus provenance, live or recorded.
+
+Every number a lab shows is an :class:`Evidence`: the values, and a :class:`Provenance`
+saying which GPU, driver, CUDA, torch, Triton and ncu produced them, when (UTC), with which
+command and package version, and whether they were measured just now (``live``) or read
+from ``data/recorded/<gpu-slug>/`` (``recorded``).
+
+Recorded sets are written only by the package's recorder (:class:`EvidenceWriter`, used by
+``python -m infralens_lab record``). A set is a folder of JSON and CSV files plus
+``manifest.json`` listing every file with its SHA-256. Loading checks the manifest, the
+checksum and the schema, and raises :class:`EvidenceError` naming the file and what was
+wrong. Only JSON and CSV are read: no pickle, no eval.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+EVIDENCE_SCHEMA = "infralens.evidence/1"
+MANIFEST_SCHEMA = "infralens.manifest/1"
+SOURCES = ("live", "recorded")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_ALLOWED_SUFFIXES = (".json", ".csv")
+
+DATA_ROOT_ENV = "INFRALENS_DATA"
+REFERENCE_ENV = "INFRALENS_REFERENCE_GPU"
+
+
+class EvidenceError(ValueError):
+    """A recorded evidence file is missing, unknown, corrupt or of the wrong schema."""
+
+
+def data_root() -> Path:
+    """Folder holding one sub-folder of recorded evidence per GPU (``data/recorded``)."""
+    env = os.environ.get(DATA_ROOT_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / "data" / "recorded"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a set of values came from. ``date_utc`` is ISO 8601 (``2026-11-22T10:15:00Z``)."""
+
+    source: str
+    gpu: str
+    gpu_slug: str
+    driver: str | None
+    cuda: str | None
+    torch: str
+    triton: str
+    ncu: str | None
+    date_utc: str
+    command: str
+    package_version: str
+    mode: str
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise EvidenceError(f"provenance source {self.source!r} is not one of {SOURCES}")
+
+    def caption(self) -> str:
+        """One line for under a table or figure."""
+        parts = [self.source, self.gpu]
+        if self.driver:
+            parts.append(f"driver {self.driver}")
+        if self.cuda:
+            parts.append(f"CUDA {self.cuda}")
+        parts.append(f"torch {self.torch}")
+        parts.append(f"triton {self.triton}")
+        if self.ncu:
+            parts.append(f"ncu {self.ncu}")
+        parts.append(self.date_utc[:10] + " UTC")
+        parts.append(f"`{self.command}`")
+        parts.append(f"infralens_lab {self.package_version}")
+        return "Evidence: " + " · ".join(parts)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> "Provenance":
+        if not isinstance(d, dict):
+            raise EvidenceError(f"{where}: provenance is {type(d).__name__}, expected an object")
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in d]
+        if missing:
+            raise EvidenceError(f"{where}: provenance lacks {missing}; expected the fields {names}")
+        extra = sorted(set(d) - set(names))
+        if extra:
+            raise EvidenceError(f"{where}: provenance has unknown fields {extra}")
+        for n in ("source", "gpu", "gpu_slug", "torch", "triton", "date_utc", "command", "package_version", "mode"):
+            if not isinstance(d[n], str):
+                raise EvidenceError(f"{where}: provenance.{n} is {d[n]!r}, expected a string")
+        return cls(**{n: d[n] for n in names})
+
+
+def current_provenance(command: str, source: str = "live") -> Provenance:
+    """Provenance for values measured now on this machine."""
+    from . import __version__
+    from .device import facts, tool_version
+
+    f = facts()
+    return Provenance(
+        source=source,
+        gpu=f.name,
+        gpu_slug=f.slug,
+        driver=f.driver,
+        cuda=f.cuda,
+        torch=f.torch,
+        triton=f.triton,
+        ncu=tool_version("ncu") if f.mode == "gpu" else None,
+        date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command=command,
+        package_version=__version__,
+        mode=f.mode,
+    )
+
+
+@dataclass
+class Evidence:
+    """Values with their provenance. ``values`` is JSON-shaped; ``rows`` tables become DataFrames."""
+
+    name: str
+    values: Any
+    provenance: Provenance
+    units: dict[str, str] = field(default_factory=dict)
+    notes: str = ""
+
+    @property
+    def source(self) -> str:
+        return self.provenance.source
+
+    def caption(self) -> str:
+        return self.provenance.caption()
+
+    def frame(self, key: str | None = None):
+        """The values as a pandas DataFrame: a list of row objects, or ``values[key]`` if given."""
+        import pandas as pd
+
+        v = self.values if key is None else self.values[key]
+        if isinstance(v, dict) and "rows" in v:
+            v = v["rows"]
+        if not isinstance(v, list):
+            raise TypeError(f"evidence {self.name!r}{'' if key is None else '[' + key + ']'} is "
+                            f"{type(v).__name__}, expected a list of rows")
+        return pd.DataFrame(v)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": EVIDENCE_SCHEMA,
+            "name": self.name,
+            "provenance": asdict(self.provenance),
+            "units": self.units,
+            "notes": self.notes,
+            "values": self.values,
+        }
+
+
+def caption(obj: Evidence | Provenance) -> str:
+    """The one-line provenance caption for an Evidence or Provenance."""
+    return obj.caption()
+
+
+# ---------------------------------------------------------------- JSON helpers
+def _jsonable(v: Any) -> Any:
+    """Convert numpy/pandas scalars and NaN to plain JSON values (NaN and inf become None)."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        try:
+            v = v.item()
+        except (ValueError, TypeError):
+            pass
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise TypeError(f"cannot store a {type(v).__name__} as evidence; expected JSON-shaped values")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise EvidenceError(f"evidence name {name!r} is not allowed; expected lower-case letters, digits, '_', '-', '.'")
+
+
+# ---------------------------------------------------------------- writing
+class EvidenceWriter:
+    """Writes one recorded set: JSON/CSV files, then ``manifest.json`` with checksums.
+
+    Used by the recorder on a GPU. ``command`` is the command line that produced the set.
+    """
+
+    def __init__(self, out_dir: str | Path, command: str, provenance: Provenance | None = None):
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.provenance = provenance or current_provenance(command, source="recorded")
+        if self.provenance.source != "recorded":
+            self.provenance = replace(self.provenance, source="recorded")
+        self.files: dict[str, dict] = {}
+
+    def write(self, name: str, values: Any, units: dict[str, str] | None = None, notes: str = "") -> Path:
+        """Write ``<name>.json`` holding values plus provenance."""
+        _check_name(name)
+        ev = Evidence(name, _jsonable(values), self.provenance, dict(units or {}), notes)
+        path = self.out / f"{name}.json"
+        path.write_text(json.dumps(ev.to_json(), indent=1, allow_nan=False) + "\n")
+        self.files[path.name] = {"kind": "json", "name": name}
+        return path
+
+    def write_text(self, filename: str, text: str, kind: str = "csv") -> Path:
+        """Write a raw text artefact (e.g. an ncu CSV) that the manifest vouches for."""
+        if not filename.endswith(_ALLOWED_SUFFIXES):
+            raise EvidenceError(f"recorded file {filename!r} must end in one of {_ALLOWED_SUFFIXES}")
+        _check_name(filename.rsplit(".", 1)[0])
+        path = self.out / filename
+        path.write_text(text)
+        self.files[filename] = {"kind": kind, "name": filename.rsplit(".", 1)[0]}
+        return path
+
+    def close(self) -> Path:
+        """Write ``manifest.json`` over everything written so far and return its path."""
+        entries = {}
+        for fname, meta in sorted(self.files.items()):
+            p = self.out / fname
+            entries[fname] = {**meta, "sha256": _sha256(p), "bytes": p.stat().st_size}
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "gpu": self.provenance.gpu,
+            "gpu_slug": self.provenance.gpu_slug,
+            "provenance": asdict(self.provenance),
+            "files": entries,
+        }
+        path = self.out / "manifest.json"
+        path.write_text(json.dumps(manifest, indent=1) + "\n")
+        return path
+
+
+# ---------------------------------------------------------------- reading
+class RecordedStore:
+    """A validated recorded set in ``data/recorded/<gpu-slug>/``."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        mpath = self.folder / "manifest.json"
+        if not mpath.is_file():
+            raise EvidenceError(f"{self.folder}: no manifest.json; a recorded set is written by "
+                                f"`python -m infralens_lab record --out {self.folder}`")
+        try:
+            manifest = json.loads(mpath.read_text())
+        except json.JSONDecodeError as exc:
+            raise EvidenceError(f"{mpath}: not valid JSON ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+            seen = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
+            raise EvidenceError(f"{mpath}: schema is {seen!r}, expected {MANIFEST_SCHEMA!r}")
+        if not isinstance(manifest.get("files"), dict):
+            raise EvidenceError(f"{mpath}: 'files' is missing or not an object")
+        self.manifest = manifest
+        self.provenance = Provenance.from_dict(manifest.get("provenance"), str(mpath))
+        self.gpu = self.provenance.gpu
+
+    def names(self) -> list[str]:
+        """Names of the JSON evidence records in this set."""
+        return sorted(m["name"] for m in self.manifest["files"].values() if m.get("kind") == "json")
+
+    def files(self) -> list[str]:
+        return sorted(self.manifest["files"])
+
+    def _checked_path(self, filename: str) -> Path:
+        entry = self.manifest["files"].get(filename)
+        if entry is None:
+            raise EvidenceError(f"{self.folder}: {filename!r} is not listed in manifest.json; "
+                                f"known files: {self.files()}")
+        path = self.folder / filename
+        if not path.is_file():
+            raise EvidenceError(f"{path}: listed in manifest.json but missing on disk")
+        digest = _sha256(path)
+        if digest != entry.get("sha256"):
+            raise EvidenceError(f"{path}: checksum {digest[:12]}… does not match the manifest's "
+                                f"{str(entry.get('sha256'))[:12]}…; the file was changed after recording")
+        return path
+
+    def verify(self) -> None:
+        """Check every listed file's checksum and that no unlisted file sits in the folder."""
+        for fname in self.files():
+            self._checked_path(fname)
+        unknown = sorted(p.name for p in self.folder.iterdir()
+                         if p.is_file() and p.name != "manifest.json" and p.name not in self.manifest["files"])
+        if unknown:
+            raise EvidenceError(f"{self.folder}: files not in manifest.json: {unknown}")
+
+    def load(self, name: str) -> Evidence:
+        """Load and validate the JSON record ``name``."""
+        _check_name(name)
+        path = self._checked_path(f"{name}.json")
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise EvidenceError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("schema") != EVIDENCE_SCHEMA:
+            seen = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+            raise EvidenceError(f"{path}: schema is {seen!r}, expected {EVIDENCE_SCHEMA!r}")
+        for key, typ in (("name", str), ("units", dict), ("notes", str)):
+            if not isinstance(doc.get(key), typ):
+                raise EvidenceError(f"{path}: {key!r} is {doc.get(key)!r}, expected {typ.__name__}")
+        if "values" not in doc:
+            raise EvidenceError(f"{path}: no 'values'")
+        if doc["name"] != name:
+            raise EvidenceError(f"{path}: holds evidence {doc['name']!r}, expected {name!r}")
+        prov = Provenance.from_dict(doc.get("provenance"), str(path))
+        if prov.source != "recorded":
+            raise EvidenceError(f"{path}: provenance source is {prov.source!r}, expected 'recorded'")
+        return Evidence(name, doc["values"], prov, doc["units"], doc["notes"])
+
+    def text(self, filename: str) -> str:
+        """A raw text artefact (e.g. ``ncu_copies.csv``) after its checksum is verified."""
+        return self._checked_path(filename).read_text()
+
+    def path(self, filename: str) -> Path:
+        """Path of a listed file after its checksum is verified (for parsers that read paths)."""
+        return self._checked_path(filename)
+
+
+def recordings(root: str | Path | None = None) -> list[str]:
+    """GPU slugs with a recorded set under ``root`` (default :func:`data_root`)."""
+    root = Path(root) if root is not None else data_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file())
+
+
+def reference(gpu: str | None = None, root: str | Path | None = None) -> RecordedStore:
+    """The recorded reference set: ``gpu`` (a slug), else ``$INFRALENS_REFERENCE_GPU``, else
+    the first recorded set by name."""
+    root = Path(root) if root is not None else data_root()
+    have = recordings(root)
+    want = gpu or os.environ.get(REFERENCE_ENV)
+    if want:
+        if want not in have:
+            raise EvidenceError(f"no recorded set for GPU {want!r} under {root}; recorded sets: {have}")
+        return RecordedStore(root / want)
+    if not have:
+        raise EvidenceError(f"no recorded evidence under {root}; record some on a GPU with "
+                            f"`python -m infralens_lab record --out {root}/<gpu-slug>`")
+    return RecordedStore(root / have[0])
+
+
+def load(name: str, gpu: str | None = None) -> Evidence:
+    """The recorded reference record ``name``."""
+    return reference(gpu).load(name)
+
+
+def get(name: str, live: Callable[[], Any] | None = None, command: str | None = None,
+        units: dict[str, str] | None = None) -> Evidence:
+    """Live evidence on a GPU, else the recorded reference.
+
+    ``live`` is a zero-argument callable returning JSON-shaped values; it runs only in gpu
+    mode. ``command`` describes it for the provenance (default: ``infralens_lab.<name>``).
+    """
+    from .device import is_gpu
+
+    if live is not None and is_gpu():
+        values = _jsonable(live())
+        rec_units = units or {}
+        return Evidence(name, values, current_provenance(command or f"infralens_lab live: {name}"), rec_units)
+    return load(name)
+
+
+def live(name: str, values: Any, command: str, units: dict[str, str] | None = None, notes: str = "") -> Evidence:
+    """Wrap values measured just now (any mode) as live evidence."""
+    return Evidence(name, _jsonable(values), current_provenance(command), dict(units or {}), notes)
