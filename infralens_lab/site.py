@@ -1,0 +1,306 @@
+"""Offline HTML edition of the labs: ``python -m infralens_lab site --out site``.
+
+Reads the committed ``labs/NN_*.ipynb`` (with their outputs, never re-executed) and writes
+one self-contained HTML page per lab plus ``index.html``: figures stay embedded as PNG data
+URIs, tables as pandas HTML, provenance ("Evidence: ...") lines as printed. Pages use
+nbconvert's ``lab`` template with its CSS inlined and every remote script dropped (no
+require.js, MathJax, mermaid or widget manager from a CDN), so the site reads from
+``file://`` with no network. Widgets cannot run offline: a quiz self-check becomes its
+question text plus a collapsed ``<details>`` explanation from the quiz bank; any other widget
+shows its plain-text fallback.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import html
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LAB_GLOB = "[0-9][0-9]_*.ipynb"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+_SELF_CHECK_RE = re.compile(r"""self_check\(\s*["']([^"']+)["']""")
+_HEADING_RE = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+# A reference that makes the browser fetch from the network: remote scripts, styles, frames,
+# images and CSS imports/urls ("//host" counts too: from file:// it means the network).
+_REMOTE = r"""["']?\s*(?:https?:)?//"""
+_REMOTE_RES = [
+    re.compile(r"<script\b[^>]*\bsrc\s*=\s*" + _REMOTE, re.I),
+    re.compile(r"<link\b[^>]*\bhref\s*=\s*" + _REMOTE, re.I),
+    re.compile(r"<(?:img|iframe|embed|source|video|audio)\b[^>]*\bsrc\s*=\s*" + _REMOTE, re.I),
+    re.compile(r"@import\s+(?:url\(\s*)?" + _REMOTE, re.I),
+    re.compile(r"url\(\s*" + _REMOTE, re.I),
+]
+_STRIP_RES = [re.compile(r"<script\b[^>]*\bsrc\s*=\s*" + _REMOTE + r"[^>]*>\s*</script>", re.I),
+              re.compile(r"<link\b[^>]*\bhref\s*=\s*" + _REMOTE + r"[^>]*>", re.I)]
+
+# nbconvert's lab page, minus everything it would fetch from a CDN, plus our navigation.
+_TEMPLATE = r"""{%- extends 'index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block extra_css -%}<style type="text/css">{{ resources.infralens_css }}</style>{%- endblock extra_css -%}
+{%- block body_header -%}{{ super() }}{{ resources.infralens_nav }}{%- endblock body_header -%}
+{%- block body_footer -%}{{ resources.infralens_nav }}{{ resources.infralens_footer }}{{ super() }}{%- endblock body_footer -%}
+"""
+
+_CSS = """
+.infralens-nav { display: flex; gap: 1.5em; align-items: baseline; flex-wrap: wrap;
+  font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px; padding: 10px 0;
+  border-bottom: 1px solid #ddd; margin-bottom: 12px; }
+.infralens-nav + .infralens-footer { margin-top: 0; }
+.infralens-nav a { text-decoration: none; color: #1565c0; }
+.infralens-nav .home { font-weight: 600; }
+.infralens-nav .spacer { flex: 1; }
+.infralens-footer { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; color: #666;
+  padding: 8px 0 24px 0; }
+.infralens-static-widget { border: 1px solid #c5cae9; border-left: 4px solid #3f51b5; border-radius: 4px;
+  padding: 8px 12px; background: #f5f6fc; font-family: var(--jp-ui-font-family, sans-serif); }
+.infralens-static-widget .label { font-size: 12px; color: #555; margin: 0 0 4px 0; }
+.infralens-static-widget .prompt { font-weight: 600; margin: 4px 0; white-space: pre-wrap; }
+.infralens-static-widget ol { margin: 4px 0 6px 0; }
+.infralens-static-widget details { margin-top: 6px; }
+.infralens-static-widget summary { cursor: pointer; color: #3f51b5; }
+main { max-width: 1100px; margin: 0 auto; }
+"""
+
+_INDEX = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>InfraLens Lab: offline edition</title>
+<style type="text/css">
+body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #212121;
+  max-width: 860px; margin: 40px auto; padding: 0 20px; line-height: 1.5; }}
+h1 {{ margin-bottom: 0.2em; }} .lede {{ color: #555; margin-top: 0; }}
+ol.labs {{ list-style: none; padding: 0; }}
+ol.labs li {{ border: 1px solid #e0e0e0; border-radius: 6px; padding: 12px 16px; margin: 10px 0; }}
+ol.labs a {{ font-size: 1.15em; font-weight: 600; color: #1565c0; text-decoration: none; }}
+ol.labs .num {{ color: #888; font-variant-numeric: tabular-nums; margin-right: 0.5em; }}
+ol.labs .teaches {{ margin: 4px 0 0 0; color: #333; }}
+.note {{ font-size: 0.9em; color: #666; border-top: 1px solid #eee; padding-top: 10px; }}
+</style></head>
+<body>
+<h1>InfraLens Lab</h1>
+<p class="lede">GPU performance engineering from evidence: the offline edition.</p>
+<ol class="labs">
+{items}
+</ol>
+<p class="note">Built from the committed notebooks without running them: every figure, table and
+"Evidence:" provenance line is what the notebook showed when it was last run and committed.
+Self-checks are interactive only in JupyterLab (<code>make lab</code>); here each one shows its
+question and a collapsed explanation.</p>
+</body></html>
+"""
+
+
+@dataclass(frozen=True)
+class LabPage:
+    """One lab: its notebook, the HTML file name it becomes, and what the index says about it."""
+
+    notebook: Path
+    html_name: str
+    title: str
+    teaches: str
+
+
+@dataclass
+class Site:
+    """What :func:`build_site` wrote: ``index`` and one page per lab (paths), plus notes
+    (problems worth telling the author, such as a lab committed without outputs)."""
+
+    index: Path
+    pages: list[Path]
+    labs: list[LabPage]
+    notes: list[str] = field(default_factory=list)
+
+
+def find_labs(labs_dir: str | Path) -> list[Path]:
+    """The lab notebooks ``NN_*.ipynb`` in ``labs_dir``, in lab order; ValueError if none."""
+    d = Path(labs_dir)
+    if not d.is_dir():
+        raise ValueError(f"labs folder {str(d)!r} does not exist; expected a folder holding NN_*.ipynb notebooks")
+    found = sorted(d.glob(LAB_GLOB))
+    if not found:
+        have = sorted(p.name for p in d.iterdir())[:10]
+        raise ValueError(f"no lab notebooks matching {LAB_GLOB!r} in {str(d)!r} (it holds {have}); "
+                         "expected e.g. 00_start_here.ipynb")
+    return found
+
+
+def lab_info(nb, notebook: Path) -> LabPage:
+    """Title and one-sentence summary from ``metadata.infralens`` ({"title", "teaches"}); without
+    it the title is the first markdown heading (else the file name) and the summary is empty."""
+    meta = nb.metadata.get("infralens", {}) if hasattr(nb, "metadata") else {}
+    if not isinstance(meta, dict):
+        raise TypeError(f"{notebook}: metadata.infralens is {type(meta).__name__}, expected an object "
+                        'like {"title": ..., "teaches": ...}')
+    title = str(meta.get("title") or "").strip()
+    if not title:
+        for cell in nb.cells:
+            m = _HEADING_RE.search(cell.source) if cell.cell_type == "markdown" else None
+            if m:
+                title = m.group(1).strip()
+                break
+    title = title or notebook.stem.replace("_", " ")
+    return LabPage(notebook=notebook, html_name=notebook.stem + ".html", title=title,
+                   teaches=str(meta.get("teaches") or "").strip())
+
+
+def _quiz_fallback(qid: str | None, plain: str) -> str:
+    """Static HTML for a self-check widget: the question (from the quiz bank when it knows
+    ``qid``, else the widget's plain-text output) and a collapsed explanation."""
+    q = None
+    if qid:
+        try:
+            from infralens_lab.quiz import question
+
+            q = question(qid)
+        except (ImportError, ValueError, KeyError, OSError):  # BankError is a ValueError
+            q = None
+    parts = ['<div class="infralens-static-widget infralens-selfcheck-static">']
+    if q is not None:
+        parts.append(f'<p class="label">Self-check {html.escape(qid)} (interactive in JupyterLab)</p>')
+        unit = f" ({html.escape(q.unit)})" if getattr(q, "unit", "") else ""
+        parts.append(f'<p class="prompt">{html.escape(q.prompt)}{unit}</p>')
+        if q.options:
+            parts.append("<ol>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                                          for k, v in q.options.items()) + "</ol>")
+        parts.append(f"<details><summary>Show the explanation</summary><p>{html.escape(q.explanation)}</p>"
+                     "</details>")
+    else:
+        label = f"Self-check {html.escape(qid)}" if qid else "Interactive widget"
+        parts.append(f'<p class="label">{label} (interactive only in JupyterLab)</p>')
+        parts.append(f'<p class="prompt">{html.escape(plain)}</p>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def static_widgets(nb) -> int:
+    """Replace every widget-view output in ``nb`` (in place) with static HTML; returns how many.
+    Also drops ``metadata.widgets`` so no page tries to load a widget manager."""
+    n = 0
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        qids = _SELF_CHECK_RE.findall(cell.source)
+        k = 0
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_MIME not in data:
+                continue
+            qid = qids[k] if k < len(qids) else None
+            k += 1
+            plain = data.get("text/plain", "")
+            plain = "".join(plain) if isinstance(plain, list) else str(plain)
+            out["data"] = {"text/html": _quiz_fallback(qid, plain), "text/plain": plain}
+            out.get("metadata", {}).pop(WIDGET_MIME, None)
+            n += 1
+    return n
+
+
+def remote_refs(page: str) -> list[str]:
+    """Snippets of ``page`` that would fetch from the network (remote script, style, image,
+    CSS import or url); an offline page has none."""
+    hits = []
+    for rx in _REMOTE_RES:
+        hits += [page[m.start():m.start() + 120] for m in rx.finditer(page)]
+    return hits
+
+
+def _nav(labs: list[LabPage], i: int) -> str:
+    prev = (f'<a class="prev" href="{html.escape(labs[i - 1].html_name)}">&larr; {html.escape(labs[i - 1].title)}</a>'
+            if i > 0 else "")
+    nxt = (f'<a class="next" href="{html.escape(labs[i + 1].html_name)}">{html.escape(labs[i + 1].title)} &rarr;</a>'
+           if i + 1 < len(labs) else "")
+    return (f'<nav class="infralens-nav"><a class="home" href="index.html">InfraLens Lab: all labs</a>'
+            f'{prev}<span class="spacer"></span>{nxt}</nav>')
+
+
+def _exporter():
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    return HTMLExporter(template_name="lab", template_file="infralens_site.html.j2", embed_images=True,
+                        extra_loaders=[DictLoader({"infralens_site.html.j2": _TEMPLATE})], theme="light")
+
+
+def render_lab(nb, labs: list[LabPage], i: int, exporter=None) -> str:
+    """The HTML page of lab ``labs[i]`` from its notebook ``nb`` (not modified; not executed)."""
+    nb = copy.deepcopy(nb)
+    static_widgets(nb)
+    nb.metadata["title"] = labs[i].title
+    exporter = exporter or _exporter()
+    footer = ('<p class="infralens-footer">Offline edition of <code>'
+              f'{html.escape(labs[i].notebook.name)}</code>: outputs as committed, not re-run. '
+              "Run it yourself with <code>make lab</code>.</p>")
+    resources = {"metadata": {"name": labs[i].title, "path": str(labs[i].notebook.parent)},
+                 "infralens_css": _CSS, "infralens_nav": _nav(labs, i), "infralens_footer": footer}
+    body, _ = exporter.from_notebook_node(nb, resources=resources)
+    for rx in _STRIP_RES:  # belt and braces: the template emits none of these
+        body = rx.sub("", body)
+    # links between labs point at their pages, not at the notebooks
+    return re.sub(r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:)([^"#?]*?)\.ipynb(#[^"]*)?"', r'href="\1.html\2"', body)
+
+
+def render_index(labs: list[LabPage]) -> str:
+    """The ``index.html`` listing every lab with its title and what it teaches."""
+    items = []
+    for lab in labs:
+        num = lab.notebook.stem.split("_", 1)[0]
+        teaches = f'<p class="teaches">{html.escape(lab.teaches)}</p>' if lab.teaches else ""
+        items.append(f'<li><span class="num">{html.escape(num)}</span>'
+                     f'<a href="{html.escape(lab.html_name)}">{html.escape(lab.title)}</a>{teaches}</li>')
+    return _INDEX.format(items="\n".join(items))
+
+
+def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> Site:
+    """Write ``out_dir/index.html`` and one page per ``labs_dir/NN_*.ipynb`` from the committed
+    notebooks (never executed). Returns the :class:`Site`; ValueError if there are no labs."""
+    import nbformat
+
+    notebooks = find_labs(labs_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    nbs = [nbformat.read(p, as_version=4) for p in notebooks]
+    labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks)]
+    site = Site(index=out / "index.html", pages=[], labs=labs)
+    exporter = _exporter()
+    for i, nb in enumerate(nbs):
+        code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+        if code and not any(c.get("outputs") for c in code):
+            site.notes.append(f"{labs[i].notebook.name}: no outputs; run it and commit it with outputs "
+                              "so the offline edition shows its figures and tables")
+        page = render_lab(nb, labs, i, exporter)
+        for ref in remote_refs(page):
+            site.notes.append(f"{labs[i].html_name}: needs the network: {ref[:80]!r}")
+        path = out / labs[i].html_name
+        path.write_text(page, encoding="utf-8")
+        site.pages.append(path)
+    site.index.write_text(render_index(labs), encoding="utf-8")
+    return site
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab site",
+                                 description="Build the offline HTML edition from the committed notebooks.")
+    ap.add_argument("--labs", default="labs", help="folder with NN_*.ipynb (default: labs)")
+    ap.add_argument("--out", default="site", help="output folder (default: site)")
+    args = ap.parse_args(argv)
+    try:
+        site = build_site(args.labs, args.out)
+    except ValueError as exc:
+        print(f"site: {exc}", file=sys.stderr)
+        return 2
+    for note in site.notes:
+        print(f"site: note: {note}", file=sys.stderr)
+    print(f"site: wrote {len(site.pages)} lab pages and {site.index} "
+          f"(open file://{site.index.resolve()} in a browser; no network needed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""The offline HTML edition: built from fixture notebooks of known content and from the real
+labs/, checked for pages, embedded figures, provenance lines, static quiz fallbacks, links,
+and no network references; then opened in headless Chromium with networking off."""
+from __future__ import annotations
+
+import html
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from conftest import CHROMIUM_ARGS, FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
+from infralens_lab import site as site_mod
+
+REAL_LABS = sorted((ROOT / "labs").glob(site_mod.LAB_GLOB))
+needs_real_labs = pytest.mark.skipif(not REAL_LABS, reason="no labs/NN_*.ipynb committed yet")
+
+
+# ---------------------------------------------------------------- helpers
+class _Text(HTMLParser):
+    """Visible text of a page (style and script bodies left out)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("style", "script")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("style", "script") and self._skip > 0
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+def _norm(text: str) -> str:
+    """Whitespace collapsed, markdown code/emphasis marks dropped (they become tags in HTML)."""
+    return re.sub(r"\s+", " ", re.sub(r"[`*]", "", text)).strip()
+
+
+def page_text(page: str) -> str:
+    p = _Text()
+    p.feed(page)
+    return _norm(" ".join(p.parts))
+
+
+def _shown(out) -> str:
+    """The text an output shows in HTML: its richest text form (as nbconvert picks it)."""
+    if out.output_type == "stream":
+        return "".join(out.text)
+    data = out.get("data", {})
+    if site_mod.WIDGET_MIME in data:
+        return ""
+    for mime in ("text/html", "text/markdown", "text/plain"):
+        if mime in data:
+            v = data[mime]
+            return "".join(v) if isinstance(v, list) else str(v)
+    return ""
+
+
+def evidence_lines(nb) -> list[str]:
+    """Every 'Evidence: ...' provenance line the notebook's outputs show, normalised."""
+    lines = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            for line in _shown(out).splitlines():
+                if "Evidence: " in line:
+                    text = re.sub(r"<[^>]+>", "", line[line.index("Evidence: "):])
+                    lines.append(_norm(html.unescape(text)))
+    return lines
+
+
+def pngs(nb) -> list[str]:
+    """Base64 payloads of every PNG figure in the notebook's outputs."""
+    found = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            v = out.get("data", {}).get("image/png")
+            if v:
+                found.append(re.sub(r"\s+", "", "".join(v) if isinstance(v, list) else v))
+    return found
+
+
+def widget_outputs(nb) -> int:
+    return sum(site_mod.WIDGET_MIME in out.get("data", {})
+               for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", []))
+
+
+def check_page(nb, page: str, name: str) -> None:
+    """What every lab page must hold: all figures as <img>, all provenance lines, no widget
+    views left, nothing fetched from the network."""
+    imgs = [re.sub(r"\s+", "", m) for m in re.findall(r'<img[^>]*src="data:image/png;base64,([^"]+)"', page)]
+    for i, payload in enumerate(pngs(nb)):
+        assert payload in imgs, f"{name}: figure {i} of the notebook is not an <img> in the page"
+    text = page_text(page)
+    for line in evidence_lines(nb):
+        assert line in text, f"{name}: provenance line {line[:90]!r} missing from the page"
+    assert site_mod.WIDGET_MIME not in page, f"{name}: a widget view was left for a manager that cannot load"
+    assert site_mod.remote_refs(page) == [], f"{name}: page needs the network"
+    assert not re.search(r"<script[^>]+src=", page), f"{name}: page loads an external script"
+
+
+@pytest.fixture(scope="module")
+def quiz_bank(tmp_path_factory, monkeypatch_module):
+    """A sealed bank for the fixture's question lab99.q1, found through $INFRALENS_QUIZ_BANKS."""
+    from infralens_lab.quiz import bank
+
+    d = tmp_path_factory.mktemp("banks")
+    plain = {"lab": "lab99", "questions": [{
+        "id": "lab99.q1", "kind": "choice", "prompt": FIXTURE_QUESTION, "options": {"A": "2", "B": "3"},
+        "answer": "B", "feedback": {"A": "2 is smaller."}, "hint": "Count.",
+        "explanation": "Three is one more than two, so 3 is larger."}]}
+    (d / "lab99.json").write_text(json.dumps(bank.encode_bank(plain)))
+    monkeypatch_module.setenv(bank.BANKS_ENV, str(d))
+    return plain["questions"][0]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def fixture_site(fixture_labs, quiz_bank, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fixture_site")
+    return site_mod.build_site(fixture_labs, out)
+
+
+# ---------------------------------------------------------------- fixture notebooks
+def test_fixture_site_pages_figures_provenance(fixture_labs, fixture_site):
+    nbs = sorted(fixture_labs.glob("*.ipynb"))
+    assert [p.name for p in fixture_site.pages] == [p.stem + ".html" for p in nbs]
+    for nb_path, page_path in zip(nbs, fixture_site.pages):
+        nb = nbformat.read(nb_path, as_version=4)
+        check_page(nb, page_path.read_text(), page_path.name)
+    nb0 = nbformat.read(nbs[0], as_version=4)
+    assert len(pngs(nb0)) == 1 and evidence_lines(nb0) == [_norm(FIXTURE_EVIDENCE)]  # the check saw them
+    page0 = fixture_site.pages[0].read_text()
+    assert '<table border="1" class="dataframe">' in page0 and "copy_strided" in page0  # pandas table
+    assert fixture_site.notes == []
+
+
+def test_index_lists_labs_with_metadata_and_heading_fallback(fixture_site):
+    index = fixture_site.index.read_text()
+    text = page_text(index)
+    assert "Fixture lab: evidence on the page" in text  # metadata.infralens.title
+    assert "That figures, tables, provenance and self-checks survive export." in text
+    assert "Plain fixture heading" in text  # no metadata: the first heading
+    assert [lab.title for lab in fixture_site.labs] == ["Fixture lab: evidence on the page", "Plain fixture heading"]
+    assert re.findall(r'href="([^"]+)"', index) == ["00_fixture.html", "01_fixture_plain.html"]
+    assert site_mod.remote_refs(index) == []
+
+
+def test_navigation_between_pages(fixture_site):
+    first, second = (p.read_text() for p in fixture_site.pages)
+    assert 'href="index.html"' in first and 'class="next" href="01_fixture_plain.html"' in first
+    assert 'class="prev"' not in first
+    assert 'class="prev" href="00_fixture.html"' in second and 'class="next"' not in second
+    # the markdown link to the other notebook now points at its page
+    assert "01_fixture_plain.ipynb" not in first.split("<main>", 1)[1]
+
+
+def test_self_check_becomes_question_and_collapsed_explanation(fixture_site, quiz_bank):
+    page = fixture_site.pages[0].read_text()
+    static = re.search(r'<div class="infralens-static-widget[^"]*">(.*?)</div>', page, re.S)
+    assert static, "the self-check widget has no static fallback"
+    block = static.group(1)
+    assert html.escape(FIXTURE_QUESTION) in block and "lab99.q1" in block
+    details = re.search(r"<details>(.*?)</details>", block, re.S)
+    assert details and html.escape(quiz_bank["explanation"]) in details.group(1)
+    assert "<details open" not in block  # collapsed until the reader opens it
+
+
+def test_unknown_question_falls_back_to_widget_text(fixture_labs, tmp_path):
+    nb = nbformat.read(fixture_labs / "00_fixture.ipynb", as_version=4)
+    n_widgets = widget_outputs(nb)
+    for cell in nb.cells:
+        cell.source = cell.source.replace('self_check("lab99.q1")', 'self_check("lab98.nope")')
+    assert site_mod.static_widgets(nb) == n_widgets == 1
+    out = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "text/html" in o.get("data", {})][-1]
+    assert "lab98.nope" in out.data["text/html"] and html.escape(FIXTURE_QUESTION) in out.data["text/html"]
+    assert "<details>" not in out.data["text/html"]  # no explanation known: none invented
+    assert "widgets" not in nb.metadata
+
+
+def test_built_from_committed_outputs_without_executing(tmp_path):
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    nb = new_notebook(metadata={"infralens": {"title": "Stored", "teaches": "Nothing runs."}})
+    nb.cells = [new_markdown_cell("# Stored"),
+                new_code_cell("raise RuntimeError('this cell was executed')", execution_count=1,
+                              outputs=[new_output("stream", name="stdout", text="stored output 12345\n")])]
+    path = labs / "07_stored.ipynb"
+    nbformat.write(nb, path)
+    before = path.read_bytes()
+    built = site_mod.build_site(labs, tmp_path / "site")
+    page = built.pages[0].read_text()
+    assert "stored output 12345" in page and "RuntimeError: this cell" not in page
+    assert path.read_bytes() == before  # the committed notebook is left as it was
+
+
+def test_lab_without_outputs_gets_a_note(tmp_path):
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    nb = new_notebook(cells=[new_markdown_cell("# Bare"), new_code_cell("x = 1")])
+    nbformat.write(nb, labs / "00_bare.ipynb")
+    built = site_mod.build_site(labs, tmp_path / "site")
+    assert len(built.notes) == 1 and "00_bare.ipynb: no outputs" in built.notes[0]
+
+
+def test_remote_refs_detects_network_fetches_only():
+    bad = ['<script src="https://cdn.example.com/require.js"></script>',
+           "<link rel=stylesheet href='//fonts.example.com/x.css'>",
+           '<style>@import url("https://x.example/y.css");</style>',
+           '<div style="background: url(http://x.example/a.png)"></div>',
+           '<img src="https://x.example/a.png">']
+    for snippet in bad:
+        assert site_mod.remote_refs(snippet), snippet
+    good = ('<a href="https://docs.nvidia.com/nsight-compute/">docs</a><script>var x = 1;</script>'
+            '<img src="data:image/png;base64,iVBORw0KGgo="><svg xmlns="http://www.w3.org/2000/svg"></svg>'
+            '<style>.a { background: url(data:image/svg+xml;base64,PHN2Zz4=) }</style>')
+    assert site_mod.remote_refs(good) == []
+
+
+def test_bad_input_is_refused_clearly(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"does not exist; expected a folder holding NN_\*\.ipynb"):
+        site_mod.find_labs(tmp_path / "missing")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"no lab notebooks matching .* \(it holds \['notes.txt'\]\)"):
+        site_mod.find_labs(tmp_path)
+    assert site_mod.main(["--labs", str(tmp_path), "--out", str(tmp_path / "site")]) == 2
+    assert "no lab notebooks matching" in capsys.readouterr().err
+    nb = new_notebook(metadata={"infralens": "A title"})
+    with pytest.raises(TypeError, match=r"metadata.infralens is str, expected an object"):
+        site_mod.lab_info(nb, Path("00_x.ipynb"))
+
+
+def test_cli_writes_the_site(fixture_labs, tmp_path, capsys):
+    from infralens_lab.__main__ import main
+
+    assert main(["site", "--labs", str(fixture_labs), "--out", str(tmp_path / "out")]) == 0
+    assert "wrote 2 lab pages" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["00_fixture.html", "01_fixture_plain.html",
+                                                                  "index.html"]
+
+
+# ---------------------------------------------------------------- the real labs
+@pytest.fixture(scope="module")
+def real_site(tmp_path_factory):
+    if not REAL_LABS:
+        pytest.skip("no labs/NN_*.ipynb committed yet")
+    return site_mod.build_site(ROOT / "labs", tmp_path_factory.mktemp("real_site"))
+
+
+@needs_real_labs
+def test_real_labs_site(real_site):
+    assert [p.name for p in real_site.pages] == [p.stem + ".html" for p in REAL_LABS]
+    index = page_text(real_site.index.read_text())
+    for lab, nb_path, page_path in zip(real_site.labs, REAL_LABS, real_site.pages):
+        nb = nbformat.read(nb_path, as_version=4)
+        assert lab.title and _norm(lab.title) in index
+        assert lab.teaches, f"{nb_path.name}: metadata.infralens.teaches is missing"
+        check_page(nb, page_path.read_text(), page_path.name)
+    assert real_site.notes == [], real_site.notes
+
+
+@needs_real_labs
+def test_real_labs_have_provenance_and_static_self_checks(real_site):
+    for nb_path, page_path in zip(REAL_LABS, real_site.pages):
+        nb = nbformat.read(nb_path, as_version=4)
+        page = page_path.read_text()
+        assert evidence_lines(nb), f"{nb_path.name}: no 'Evidence: ' provenance line in its outputs"
+        assert page.count('class="infralens-static-widget') == widget_outputs(nb)
+
+
+# ---------------------------------------------------------------- in a browser, offline
+def _open_offline(browser, url: str, shot: Path):
+    """Open ``url`` in a fresh offline context that refuses every non-file request; returns
+    (page, context, refused request URLs)."""
+    ctx = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+    refused: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith(("file://", "data:")):
+            r.continue_()
+        else:
+            refused.append(r.request.url)
+            r.abort()
+
+    ctx.route("**/*", route)
+    page = ctx.new_page()
+    page.goto(url, wait_until="load")
+    page.screenshot(path=str(shot), full_page=False)
+    return page, ctx, refused
+
+
+def _images_loaded(page) -> list[int]:
+    return page.eval_on_selector_all("main img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+
+
+@pytest.mark.browser
+def test_site_renders_offline_in_chromium(chromium, fixture_site, artifacts_dir):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    shots = artifacts_dir / "site"
+    shots.mkdir(parents=True, exist_ok=True)
+    real = site_mod.build_site(ROOT / "labs", shots / "build") if REAL_LABS else None
+    with sync_api.sync_playwright() as p:
+        try:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        except Exception as exc:  # noqa: BLE001 - any launch failure means "no usable browser here"
+            pytest.skip(f"Chromium at {chromium} cannot be launched: {exc}")
+        try:
+            page, ctx, refused = _open_offline(browser, fixture_site.index.as_uri(), shots / "fixture_index.png")
+            assert page.title() == "InfraLens Lab: offline edition"
+            assert "Fixture lab: evidence on the page" in page.inner_text("ol.labs")
+            page.click("text=Fixture lab: evidence on the page")
+            page.wait_for_load_state("load")
+            assert page.url.endswith("/00_fixture.html")
+            assert "Fixture lab" in page.inner_text("h1")
+            widths = _images_loaded(page)
+            assert len(widths) == 1 and all(w > 0 for w in widths), widths
+            assert "Evidence: recorded · Fixture GPU" in page.inner_text("main")
+            page.click("details summary")  # the collapsed explanation opens
+            assert "so 3 is larger" in page.inner_text("details")
+            page.screenshot(path=str(shots / "fixture_lab.png"), full_page=True)
+            ctx.close()
+            assert refused == [], f"the fixture site tried the network: {refused}"
+            if real is not None:
+                page, ctx, refused = _open_offline(browser, real.index.as_uri(), shots / "index.png")
+                assert real.labs[0].title in page.inner_text("ol.labs")
+                for lab, built in zip(real.labs, real.pages):
+                    page.goto(built.as_uri(), wait_until="load")
+                    assert page.title() == lab.title
+                    widths = _images_loaded(page)
+                    assert all(w > 0 for w in widths), f"{built.name}: images that did not decode: {widths}"
+                    page.screenshot(path=str(shots / f"{built.stem}.png"), full_page=False)
+                ctx.close()
+                assert refused == [], f"the labs site tried the network: {refused}"
+        finally:
+            browser.close()
