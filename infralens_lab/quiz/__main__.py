@@ -1,0 +1,72 @@
+"""Authoring tool: ``python -m infralens_lab.quiz encode|decode|answers``.
+
+* ``encode SRC [-o OUT]``: SRC is a ``.json`` file or a ``.py`` file defining ``BANK`` (a plain
+  bank dict, answers in clear); writes the sealed bank (default ``quiz/banks/<lab>.json``).
+* ``decode LAB|PATH``: prints a bank in plain form (JSON), e.g. to edit and encode again.
+* ``answers [LAB ...]``: the instructor's key, one line per question.
+
+Keep plain sources out of the repository: the sealed bank is the committed copy, and
+``decode`` recovers the plain form whenever you need to edit it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+from pathlib import Path
+
+from .bank import BANKS_DIR, BankError, decode_bank, encode_bank, labs, load_bank
+
+
+def _read_plain(src: Path) -> dict:
+    if src.suffix == ".py":
+        ns = runpy.run_path(str(src))
+        if "BANK" not in ns:
+            raise BankError(f"{src}: defines no BANK dict")
+        return ns["BANK"]
+    if src.suffix == ".json":
+        return json.loads(src.read_text())
+    raise BankError(f"{src}: expected a .py (defining BANK) or .json file")
+
+
+def _bank_doc(ref: str) -> dict:
+    p = Path(ref)
+    if not p.is_file():
+        p = BANKS_DIR / f"{ref}.json"
+    return json.loads(p.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab.quiz", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("encode", help="plain bank (.py with BANK, or .json) -> sealed bank JSON")
+    e.add_argument("src", type=Path)
+    e.add_argument("-o", "--out", type=Path, default=None, help="default: quiz/banks/<lab>.json")
+    d = sub.add_parser("decode", help="print a sealed bank in plain form")
+    d.add_argument("bank", help="lab name (lab00) or path to a bank file")
+    a = sub.add_parser("answers", help="print the answer key")
+    a.add_argument("labs", nargs="*")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "encode":
+            doc = encode_bank(_read_plain(args.src))
+            out = args.out or BANKS_DIR / f"{doc['lab']}.json"
+            out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+            print(f"wrote {out}: {len(doc['questions'])} questions for {doc['lab']}")
+        elif args.cmd == "decode":
+            print(json.dumps(decode_bank(_bank_doc(args.bank), args.bank), indent=1, ensure_ascii=False))
+        else:
+            for lab in args.labs or labs():
+                for q in load_bank(lab).values():
+                    key = f"derived: {q.derive}({q.derive_args})" if q.derive else q.answer
+                    tol = f" ± {q.tolerance}" if q.tolerance else ""
+                    print(f"{q.id}\t{q.kind}\t{q.points:g} pt\t{key}{tol}")
+    except BankError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Checking answers: feedback for learners, assertions for graders.
+
+``check(qid, answer, evidence=None)`` marks one answer. Outside grade mode it prints one
+deterministic block of feedback (right + explanation; why wrong + hint; or "not answered
+yet") and never raises for anything a learner typed. In grade mode (``INFRALENS_GRADE=1``,
+set by ``pytest --infralens-grade``) a wrong or unanswered answer raises ``AssertionError``
+carrying the feedback, so nbval fails that cell, and every check appends one JSON line to
+``$INFRALENS_SCORE_FILE`` for the pytest plugin's score summary. Mistakes of the notebook
+itself (unknown question id, a derived question checked without evidence) raise
+``ValueError`` in both modes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .bank import Question, normalise_word, question
+from .derive import derive
+
+GRADE_ENV = "INFRALENS_GRADE"
+SCORE_ENV = "INFRALENS_SCORE_FILE"
+STATUSES = ("correct", "wrong", "unanswered")
+
+
+def grade_mode() -> bool:
+    """True when ``$INFRALENS_GRADE`` is 1/true/yes (read at every check, so a kernel inherits it)."""
+    return os.environ.get(GRADE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check; ``status`` is correct, wrong or unanswered."""
+
+    qid: str
+    status: str
+    points: float
+    max_points: float
+    message: str
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+    @property
+    def answered(self) -> bool:
+        return self.status != "unanswered"
+
+    def _ipython_display_(self):
+        """Show nothing when a check is a cell's last line: the feedback was already printed."""
+
+
+def is_unanswered(answer: Any) -> bool:
+    """None, ``...`` and empty or blank strings count as not answered."""
+    return answer is None or answer is Ellipsis or (isinstance(answer, str) and answer.strip() == "")
+
+
+def _fmt_points(p: float) -> str:
+    return f"{p:g}"
+
+
+def _as_number(answer: Any) -> float | None:
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, str):
+        answer = answer.strip()
+        if "," in answer:  # thousands separators only ("1,024"); "0,5" is refused, not read as 5
+            if not re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", answer):
+                return None
+            answer = answer.replace(",", "")
+    try:
+        v = float(answer)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def expected_answer(q: Question, evidence: Any = None) -> Any:
+    """The right answer: stored, or derived from ``evidence`` for a ``derive`` question."""
+    if q.derive is None:
+        return q.answer
+    if evidence is None:
+        raise ValueError(f"{q.id} is checked against the evidence shown in the notebook: call "
+                         f"check({q.id!r}, answer, evidence=<the Evidence or DataFrame above>)")
+    got = derive(q.derive, evidence, **q.derive_args)
+    if q.kind == "number":
+        v = _as_number(got)
+        if v is None:
+            raise ValueError(f"{q.id}: derivation {q.derive!r} gave {got!r}, expected a number")
+        return v
+    if q.kind == "text":
+        word = normalise_word(got)
+        if word not in q.vocabulary:
+            raise ValueError(f"{q.id}: derivation {q.derive!r} gave {got!r}, which is not in the "
+                             f"vocabulary {list(q.vocabulary)}")
+        return (word,)
+    if got not in q.options:
+        raise ValueError(f"{q.id}: derivation {q.derive!r} gave {got!r}, not one of the options {sorted(q.options)}")
+    return got
+
+
+def judge(q: Question, answer: Any, evidence: Any = None) -> tuple[str, str]:
+    """Pure marking: ``(status, feedback)`` for ``answer`` to ``q``. Raises only for notebook mistakes."""
+    return _judge(q, answer, expected_answer(q, evidence))
+
+
+def _judge(q: Question, answer: Any, expected: Any) -> tuple[str, str]:
+    if is_unanswered(answer):
+        return "unanswered", f"{q.id}: not answered yet."
+    if q.kind == "choice":
+        key = answer.strip().upper() if isinstance(answer, str) else answer
+        if isinstance(key, str) and key not in q.options:
+            low = {k.lower(): k for k in q.options}
+            key = low.get(key.lower(), key)
+        if not isinstance(key, str):
+            why = f"{answer!r} is of type {type(answer).__name__}; answer with an option key as a string, e.g. {next(iter(q.options))!r}."
+        elif key not in q.options:
+            why = f"{answer!r} is not one of the options {', '.join(q.options)}."
+        elif key == expected:
+            return "correct", ""
+        else:
+            why = q.feedback.get(key, f"{key} is not the best answer.")
+    elif q.kind == "number":
+        v = _as_number(answer)
+        unit = f" {q.unit}" if q.unit else ""
+        if v is None:
+            dot = " with a dot for decimals" if isinstance(answer, str) and "," in answer else ""
+            why = f"{answer!r} is not a number; answer with a number{dot}{f' (unit: {q.unit})' if q.unit else ''}."
+        else:
+            tol = max(q.tolerance.get("abs", 0.0), q.tolerance.get("rel", 0.0) * abs(expected))
+            if abs(v - expected) <= tol:
+                return "correct", ""
+            side = "high" if v > expected else "low"
+            why = q.feedback.get(side, f"{v:g}{unit} is too {side}.")
+    else:
+        word = normalise_word(answer) if isinstance(answer, str) else None
+        if word is None:
+            why = f"{answer!r} is of type {type(answer).__name__}; answer with one of the words: {', '.join(q.vocabulary)}."
+        elif word not in q.vocabulary:
+            why = f"{answer!r} is not one of the allowed words: {', '.join(q.vocabulary)}."
+        elif word in expected:
+            return "correct", ""
+        else:
+            why = q.feedback.get(word, f"{word} is not it.")
+    return "wrong", f"{q.id}: not right. {why}"
+
+
+def _message(q: Question, status: str, text: str, evidence_answer: Any) -> str:
+    pts = f"{_fmt_points(q.points)} point{'s' if q.points != 1 else ''}"
+    if status == "correct":
+        derived = ""
+        if q.derive is not None:
+            shown = evidence_answer[0] if isinstance(evidence_answer, tuple) else evidence_answer
+            derived = f" (from your evidence: {shown:g}{' ' + q.unit if q.unit else ''})" \
+                if isinstance(shown, float) else f" (from your evidence: {shown})"
+        return f"✓ {q.id}: right{derived}, {pts}. {q.explanation}"
+    if status == "unanswered":
+        return f"· {text} Set the answer variable and run this cell again ({pts})."
+    return f"✗ {text}\n  Hint: {q.hint}"
+
+
+def _record(q: Question, result: CheckResult) -> None:
+    path = os.environ.get(SCORE_ENV)
+    if not path:
+        return
+    line = json.dumps({**asdict(result), "lab": q.lab}, sort_keys=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
+    """Mark ``answer`` to question ``qid`` and print feedback; see the module docstring for grade mode.
+
+    ``evidence`` (an Evidence, DataFrame or rows) is required for questions whose answer is
+    derived from the notebook's evidence; a number answer is right within the question's
+    tolerance (``|answer - expected| <= max(abs, rel * |expected|)``).
+    """
+    q = question(qid)
+    expected = expected_answer(q, evidence)
+    status, text = _judge(q, answer, expected)
+    result = CheckResult(qid, status, q.points if status == "correct" else 0, q.points,
+                         _message(q, status, text, expected))
+    grading = grade_mode()
+    if grading:
+        _record(q, result)
+    print(result.message)
+    if grading and status != "correct":
+        raise AssertionError(result.message)
+    return result

@@ -1,0 +1,230 @@
+"""Derivations: right answers computed from the evidence a notebook shows.
+
+A question with ``"derive": "<name>"`` (and optional ``"derive_args"``) has no stored answer;
+``check(qid, answer, evidence=ev)`` calls the derivation registered under ``<name>`` as
+``fn(ev, **derive_args)`` and compares the learner's answer with what it returns. So a
+question like "which stall reason dominates?" is marked against the learner's own ncu run,
+not a number typed into the bank.
+
+Evidence may be an :class:`~infralens_lab.evidence.Evidence` (its ``values`` or
+``values[key]`` rows), a pandas DataFrame, a list of row dicts, or a dict (for ``path``
+look-ups). Lab authors add their own with::
+
+    from infralens_lab.quiz import register_derivation
+
+    @register_derivation("speedup")
+    def speedup(evidence, slow="naive", fast="tiled"):
+        ...
+        return number
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+_DERIVATIONS: dict[str, Callable[..., Any]] = {}
+
+
+class DerivationError(ValueError):
+    """The evidence given to a derived question does not hold what the derivation needs."""
+
+
+def register_derivation(name: str):
+    """Decorator registering ``fn(evidence, **args) -> answer`` under ``name`` (replaces an older one)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"derivation name {name!r} must be lower-case letters, digits and '_'")
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise TypeError(f"register_derivation({name!r}) needs a function, got {type(fn).__name__}")
+        _DERIVATIONS[name] = fn
+        return fn
+
+    return deco
+
+
+def derivations() -> list[str]:
+    """Names of the registered derivations."""
+    return sorted(_DERIVATIONS)
+
+
+def derive(name: str, evidence: Any, **args: Any) -> Any:
+    """Run the derivation ``name`` on ``evidence``; DerivationError if unknown or the evidence does not fit."""
+    fn = _DERIVATIONS.get(name)
+    if fn is None:
+        raise DerivationError(f"no derivation named {name!r}; registered: {derivations()}")
+    return fn(evidence, **args)
+
+
+# ---------------------------------------------------------------- helpers
+def as_frame(evidence: Any, key: str | None = None):
+    """Evidence as a DataFrame: an Evidence (``.frame(key)``), a DataFrame, or a list of row dicts."""
+    import pandas as pd
+
+    if isinstance(evidence, pd.DataFrame):
+        return evidence if key is None else as_frame(evidence[key])
+    if hasattr(evidence, "frame") and hasattr(evidence, "provenance"):
+        try:
+            return evidence.frame(key)
+        except (KeyError, TypeError) as exc:
+            raise DerivationError(f"evidence {evidence.name!r} has no table{'' if key is None else ' ' + repr(key)}: {exc}") from None
+    v = evidence if key is None else evidence[key]
+    if isinstance(v, dict) and "rows" in v:
+        v = v["rows"]
+    if isinstance(v, list) and all(isinstance(r, dict) for r in v):
+        return pd.DataFrame(v)
+    raise DerivationError(f"cannot read a table from {type(evidence).__name__}; expected Evidence, "
+                          "a DataFrame or a list of row dicts")
+
+
+def _select(df, where: dict | None):
+    if not where:
+        return df
+    for col, want in where.items():
+        if col not in df.columns:
+            raise DerivationError(f"no column {col!r} to filter on; columns: {list(df.columns)}")
+        df = df[df[col] == want]
+    return df
+
+
+def _number(v: Any, what: str) -> float:
+    if isinstance(v, str):
+        v = v.replace(",", "")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise DerivationError(f"{what} is {v!r}, expected a number") from None
+
+
+# ---------------------------------------------------------------- built-ins
+@register_derivation("value")
+def value(evidence: Any, column: str | None = None, where: dict | None = None, key: str | None = None,
+          path: str | None = None) -> Any:
+    """One value: ``path`` ('a.b.0') into the evidence values, or ``column`` of the single row matching ``where``."""
+    if path is not None:
+        v = evidence.values if hasattr(evidence, "provenance") else evidence
+        for part in path.split("."):
+            try:
+                v = v[int(part)] if isinstance(v, list) else v[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise DerivationError(f"evidence has no {path!r} (stopped at {part!r})") from None
+        return v
+    if column is None:
+        raise DerivationError("derivation 'value' needs 'column' or 'path'")
+    df = _select(as_frame(evidence, key), where)
+    if column not in df.columns:
+        raise DerivationError(f"no column {column!r}; columns: {list(df.columns)}")
+    if len(df) != 1:
+        raise DerivationError(f"'value' needs exactly one row matching {where!r}, found {len(df)}")
+    v = df[column].iloc[0]
+    return v.item() if hasattr(v, "item") else v
+
+
+@register_derivation("ratio")
+def ratio(evidence: Any, num: dict, den: dict) -> float:
+    """``value(**num) / value(**den)``: e.g. naive time over tiled time."""
+    n = _number(value(evidence, **num), f"numerator {num!r}")
+    d = _number(value(evidence, **den), f"denominator {den!r}")
+    if d == 0:
+        raise DerivationError(f"denominator {den!r} is zero")
+    return n / d
+
+
+def _arg(evidence: Any, column: str, label: str, where: dict | None, key: str | None, largest: bool) -> Any:
+    df = _select(as_frame(evidence, key), where)
+    for c in (column, label):
+        if c not in df.columns:
+            raise DerivationError(f"no column {c!r}; columns: {list(df.columns)}")
+    if df.empty:
+        raise DerivationError(f"no rows match {where!r}")
+    nums = [_number(v, f"{column!r}") for v in df[column]]
+    pick = max(nums) if largest else min(nums)
+    labels = sorted(str(lab) for lab, v in zip(df[label], nums) if v == pick)
+    return labels[0]  # ties: alphabetical, so the answer is deterministic
+
+
+@register_derivation("argmax")
+def argmax(evidence: Any, column: str, label: str, where: dict | None = None, key: str | None = None) -> Any:
+    """The ``label`` of the row with the largest ``column``."""
+    return _arg(evidence, column, label, where, key, largest=True)
+
+
+@register_derivation("argmin")
+def argmin(evidence: Any, column: str, label: str, where: dict | None = None, key: str | None = None) -> Any:
+    """The ``label`` of the row with the smallest ``column``."""
+    return _arg(evidence, column, label, where, key, largest=False)
+
+
+_STALL_METRIC = re.compile(r"^smsp__(?:pcsamp_warps_issue_stalled_(?P<a>[a-z0-9_]+?)(?:\.sum)?"
+                           r"|average_warps_issue_stalled_(?P<b>[a-z0-9_]+?)_per_issue_active\.ratio)$")
+_SHARE_COLUMNS = ("share", "fraction", "pct", "percent", "samples", "count", "value")
+
+
+@register_derivation("dominant_stall")
+def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = None,
+                   exclude: tuple[str, ...] | list[str] = ("selected",)) -> str:
+    """The stall reason with the largest share for ``kernel`` (all rows if None).
+
+    ``exclude`` drops reasons that are not stalls (``selected`` = the warp issued).
+    Reads either a breakdown with a ``reason`` column and a share column (one of
+    ``share, fraction, pct, percent, samples, count, value``), or the tidy ncu frame
+    ``(kernel, launch, metric, unit, value)`` with ``smsp__pcsamp_warps_issue_stalled_<reason>``
+    (``_not_issued`` variants ignored) or ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``
+    rows. Shares are summed over launches; ties go to the alphabetically first reason.
+    """
+    df = as_frame(evidence, key)
+    if kernel is not None:
+        if "kernel" not in df.columns:
+            raise DerivationError(f"evidence has no 'kernel' column to pick {kernel!r}; columns: {list(df.columns)}")
+        sel = df[df["kernel"] == kernel]
+        if sel.empty:
+            sel = df[df["kernel"].astype(str).str.contains(kernel, regex=False)]
+        if sel.empty:
+            raise DerivationError(f"no rows for kernel {kernel!r}; kernels: {sorted(set(map(str, df['kernel'])))}")
+        df = sel
+    if "reason" in df.columns:
+        share = next((c for c in _SHARE_COLUMNS if c in df.columns), None)
+        if share is None:
+            raise DerivationError(f"stall breakdown has no share column (one of {_SHARE_COLUMNS}); "
+                                  f"columns: {list(df.columns)}")
+        pairs = [(str(r), _number(v, f"{share} of {r!r}")) for r, v in zip(df["reason"], df[share])]
+    elif {"metric", "value"} <= set(df.columns):
+        pairs = []
+        for metric, v in zip(df["metric"], df["value"]):
+            m = _STALL_METRIC.match(str(metric))
+            if m and not str(metric).removesuffix(".sum").endswith("_not_issued"):
+                pairs.append((m.group("a") or m.group("b"), _number(v, str(metric))))
+    else:
+        raise DerivationError(f"not a stall breakdown: expected a 'reason' column or ncu 'metric'/'value' "
+                              f"columns; got {list(df.columns)}")
+    if not pairs:
+        raise DerivationError("no stall reasons found in the evidence")
+    totals: dict[str, float] = {}
+    skip = {e.lower() for e in exclude}
+    for r, v in pairs:
+        r = {"no_instructions": "no_instruction"}.get(r.lower(), r.lower())  # as measure.ncu names it
+        if r not in skip:
+            totals[r] = totals.get(r, 0.0) + v
+    if not totals:
+        raise DerivationError(f"only excluded stall reasons {sorted(skip)} in the evidence")
+    return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+@register_derivation("source")
+def source(evidence: Any) -> str:
+    """Where an Evidence came from: ``'live'`` or ``'recorded'`` (its provenance source)."""
+    prov = getattr(evidence, "provenance", None)
+    if prov is None or not hasattr(prov, "source"):
+        raise DerivationError(f"'source' needs an Evidence with provenance, got {type(evidence).__name__}")
+    return prov.source
+
+
+# ---------------------------------------------------------------- lab-specific
+@register_derivation("masked_lanes")
+def masked_lanes(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
+    """Lab 00: lanes masked off in the last program of a 1-D launch, ``ceil(n/B)*B - n``."""
+    elements = int(_number(value(evidence, column=n, where=where), f"column {n!r}"))
+    size = int(_number(value(evidence, column=block, where=where), f"column {block!r}"))
+    if elements < 1 or size < 1:
+        raise DerivationError(f"masked_lanes needs n >= 1 and block >= 1, got n={elements}, block={size}")
+    return -(-elements // size) * size - elements
