@@ -1,0 +1,137 @@
+"""Peak specifications of a few GPUs, and the ceilings measured on the one in use.
+
+:data:`PEAKS` holds vendor datasheet peaks, **dense** (no 2:4 sparsity), in SI units
+(FLOP/s, byte/s): FP32 on CUDA cores, TF32 / FP16 / BF16 on tensor cores with FP32
+accumulation (what PyTorch uses), and DRAM bandwidth. Sources: NVIDIA H100 Tensor Core GPU
+datasheet (SXM5 and PCIe columns; the datasheet's tensor numbers are "with sparsity", halved
+here), NVIDIA H200 Tensor Core GPU datasheet (SXM), NVIDIA A100 Tensor Core GPU datasheet
+(40GB and 80GB SXM), NVIDIA L4 Tensor Core GPU datasheet, and the NVIDIA Ada GPU
+Architecture whitepaper, Appendix A (GeForce RTX 4090, FP16/BF16 with FP32 accumulate).
+Datasheet peaks are upper bounds that real kernels do not reach; the labs put the measured
+:class:`Ceilings` (recorder step ``ceilings``: torch ``copy_`` bandwidth and cuBLAS matmul
+rates at 8192³) next to them and use the measured ones for rooflines.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+T = 1e12
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Datasheet peaks for one GPU, dense. Rates in FLOP/s, bandwidth in byte/s, memory in bytes."""
+
+    name: str
+    fp32: float
+    tf32: float
+    fp16: float
+    bf16: float
+    bandwidth: float
+    memory_bytes: float
+    memory_kind: str
+    source: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet"
+PEAKS: dict[str, Peaks] = {
+    "H100 SXM5": Peaks("H100 SXM5", 67 * T, 494.5 * T, 989.5 * T, 989.5 * T, 3.35 * T, 80e9, "HBM3", _H100),
+    "H100 PCIe": Peaks("H100 PCIe", 51 * T, 378 * T, 756.5 * T, 756.5 * T, 2.0 * T, 80e9, "HBM2e", _H100),
+    "H200": Peaks("H200", 67 * T, 494.5 * T, 989.5 * T, 989.5 * T, 4.8 * T, 141e9, "HBM3e",
+                  "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+    "A100 40GB SXM": Peaks("A100 40GB SXM", 19.5 * T, 156 * T, 312 * T, 312 * T, 1.555 * T, 40e9, "HBM2",
+                           "NVIDIA A100 Tensor Core GPU datasheet"),
+    "A100 80GB SXM": Peaks("A100 80GB SXM", 19.5 * T, 156 * T, 312 * T, 312 * T, 2.039 * T, 80e9, "HBM2e",
+                           "NVIDIA A100 Tensor Core GPU datasheet"),
+    "L4": Peaks("L4", 30.3 * T, 60 * T, 121 * T, 121 * T, 0.3 * T, 24e9, "GDDR6",
+                "NVIDIA L4 Tensor Core GPU datasheet"),
+    "RTX 4090": Peaks("RTX 4090", 82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 1.008 * T, 24e9, "GDDR6X",
+                      "NVIDIA Ada GPU Architecture whitepaper, Appendix A"),
+}
+
+# device names as torch reports them -> PEAKS key; first match wins, so specific before general
+_NAME_PATTERNS = [
+    (r"h200", "H200"),
+    (r"h100.*pcie", "H100 PCIe"),
+    (r"h100", "H100 SXM5"),  # "NVIDIA H100 80GB HBM3" is the SXM5 part
+    (r"a100.*40\s*gb|a100-sxm4-40gb", "A100 40GB SXM"),
+    (r"a100", "A100 80GB SXM"),
+    (r"\bl4\b", "L4"),
+    (r"rtx\s*4090", "RTX 4090"),
+]
+
+
+def peaks_for(gpu_name: str) -> Peaks | None:
+    """Datasheet peaks for a GPU by its name as torch/nvidia-smi print it (``'NVIDIA H100 80GB HBM3'``),
+    or ``None`` for a GPU not in the table."""
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name is {type(gpu_name).__name__}; expected a str such as 'NVIDIA H100 80GB HBM3'")
+    low = gpu_name.lower()
+    for pattern, key in _NAME_PATTERNS:
+        if re.search(pattern, low):
+            return PEAKS[key]
+    return None
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Ceilings measured on one GPU by the recorder's ``ceilings`` step. SI units (byte/s, FLOP/s).
+
+    ``copy_bw`` counts bytes read plus bytes written by torch ``copy_`` of a 1 GiB tensor;
+    ``fp32`` is a matmul with TF32 off, the others are cuBLAS matmuls at 8192³.
+    """
+
+    gpu: str
+    copy_bw: float
+    fp32: float | None = None
+    tf32: float | None = None
+    fp16: float | None = None
+    bf16: float | None = None
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any], gpu: str = "") -> "Ceilings":
+        """Build from the ``ceilings`` record's values (``{'copy': {...}, 'matmul': [...]}``)."""
+        if not isinstance(values, dict) or "copy" not in values or "matmul" not in values:
+            seen = sorted(values) if isinstance(values, dict) else type(values).__name__
+            raise ValueError(f"ceilings values have {seen}; expected a dict with 'copy' and 'matmul'")
+        bw = values["copy"].get("bandwidth_bytes_per_s")
+        if not bw:
+            raise ValueError(f"ceilings copy entry {values['copy']!r} lacks 'bandwidth_bytes_per_s'")
+        rates = {}
+        for row in values["matmul"]:
+            if row.get("dtype") in ("fp32", "tf32", "fp16", "bf16") and row.get("flops_per_s"):
+                rates[row["dtype"]] = float(row["flops_per_s"])
+        return cls(gpu=gpu, copy_bw=float(bw), **rates)
+
+    @classmethod
+    def from_evidence(cls, ev) -> "Ceilings":
+        """Build from an :class:`~infralens_lab.evidence.Evidence` named ``ceilings``."""
+        return cls.from_values(ev.values, gpu=ev.provenance.gpu)
+
+    def rate(self, dtype: str) -> float:
+        """Measured matmul rate for ``dtype`` in FLOP/s; ValueError if it was not measured."""
+        v = getattr(self, dtype, None) if dtype in ("fp32", "tf32", "fp16", "bf16") else None
+        if v is None:
+            raise ValueError(f"no measured matmul ceiling for dtype {dtype!r}; have "
+                             f"{[d for d in ('fp32', 'tf32', 'fp16', 'bf16') if getattr(self, d)]}")
+        return v
+
+    def versus_datasheet(self):
+        """DataFrame: measured ceiling, datasheet peak and their ratio, per quantity (units in columns)."""
+        import pandas as pd
+
+        p = peaks_for(self.gpu)
+        rows = [("copy bandwidth", "TB/s", self.copy_bw, p.bandwidth if p else None)]
+        rows += [(f"{d} matmul", "TFLOP/s", getattr(self, d), getattr(p, d) if p else None)
+                 for d in ("fp32", "tf32", "fp16", "bf16")]
+        out = []
+        for what, unit, meas, peak in rows:
+            out.append({"quantity": what, "unit": unit, "measured": meas / T if meas else None,
+                        "datasheet": peak / T if peak else None,
+                        "measured_over_datasheet": meas / peak if meas and peak else None})
+        return pd.DataFrame(out)

@@ -1,0 +1,128 @@
+"""Warp stall reasons: what each one means, and the usual fix.
+
+Nsight Compute samples, at a fixed interval, the program counter and state of warps on each
+SM sub-partition; each sample is charged to one *reason* the warp could not issue an
+instruction that cycle (``smsp__pcsamp_warps_issue_stalled_<reason>``). ``selected`` is not
+a stall: the warp issued. The share of samples per reason says where warps spend their time;
+the dominant reason points at the usual fix. :data:`STALLS` maps each reason to a plain
+meaning and fix; :func:`explain` looks one up (bare reason or full metric name);
+:func:`dominant` names the largest reason in a stall table such as the one
+:func:`infralens_lab.measure.ncu.stall_breakdown` returns.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stall:
+    reason: str
+    meaning: str
+    fix: str
+    is_stall: bool = True
+
+
+def _s(reason: str, meaning: str, fix: str, is_stall: bool = True) -> tuple[str, Stall]:
+    return reason, Stall(reason, meaning, fix, is_stall)
+
+
+STALLS: dict[str, Stall] = dict([
+    _s("long_scoreboard", "waiting for data from global or local memory (L1TEX: a load that missed to L2/DRAM)",
+       "fewer or better-coalesced global loads, reuse data from shared memory or registers, keep more loads "
+       "in flight (more warps or more independent loads per thread); in a memory-bound kernel this is expected"),
+    _s("short_scoreboard", "waiting for a result from the MIO unit: shared memory, special math (sqrt, exp) or "
+                           "shuffles", "avoid shared-memory bank conflicts, use fewer special-math ops "
+                                       "(e.g. exp2 instead of exp), keep values in registers"),
+    _s("barrier", "waiting at a block-wide barrier (__syncthreads / tl barrier) for the other warps of the block",
+       "balance work across warps, fewer barriers, smaller blocks so fewer warps wait on each other"),
+    _s("lg_throttle", "the local/global memory instruction queue is full",
+       "issue fewer, wider memory instructions (vectorised 128-bit loads), avoid register spills to local memory"),
+    _s("mio_throttle", "the memory input/output queue (shared memory, special math, dynamic branches) is full",
+       "fewer or wider shared-memory accesses, fewer special-math instructions"),
+    _s("math_pipe_throttle", "the math pipe this instruction needs (FMA, tensor, FP64...) is busy",
+       "expected in a compute-bound kernel; otherwise mix instruction types or use a faster pipe (tensor cores)"),
+    _s("tex_throttle", "the texture/L1TEX unit queue is full", "fewer texture or L1TEX operations per cycle; spread them out"),
+    _s("wait", "a fixed-latency dependency on the previous instruction (a few cycles)",
+       "more independent instructions (ILP) or more warps to hide it; usually small"),
+    _s("not_selected", "the warp was ready but another warp was picked this cycle",
+       "nothing to fix: the scheduler had more ready warps than it could issue (a sign of enough parallelism)"),
+    _s("selected", "the warp issued an instruction (not a stall)", "nothing to fix", is_stall=False),
+    _s("no_instruction", "no instruction fetched yet: instruction-cache miss or after a branch",
+       "smaller kernels (less unrolling), fewer distinct code paths; common in very short kernels"),
+    _s("dispatch_stall", "the dispatcher could not issue the picked instruction (pipeline conflict)",
+       "rarely actionable; check for register-bank or pipe conflicts"),
+    _s("drain", "after EXIT, waiting for the warp's outstanding memory stores to drain",
+       "usually small; fewer stores at the very end of the kernel"),
+    _s("membar", "waiting at a memory fence (membar / fence)", "fewer or narrower fences (block scope instead of GPU scope)"),
+    _s("branch_resolving", "waiting for a branch target or the warp's active mask to be computed",
+       "fewer divergent branches; predicate instead of branching"),
+    _s("sleeping", "the warp is sleeping (nanosleep or waiting at a yield)", "fewer sleeps or spin-waits"),
+    _s("misc", "a reason not covered by the others", "look at the source-level counters for that kernel"),
+    _s("imc_miss", "waiting on an immediate constant cache miss", "fewer distinct constants; reuse kernel arguments"),
+    _s("gmma", "waiting on warpgroup matrix-multiply (Hopper wgmma) resources",
+       "expected in a tensor-core-bound kernel; deeper pipelining of wgmma"),
+])
+
+_ALIASES = {"no_instructions": "no_instruction"}
+_PREFIX = re.compile(r"^(?:smsp__pcsamp_warps_issue_stalled_|smsp__average_warps_issue_stalled_|"
+                     r"smsp__warps_issue_stalled_)")
+_SUFFIX = re.compile(r"(?:_per_issue_active\.ratio|_per_warp_active\.pct|_not_issued|\.sum|\.avg|\.ratio)+$")
+
+
+def normalize(name: str) -> str:
+    """Bare reason from a reason or a metric name: ``smsp__pcsamp_warps_issue_stalled_long_scoreboard``
+    -> ``long_scoreboard``; ``no_instructions`` -> ``no_instruction``."""
+    if not isinstance(name, str):
+        raise TypeError(f"stall reason is {type(name).__name__}; expected a str such as 'long_scoreboard'")
+    r = _SUFFIX.sub("", _PREFIX.sub("", name.strip().lower()))
+    return _ALIASES.get(r, r)
+
+
+def explain(reason: str) -> Stall:
+    """The :class:`Stall` (meaning and usual fix) for a reason or metric name; ValueError if unknown."""
+    r = normalize(reason)
+    if r not in STALLS:
+        raise ValueError(f"unknown stall reason {reason!r}; expected one of {sorted(STALLS)}")
+    return STALLS[r]
+
+
+def dominant(table: Any, include_selected: bool = False) -> str:
+    """The reason with the largest share in a stall table.
+
+    ``table``: a DataFrame with columns ``reason`` and ``share`` (or ``samples``), or a dict
+    ``{reason: share}``. ``selected`` is skipped unless ``include_selected`` (it is issuing,
+    not stalling). Raises ValueError on an empty table.
+    """
+    if isinstance(table, dict):
+        items = list(table.items())
+    else:
+        cols = list(getattr(table, "columns", []))
+        if "reason" not in cols:
+            raise ValueError(f"stall table has columns {cols}; expected 'reason' and 'share' (or 'samples')")
+        value = "share" if "share" in cols else "samples" if "samples" in cols else None
+        if value is None:
+            raise ValueError(f"stall table has columns {cols}; expected a 'share' or 'samples' column")
+        items = list(zip(table["reason"], table[value]))
+    items = [(normalize(r), float(v)) for r, v in items if v is not None and v == v]
+    if not include_selected:
+        items = [(r, v) for r, v in items if r != "selected"]
+    if not items:
+        raise ValueError("stall table is empty; expected at least one reason with a value")
+    return max(items, key=lambda rv: rv[1])[0]
+
+
+def card(table: Any) -> str:
+    """Two lines: the dominant stall, its share if known, what it means and the usual fix."""
+    r = dominant(table)
+    s = STALLS.get(r)
+    if s is None:
+        return f"dominant stall: {r} (no explanation on file)"
+    share = ""
+    if isinstance(table, dict):
+        share = f" ({table.get(r, 0):.0%} of samples)" if r in table else ""
+    elif "share" in getattr(table, "columns", []):
+        vals = [v for rr, v in zip(table["reason"], table["share"]) if normalize(rr) == r]
+        share = f" ({vals[0]:.0%} of samples)" if vals else ""
+    return f"dominant stall: {r}{share} - {s.meaning}\nusual fix: {s.fix}"

@@ -1,0 +1,373 @@
+"""Nsight Compute: run it on a target kernel, parse its CSV into a tidy table, derive the views labs need.
+
+:func:`run_ncu` profiles kernels of ``python -m infralens_lab target ...`` in a subprocess with
+``ncu --csv --page raw --clock-control none --kernel-name regex:... --launch-skip S
+--launch-count C --metrics ...`` and returns ncu's stdout (the CSV). :func:`ncu_command` /
+:func:`command_line` build that exact command so a lab can show it. :func:`parse_raw_csv`
+turns the text into a tidy DataFrame with one row per (launch, metric): columns ``config``,
+``kernel``, ``launch``, ``metric``, ``unit``, ``value`` (float, NaN when not numeric) and
+``text`` (as printed). ncu's ``--page raw`` output starts with ``==PROF==``/``==WARNING==``
+lines and whatever the program printed, then a header row, a units row and one row per
+launch, with thousands separators in the values (``"16,777,216"``). The recorder may join
+several runs in one file, each block introduced by a ``==INFRALENS== config: <label>`` line;
+the label lands in ``config``. Failures raise an :class:`NcuError` subclass that says what
+happened and how to fix it, never a raw traceback.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+CONFIG_MARK = "==INFRALENS== config:"
+NVTX_RANGE = "infralens"  # push/pop NVTX range the target opens around measured launches
+
+# metric groups (names verified on Hopper, see shared/REFERENCE_GPU.md)
+TIME = ["gpu__time_duration.sum"]
+DRAM = ["dram__bytes_read.sum", "dram__bytes_write.sum"]
+SECTORS = ["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"]
+HIT_RATES = ["lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct"]
+SOL = ["sm__throughput.avg.pct_of_peak_sustained_elapsed",
+       "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"]
+OCCUPANCY = ["sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct"]
+FLOPS = [f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")]
+TENSOR = ["sm__ops_path_tensor_src_fp16_dst_fp32.sum", "sm__inst_executed_pipe_tensor.sum"]
+STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "lg_throttle", "mio_throttle", "math_pipe_throttle",
+                 "tex_throttle", "wait", "not_selected", "selected", "no_instructions", "dispatch_stall", "drain",
+                 "membar", "branch_resolving", "sleeping", "misc", "imc_miss")
+STALLS = ["smsp__pcsamp_sample_count"] + [f"smsp__pcsamp_warps_issue_stalled_{r}" for r in STALL_REASONS]
+_STALL_RE = re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+?)$")
+
+
+# ---------------------------------------------------------------- errors
+class NcuError(RuntimeError):
+    """ncu could not give counters. ``message`` says what happened, ``fix`` what to do."""
+
+    def __init__(self, message: str, fix: str = "", output: str = ""):
+        self.message, self.fix, self.output = message, fix, output
+        super().__init__(message + (f"\nfix: {fix}" if fix else ""))
+
+
+class NcuNotFound(NcuError):
+    """``ncu`` is not on PATH."""
+
+
+class NcuPermissionError(NcuError):
+    """ERR_NVGPUCTRPERM: performance counters are restricted to administrators."""
+
+
+class NcuNoGpu(NcuError):
+    """No CUDA GPU for ncu to profile on."""
+
+
+class NcuTimeout(NcuError):
+    """The profiled program did not finish in time."""
+
+
+class NcuNoKernels(NcuError):
+    """ncu ran, but no kernel matched the name filter / launch window."""
+
+
+class NcuMetricError(NcuError):
+    """ncu does not know some requested metrics; ``metrics`` lists them."""
+
+    def __init__(self, message: str, fix: str = "", output: str = "", metrics: Sequence[str] = ()):
+        super().__init__(message, fix, output)
+        self.metrics = list(metrics)
+
+
+class NcuCsvError(NcuError):
+    """ncu's output is not the CSV that ``--csv --page raw`` should print."""
+
+
+class NcuFailed(NcuError):
+    """ncu or the profiled program exited with an error not covered above."""
+
+
+FIX_NOT_FOUND = ("Install Nsight Compute (with the CUDA toolkit or from NVIDIA's Nsight Compute page) and put its "
+                 "folder, e.g. /opt/nvidia/nsight-compute/<version>, on PATH; or set INFRALENS_NCU to the ncu "
+                 "binary. Without it the labs show recorded counters.")
+FIX_PERM = ("Run ncu as root (sudo), or allow all users to read counters: add "
+            "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to a file in /etc/modprobe.d/ and reboot "
+            "(on a managed machine ask the administrator).")
+FIX_NO_GPU = "ncu needs an NVIDIA GPU with its driver; run on a GPU machine, or read the recorded counters."
+
+
+def ncu_binary() -> str | None:
+    """Path of ``ncu``: ``$INFRALENS_NCU`` if set, else ``ncu`` on PATH, else None."""
+    env = os.environ.get("INFRALENS_NCU")
+    if env:
+        return env if os.path.exists(env) else None
+    return shutil.which("ncu")
+
+
+# ---------------------------------------------------------------- command
+def ncu_command(target_args: Sequence[str], kernel_regex: str, metrics: Sequence[str] | None = None,
+                sections: Sequence[str] | None = None, launch_skip: int = 0, launch_count: int | None = 1,
+                nvtx: bool = True, ncu: str = "ncu", python: str | None = None) -> list[str]:
+    """The ncu argument list profiling ``python -m infralens_lab target <target_args>``.
+
+    ``kernel_regex`` filters kernel names (``regex:`` is added); ``launch_skip`` matching launches are
+    skipped, then ``launch_count`` are profiled (None: all). With ``nvtx`` only launches inside the
+    target's ``infralens`` NVTX range (its measured iterations) are eligible.
+    """
+    if not isinstance(kernel_regex, str) or not kernel_regex:
+        raise ValueError(f"kernel_regex={kernel_regex!r}; expected a non-empty regular expression string")
+    re.compile(kernel_regex)
+    if not metrics and not sections:
+        raise ValueError("neither metrics nor sections given; expected at least one metric name or section")
+    if not isinstance(launch_skip, int) or launch_skip < 0:
+        raise ValueError(f"launch_skip={launch_skip!r}; expected an int >= 0")
+    if launch_count is not None and (not isinstance(launch_count, int) or launch_count < 1):
+        raise ValueError(f"launch_count={launch_count!r}; expected an int >= 1 or None")
+    cmd = [ncu, "--csv", "--page", "raw", "--clock-control", "none", "--kernel-name", f"regex:{kernel_regex}"]
+    if nvtx:
+        cmd += ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/"]
+    cmd += ["--launch-skip", str(launch_skip)]
+    if launch_count is not None:
+        cmd += ["--launch-count", str(launch_count)]
+    if metrics:
+        cmd += ["--metrics", ",".join(metrics)]
+    for s in sections or ():
+        cmd += ["--section", s]
+    return cmd + [python or sys.executable, "-m", "infralens_lab", "target", *map(str, target_args)]
+
+
+def command_line(*args, **kwargs) -> str:
+    """:func:`ncu_command` as one shell-quoted string, to show in a lab."""
+    return shlex.join(ncu_command(*args, **kwargs))
+
+
+# ---------------------------------------------------------------- errors from output
+def classify_failure(output: str, returncode: int, requested: Sequence[str] = (), kernel_regex: str = "") -> NcuError | None:
+    """The :class:`NcuError` that ncu's combined output describes, or None if it looks fine."""
+    if "ERR_NVGPUCTRPERM" in output:
+        return NcuPermissionError("ncu may not read the GPU's performance counters (ERR_NVGPUCTRPERM): "
+                                  "they are restricted to administrators on this machine.", FIX_PERM, output)
+    low = output.lower()
+    if any(s in low for s in ("no cuda-capable device", "no cuda devices", "cudaerrornodevice",
+                              "no supported gpus", "no gpu available", "needs a gpu")):
+        return NcuNoGpu("No CUDA GPU was found for ncu to profile on.", FIX_NO_GPU, output)
+    errors = [ln for ln in output.splitlines() if ln.startswith("==ERROR==")]
+    bad = [m for m in requested if any(m in ln for ln in errors)]
+    if bad or any("metric" in ln.lower() and ("not found" in ln.lower() or "failed to find" in ln.lower()
+                                               or "invalid" in ln.lower()) for ln in errors):
+        return NcuMetricError(f"ncu does not know the metric(s) {bad or '(see output)'} on this GPU/version: "
+                              + " | ".join(errors[:3]),
+                              "Drop or rename them; `ncu --query-metrics` lists the metrics this GPU supports.",
+                              output, bad)
+    if "No kernels were profiled" in output:
+        return NcuNoKernels(f"ncu ran the program but profiled no kernel: none matched regex {kernel_regex!r} "
+                            "in the launch window.",
+                            "Check the kernel name (Triton kernels are named after their Python function, e.g. "
+                            "copy_strided) and that --launch-skip is smaller than the number of matching launches.",
+                            output)
+    if returncode != 0:
+        tail = "\n".join(errors[-3:] or output.strip().splitlines()[-5:])
+        return NcuFailed(f"ncu or the profiled program exited with code {returncode}: {tail}",
+                         "Run the printed command by hand to see the program's own error.", output)
+    return None
+
+
+def run_ncu(target_args: Sequence[str], kernel_regex: str, metrics: Sequence[str] | None = None,
+            sections: Sequence[str] | None = None, launch_skip: int = 0, launch_count: int | None = 1,
+            nvtx: bool = True, timeout: float = 300.0) -> str:
+    """Profile kernels of ``python -m infralens_lab target <target_args>`` and return ncu's CSV text.
+
+    Arguments as in :func:`ncu_command`; ``timeout`` in seconds. Raises an :class:`NcuError`
+    subclass (not found, permission, no GPU, timeout, unknown metric, no kernels, failure).
+    """
+    ncu = ncu_binary()
+    if ncu is None:
+        raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
+    cmd = ncu_command(target_args, kernel_regex, metrics, sections, launch_skip, launch_count, nvtx, ncu=ncu)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
+    except subprocess.TimeoutExpired as exc:
+        got = (exc.stdout or b"")
+        got = got.decode(errors="replace") if isinstance(got, bytes) else got
+        raise NcuTimeout(f"ncu did not finish within {timeout:.0f} s.",
+                         "Profile fewer launches or metrics (each metric group is a replay pass), or raise timeout.",
+                         got) from None
+    except OSError as exc:
+        raise NcuNotFound(f"ncu at {ncu!r} could not be started: {exc}", FIX_NOT_FOUND) from None
+    text = out.stdout + ("\n" + out.stderr if out.stderr else "")
+    err = classify_failure(text, out.returncode, list(metrics or ()), kernel_regex)
+    if err is not None:
+        raise err
+    if not _find_headers(out.stdout.splitlines()):
+        raise NcuCsvError("ncu finished but printed no CSV header (a line starting with \"ID\").",
+                          "Check that --csv --page raw reached ncu; run the command by hand.", text)
+    return out.stdout
+
+
+# ---------------------------------------------------------------- parsing
+_ID_COLUMNS = {"ID": "launch", "Kernel Name": "kernel"}
+
+
+def _find_headers(lines: list[str]) -> list[int]:
+    return [i for i, ln in enumerate(lines) if ln.startswith('"ID",') or ln.startswith("ID,")]
+
+
+def _number(text: str) -> float:
+    s = text.strip().replace(",", "")
+    if not s or s.lower() in ("n/a", "nan"):
+        return math.nan
+    try:
+        return float(s)
+    except ValueError:
+        return math.nan
+
+
+def parse_raw_csv(text: str, device_attributes: bool = False):
+    """Tidy DataFrame from ncu ``--csv --page raw`` output (see module doc).
+
+    One row per (config, kernel, launch, metric); ``launch`` is ncu's ID (0-based, per profiled
+    process). ``device__attribute_*`` columns are dropped unless ``device_attributes``.
+    Raises :class:`NcuNoKernels` for the "No kernels were profiled" warning with no rows, a
+    matching :class:`NcuError` for known failure output, and :class:`NcuCsvError` when the
+    text holds no ncu CSV or its rows do not match the header.
+    """
+    import pandas as pd
+
+    if not isinstance(text, str):
+        raise TypeError(f"ncu output is {type(text).__name__}; expected str (the CSV text)")
+    lines = text.splitlines()
+    headers = _find_headers(lines)
+    if not headers:
+        err = classify_failure(text, 0)
+        if err is not None:
+            raise err
+        raise NcuCsvError("no ncu CSV header found (a row starting with \"ID\"); "
+                          f"the text begins {text[:120]!r}",
+                          "Pass the stdout of `ncu --csv --page raw ...`.", text)
+    labels: dict[int, str] = {}
+    label = ""
+    for i, ln in enumerate(lines):
+        if ln.startswith(CONFIG_MARK):
+            label = ln[len(CONFIG_MARK):].strip()
+        labels[i] = label
+    records = []
+    for h in headers:
+        reader = csv.reader(io.StringIO("\n".join(lines[h:h + 2])))
+        try:
+            header, units = next(reader), next(reader)
+        except StopIteration:
+            raise NcuCsvError(f"line {h + 1}: header without a units row", "Pass the complete ncu output.", text)
+        if len(units) != len(header):
+            raise NcuCsvError(f"line {h + 2}: units row has {len(units)} fields, header has {len(header)}",
+                              "Pass the complete, unmodified ncu output.", text)
+        missing = [c for c in _ID_COLUMNS if c not in header]
+        if missing:
+            raise NcuCsvError(f"line {h + 1}: header lacks {missing}", "Pass `--page raw` output.", text)
+        idx = {c: header.index(c) for c in _ID_COLUMNS}
+        metric_cols = [j for j, c in enumerate(header) if "__" in c
+                       and (device_attributes or not c.startswith("device__attribute"))]
+        j = h + 2
+        while j < len(lines) and lines[j].startswith('"') and not lines[j].startswith('"ID",'):
+            row = next(csv.reader([lines[j]]))
+            if len(row) != len(header):
+                raise NcuCsvError(f"line {j + 1}: {len(row)} fields, header has {len(header)}",
+                                  "Pass the complete, unmodified ncu output.", text)
+            launch = int(_number(row[idx["ID"]]))
+            for c in metric_cols:
+                records.append((labels[h], row[idx["Kernel Name"]], launch, header[c], units[c],
+                                _number(row[c]), row[c]))
+            j += 1
+    if not records:
+        if "No kernels were profiled" in text:
+            raise NcuNoKernels("ncu profiled no kernel (\"No kernels were profiled\").",
+                               "Check the kernel-name regex and the launch window.", text)
+        raise NcuCsvError("the ncu CSV has a header but no launch rows", "Check the launch window.", text)
+    return pd.DataFrame.from_records(records, columns=["config", "kernel", "launch", "metric", "unit", "value", "text"])
+
+
+# ---------------------------------------------------------------- derived views
+KEYS = ["config", "kernel", "launch"]
+
+
+def wide(df, metrics: Sequence[str] | None = None):
+    """One row per (config, kernel, launch), one column per metric (values as floats)."""
+    sub = df if metrics is None else df[df["metric"].isin(list(metrics))]
+    out = sub.pivot_table(index=KEYS, columns="metric", values="value", aggfunc="first", sort=False, dropna=False)
+    out.columns.name = None
+    return out.reset_index()
+
+
+def _pick(df, columns: dict[str, str]):
+    w = wide(df, list(columns))
+    for m in columns:
+        if m not in w.columns:
+            w[m] = math.nan
+    return w[KEYS + list(columns)].rename(columns=columns)
+
+
+def speed_of_light(df):
+    """Per launch: time (ns) and SM / memory throughput in % of peak (ncu's Speed of Light)."""
+    return _pick(df, {"gpu__time_duration.sum": "time_ns", SOL[0]: "sm_pct", SOL[1]: "memory_pct"})
+
+
+def sectors_per_request(df):
+    """Per launch: global-load sectors, requests and sectors per request (32-byte sectors)."""
+    w = _pick(df, {SECTORS[0]: "sectors", SECTORS[1]: "requests"})
+    w["sectors_per_request"] = w["sectors"] / w["requests"].where(w["requests"] > 0)
+    return w
+
+
+def dram_bytes(df, useful_bytes=None):
+    """Per launch: DRAM bytes read / written / total; with ``useful_bytes`` (a number, or a dict
+    by config or kernel) also ``read_over_useful`` (how many bytes were read per byte the kernel needed)."""
+    w = _pick(df, {DRAM[0]: "read_bytes", DRAM[1]: "write_bytes"})
+    w["total_bytes"] = w["read_bytes"] + w["write_bytes"]
+    if useful_bytes is not None:
+        if isinstance(useful_bytes, dict):
+            w["useful_bytes"] = [useful_bytes.get(c, useful_bytes.get(k, math.nan)) for c, k in zip(w["config"], w["kernel"])]
+        else:
+            w["useful_bytes"] = float(useful_bytes)
+        w["read_over_useful"] = w["read_bytes"] / w["useful_bytes"]
+    return w
+
+
+def hit_rates(df):
+    """Per launch: L1 and L2 sector hit rates in %."""
+    return _pick(df, {HIT_RATES[1]: "l1_hit_pct", HIT_RATES[0]: "l2_hit_pct"})
+
+
+def occupancy(df):
+    """Per launch: achieved occupancy (active warps, % of peak) and theoretical maximum (%)."""
+    return _pick(df, {OCCUPANCY[0]: "achieved_pct", OCCUPANCY[1]: "theoretical_pct"})
+
+
+def stall_breakdown(df):
+    """Long table per launch: ``reason`` (e.g. ``long_scoreboard``), ``samples`` and ``share`` of all
+    sampled warp states (the reasons' sum; ``selected`` = issuing is included), largest first."""
+    import pandas as pd
+
+    sub = df[df["metric"].str.match(_STALL_RE.pattern)].copy()
+    if sub.empty:
+        return pd.DataFrame(columns=KEYS + ["reason", "samples", "share"])
+    sub["reason"] = sub["metric"].str.extract(_STALL_RE.pattern, expand=False)
+    sub = sub[~sub["reason"].str.endswith("_not_issued")]
+    sub["reason"] = sub["reason"].replace({"no_instructions": "no_instruction"})
+    sub = sub.rename(columns={"value": "samples"})[KEYS + ["reason", "samples"]]
+    total = sub.groupby(KEYS, sort=False)["samples"].transform("sum")
+    sub["share"] = sub["samples"] / total.where(total > 0)
+    return sub.sort_values(KEYS[:2] + ["launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
+
+
+def summary(df):
+    """Wide per-launch table of the common views joined (whatever metrics the CSV holds)."""
+    out = speed_of_light(df)
+    for view in (dram_bytes, sectors_per_request, hit_rates, occupancy):
+        out = out.merge(view(df), on=KEYS, how="left")
+    return out

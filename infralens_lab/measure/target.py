@@ -1,0 +1,149 @@
+"""The workload Nsight Compute (or Nsight Systems) profiles: one kernel family, run a few times.
+
+``python -m infralens_lab target --kernel {copy,copy_strided,naive,tiled,tiled_fast,sdpa,matmul,train_step}
+[--stride S] [--shape B,H,N,D] [--n N] [--dtype fp16|fp32|bf16] [--causal] [--size M,N,K]
+[--warmup W] [--iters I]``
+
+Inputs are fresh seeded random tensors. The target runs ``W`` warm-up iterations (JIT compile,
+autotuning, cuBLAS heuristics), then ``I`` measured iterations inside a push/pop NVTX range
+named ``infralens`` (what ``ncu --nvtx --nvtx-include infralens/`` selects), synchronises and
+exits. It prints nothing on success, because ncu's CSV shares its stdout.
+
+Launches per iteration, by kernel name (so a runner without NVTX filtering can pick
+``--launch-skip = W * launches`` and ``--launch-count = I * launches``), listed in
+:data:`LAUNCHES`: ``copy`` 1 × ``copy_coalesced``; ``copy_strided`` 1 × ``copy_strided``;
+``naive`` 1 each of ``naive_qk``, ``naive_softmax``, ``naive_pv``; ``tiled`` 1 × ``attn_fwd``;
+``tiled_fast`` 1 × ``attn_fwd_fast`` (autotuning, if any, launches extra copies during the first
+warm-up iteration only: use NVTX filtering or W >= 1); ``sdpa``, ``matmul`` and ``train_step``
+launch library kernels whose names and counts depend on the GPU and library versions
+(``None`` in the table; profile them with NVTX filtering). For ``matmul`` the inputs are made on
+the CPU and copied, so every kernel the process launches is a matmul kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
+DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
+# kernel family -> {Triton kernel name: launches per iteration}; None = library kernels, count varies
+LAUNCHES: dict[str, dict[str, int] | None] = {
+    "copy": {"copy_coalesced": 1},
+    "copy_strided": {"copy_strided": 1},
+    "naive": {"naive_qk": 1, "naive_softmax": 1, "naive_pv": 1},
+    "tiled": {"attn_fwd": 1},
+    "tiled_fast": {"attn_fwd_fast": 1},
+    "sdpa": None,
+    "matmul": None,
+    "train_step": None,
+}
+# kernel-name regex for ncu --kernel-name regex:...
+REGEX = {"copy": "copy_coalesced", "copy_strided": "copy_strided", "naive": "naive_",
+         "tiled": "attn_fwd", "tiled_fast": "attn_fwd_fast", "sdpa": ".", "matmul": ".", "train_step": "."}
+
+
+def launch_window(kernel: str, warmup: int, iters: int) -> tuple[str, int, int | None]:
+    """``(regex, launch_skip, launch_count)`` selecting the measured launches of ``kernel`` by counting
+    (no NVTX). ``launch_count`` is None (all) for library kernels whose count is unknown."""
+    if kernel not in LAUNCHES:
+        raise ValueError(f"kernel {kernel!r}; expected one of {KERNELS}")
+    per = LAUNCHES[kernel]
+    if per is None:
+        return REGEX[kernel], 0, None
+    k = sum(per.values())
+    return REGEX[kernel], warmup * k, iters * k
+
+
+def _ints(text: str, n: int, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}={text!r}; expected {n} comma-separated integers") from None
+    if len(vals) != n or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"{what}={text!r}; expected {n} comma-separated positive integers")
+    return vals
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab target", description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", required=True, choices=KERNELS)
+    ap.add_argument("--stride", type=int, default=1, help="copy_strided: element stride of the reads")
+    ap.add_argument("--shape", type=lambda s: _ints(s, 4, "--shape"), default=(1, 8, 2048, 64),
+                    help="attention: B,H,N,D")
+    ap.add_argument("--n", type=int, default=16 * 2**20, help="copies: output (useful) elements")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                    help="fp32 for copies, fp16 for attention and matmul unless given")
+    ap.add_argument("--causal", action="store_true", help="attention: causal mask")
+    ap.add_argument("--size", type=lambda s: _ints(s, 3, "--size"), default=(4096, 4096, 4096), help="matmul: M,N,K")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=1)
+    return ap
+
+
+def build(args) -> "callable":
+    """Allocate inputs for ``args`` and return a zero-argument function running one iteration."""
+    import torch
+
+    from ..device import torch_device
+
+    dev = torch_device()
+    torch.manual_seed(0)
+    dtype = getattr(torch, DTYPES[args.dtype or ("fp32" if args.kernel.startswith("copy") else "fp16")])
+    if args.kernel in ("copy", "copy_strided"):
+        from ..kernels import copies
+
+        stride = 1 if args.kernel == "copy" else args.stride
+        x = torch.randn(args.n * stride, device=dev, dtype=dtype)
+        if args.kernel == "copy":
+            out = torch.empty_like(x)
+            return lambda: copies.copy(x, out=out)
+        out = torch.empty(args.n, device=dev, dtype=dtype)
+        return lambda: copies.copy_strided(x, stride, out=out)
+    if args.kernel in ("naive", "tiled", "tiled_fast", "sdpa"):
+        q, k, v = (torch.randn(args.shape, device=dev, dtype=dtype) for _ in range(3))
+        if args.kernel == "sdpa":
+            import torch.nn.functional as F
+
+            return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        from ..kernels import attention
+
+        fn = attention.VARIANTS[args.kernel]
+        return lambda: fn(q, k, v, causal=args.causal)
+    if args.kernel == "matmul":
+        m, n, kk = args.size
+        a = torch.randn(m, kk, dtype=dtype).to(dev)  # made on the CPU and copied: no init kernels
+        b = torch.randn(kk, n, dtype=dtype).to(dev)
+        return lambda: a @ b
+    from ..workloads.pipeline import make_step
+
+    return make_step("fixed", device=dev)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    for name in ("warmup", "iters", "stride", "n"):
+        lo = 0 if name == "warmup" else 1
+        if getattr(args, name) < lo:
+            print(f"target: --{name} is {getattr(args, name)}; expected an int >= {lo}", file=sys.stderr)
+            return 2
+    import torch
+
+    from ..device import is_gpu, synchronize
+
+    fn = build(args)
+    for _ in range(args.warmup):
+        fn()
+    synchronize()
+    gpu = is_gpu()
+    if gpu:
+        torch.cuda.nvtx.range_push("infralens")
+    for _ in range(args.iters):
+        fn()
+    if gpu:
+        torch.cuda.nvtx.range_pop()
+    synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

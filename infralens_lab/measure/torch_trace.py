@@ -1,0 +1,392 @@
+"""torch.profiler as a system timeline: top ops and kernels, ranges, and GPU idle gaps with their causes.
+
+:func:`profile` runs a step function under ``torch.profiler`` (schedule wait/warmup/active,
+CPU activity plus CUDA on a GPU) and returns a :class:`Trace`; :func:`load_trace` builds the
+same :class:`Trace` from a chrome-trace JSON (a path, a dict, or a recorded Evidence), so live
+traces and recorded ones go through one code path. :func:`annotate` opens a
+``record_function`` range (and, on a GPU, an NVTX range for Nsight Systems).
+
+A kernel is attributed to the op and range that launched it: its ``correlation`` id (also
+carried by the ``ac2g`` flow events) names the ``cudaLaunchKernel``/``cuLaunchKernel`` call on
+the CPU, and every op or range enclosing that call on its thread gets the kernel's time. GPU
+idle gaps are the holes between consecutive kernels/memcpys/memsets on the device (all
+streams merged). Each gap is explained by what the CPU was doing during it, each moment
+charged to the first matching cause: ``sync`` (cudaStreamSynchronize, cudaDeviceSynchronize,
+aten::item, aten::_local_scalar_dense...), ``memcpy`` (cudaMemcpy* calls: pageable host->device
+copies run synchronously on the CPU), ``launch`` (cudaLaunchKernel/cuLaunchKernel: launch
+overhead), ``host`` (any other op or range, e.g. ``data`` preparing a batch in Python) and
+``unaccounted`` (no profiled event). Times in the frames are microseconds (``_us``) from the
+trace's first event, unless a column says ``_ms``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from bisect import bisect_right
+from pathlib import Path
+from typing import Any, Callable
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+CPU_CATS = ("cpu_op", "user_annotation") + RUNTIME_CATS
+SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
+              "cuCtxSynchronize", "aten::item", "aten::_local_scalar_dense")
+CAUSES = ("sync", "memcpy", "launch", "host", "unaccounted")
+KEEP_ARGS = ("correlation", "External id", "stream", "device")
+NO_GPU_NOTE = "CPU-only trace: no kernels, memcpys or memsets were recorded, so there are no GPU idle gaps to find"
+
+
+@contextlib.contextmanager
+def annotate(name: str):
+    """A ``record_function`` range named ``name`` (shown by torch.profiler), plus an NVTX range on a GPU."""
+    import torch
+    from torch.profiler import record_function
+
+    from ..device import is_gpu
+
+    gpu = is_gpu()
+    if gpu:
+        torch.cuda.nvtx.range_push(name)
+    try:
+        with record_function(name):
+            yield
+    finally:
+        if gpu:
+            torch.cuda.nvtx.range_pop()
+
+
+def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,
+            active: int = 3, record_shapes: bool = False) -> "Trace":
+    """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
+    return the :class:`Trace` of the ``active`` steps. Each step is a ``ProfilerStep#N`` range."""
+    import torch
+    from torch.profiler import ProfilerActivity, schedule
+
+    from ..device import is_gpu, synchronize
+
+    for name, v, lo in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
+        if not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name}={v!r}; expected an int >= {lo}")
+    steps = wait + warmup + active if steps is None else steps
+    if not isinstance(steps, int) or steps < wait + warmup + active:
+        raise ValueError(f"steps={steps!r}; expected an int >= wait + warmup + active = {wait + warmup + active}")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_gpu() else [])
+    got: dict = {}
+
+    def ready(prof):
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            got["data"] = json.loads(Path(path).read_text())
+        finally:
+            os.unlink(path)
+
+    sched = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+    with torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=ready, record_shapes=record_shapes) as p:
+        for _ in range(steps):
+            step_fn()  # no per-step synchronize: it would hide the very overlap we look for
+            p.step()
+    synchronize()
+    if "data" not in got:
+        raise RuntimeError("torch.profiler produced no trace; is steps >= wait + warmup + active?")
+    return Trace(got["data"])
+
+
+def load_trace(source: Any) -> "Trace":
+    """A :class:`Trace` from a chrome-trace path (``.json``), a dict, or an Evidence whose values are one."""
+    if hasattr(source, "values") and hasattr(source, "provenance"):
+        return Trace(source.values)
+    if isinstance(source, dict):
+        return Trace(source)
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.is_file():
+            raise FileNotFoundError(f"no trace file at {p}")
+        return Trace(json.loads(p.read_text()))
+    raise TypeError(f"trace source is {type(source).__name__}; expected a path, a dict or an Evidence")
+
+
+def trim(data: dict, decimals: int = 3) -> dict:
+    """The chrome trace reduced to what :class:`Trace` reads (complete events of known categories with
+    their correlation/stream args, and ac2g flows), timestamps rounded to ``decimals`` µs digits."""
+    keep = []
+    for e in data.get("traceEvents", []):
+        if e.get("ph") == "X" and e.get("cat") in CPU_CATS + GPU_CATS:
+            args = {k: e["args"][k] for k in KEEP_ARGS if k in e.get("args", {})}
+            keep.append({"ph": "X", "cat": e["cat"], "name": e["name"], "pid": e["pid"], "tid": e["tid"],
+                         "ts": round(float(e["ts"]), decimals), "dur": round(float(e.get("dur", 0)), decimals),
+                         "args": args})
+        elif e.get("cat") == "ac2g" and e.get("ph") in ("s", "f"):
+            keep.append({k: e[k] for k in ("ph", "cat", "name", "id", "pid", "tid", "ts", "bp") if k in e})
+    return {"schemaVersion": data.get("schemaVersion", 1), "deviceProperties": data.get("deviceProperties", []),
+            "traceEvents": keep}
+
+
+# ---------------------------------------------------------------- intervals
+def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(iv):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _subtract(iv: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out = []
+    for a, b in iv:
+        pieces = [(a, b)]
+        for c, d in cut:
+            pieces = [p for x, y in pieces for p in ((x, min(y, c)), (max(x, d), y)) if p[1] > p[0]]
+        out += pieces
+    return out
+
+
+def _length(iv) -> float:
+    return sum(b - a for a, b in iv)
+
+
+# ---------------------------------------------------------------- the trace
+class Trace:
+    """A parsed chrome trace (see module doc). ``events`` is a DataFrame of complete events with
+    ``start_us``/``end_us`` relative to the first event."""
+
+    def __init__(self, data: dict):
+        import pandas as pd
+
+        if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+            seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
+        self.data = data
+        rows, flows = [], {}
+        for e in data["traceEvents"]:
+            cat = e.get("cat")
+            if e.get("ph") == "X" and cat in CPU_CATS + GPU_CATS:
+                a = e.get("args") or {}
+                rows.append((e["name"], cat, e.get("pid"), e.get("tid"), float(e["ts"]), float(e.get("dur", 0)),
+                             a.get("correlation"), a.get("External id"), a.get("stream")))
+            elif cat == "ac2g" and e.get("ph") in ("s", "f"):
+                flows.setdefault(e.get("id"), {})[e["ph"]] = (e.get("pid"), e.get("tid"), round(float(e["ts"]), 3))
+        ev = pd.DataFrame(rows, columns=["name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id", "stream"])
+        self.t0 = float(ev["ts"].min()) if len(ev) else 0.0
+        ev["start_us"] = ev["ts"] - self.t0
+        ev["end_us"] = ev["start_us"] + ev["dur"]
+        self.events = ev
+        self.notes: list[str] = []
+        self._flows = flows
+        self._attribute()
+
+    # -- attribution: which CPU events enclose the call that launched each GPU event
+    def _attribute(self) -> None:
+        ev = self.events
+        gpu = ev[ev["cat"].isin(GPU_CATS)]
+        cpu = ev[ev["cat"].isin(CPU_CATS)].sort_values(["pid", "tid", "start_us", "end_us"], ascending=[True, True, True, False])
+        runtime_by_corr: dict = {}
+        flow_src = {v["s"]: k for k, v in self._flows.items() if "s" in v}
+        self.enclosing: dict[int, list[int]] = {}  # runtime row index -> enclosing op/range row indices
+        self.self_us: dict[int, float] = {}
+        stack: list[int] = []
+        key = None
+        for i, r in zip(cpu.index, cpu.itertuples(index=False)):
+            if (r.pid, r.tid) != key:
+                key, stack = (r.pid, r.tid), []
+            while stack and ev.at[stack[-1], "end_us"] <= r.start_us:
+                stack.pop()
+            self.self_us[i] = r.dur
+            if stack:
+                self.self_us[stack[-1]] -= min(r.dur, ev.at[stack[-1], "end_us"] - r.start_us)
+            if r.cat in RUNTIME_CATS:
+                self.enclosing[i] = list(stack)
+                corr = r.correlation
+                if corr is None or corr != corr:
+                    corr = flow_src.get((r.pid, r.tid, round(r.ts, 3)))
+                if corr is not None and corr == corr:
+                    runtime_by_corr[int(corr)] = i
+            stack.append(i)
+        flow_dst = {v["f"]: k for k, v in self._flows.items() if "f" in v}
+        launcher = {}
+        for i, r in zip(gpu.index, gpu.itertuples(index=False)):
+            corr = r.correlation
+            if corr is None or corr != corr:
+                corr = flow_dst.get((r.pid, r.tid, round(r.ts, 3)))
+            if corr is not None and corr == corr and int(corr) in runtime_by_corr:
+                launcher[i] = runtime_by_corr[int(corr)]
+        self.launcher = launcher  # GPU event row -> runtime event row
+
+    # -- tables
+    def gpu_events(self):
+        """Every kernel, memcpy and memset, in time order (``stream`` is the CUDA stream)."""
+        g = self.events[self.events["cat"].isin(GPU_CATS)].sort_values("start_us")
+        return g[["name", "cat", "pid", "stream", "start_us", "end_us", "dur"]].rename(columns={"dur": "dur_us"})
+
+    def kernels(self, top: int | None = None):
+        """Kernels by total device time: ``name, count, total_us, mean_us, pct`` (of all kernel time)."""
+        import pandas as pd
+
+        k = self.events[self.events["cat"] == "kernel"]
+        if k.empty:
+            out = pd.DataFrame(columns=["name", "count", "total_us", "mean_us", "pct"])
+            out.attrs["note"] = NO_GPU_NOTE
+            return out
+        g = k.groupby("name")["dur"].agg(count="count", total_us="sum", mean_us="mean").reset_index()
+        g["pct"] = 100 * g["total_us"] / g["total_us"].sum()
+        g = g.sort_values("total_us", ascending=False).reset_index(drop=True)
+        return g.head(top) if top else g
+
+    def _launched(self, cats: tuple[str, ...]) -> tuple[dict[int, float], dict[int, int]]:
+        """CPU event row -> (device µs, number) of GPU events it launched. An op owns the launches of
+        calls nested in it on its thread; a range owns every launch made while it was open on any
+        thread of its process (autograd runs backward on a thread of its own)."""
+        ev = self.events
+        dev: dict[int, float] = {}
+        num: dict[int, int] = {}
+
+        def add(i, d):
+            dev[i] = dev.get(i, 0.0) + d
+            num[i] = num.get(i, 0) + 1
+
+        if "cpu_op" in cats:
+            for g, rt in self.launcher.items():
+                for i in self.enclosing.get(rt, []):
+                    add(i, float(ev.at[g, "dur"]))
+        if "user_annotation" in cats and self.launcher:
+            calls = sorted((float(ev.at[rt, "start_us"]), ev.at[rt, "pid"], float(ev.at[g, "dur"]))
+                           for g, rt in self.launcher.items())
+            times = [c[0] for c in calls]
+            rng = ev[ev["cat"] == "user_annotation"]
+            for i, r in zip(rng.index, rng.itertuples(index=False)):
+                lo = bisect_right(times, r.start_us - 1e-9)
+                for t, pid, d in calls[lo:bisect_right(times, r.end_us)]:
+                    if pid == r.pid:
+                        add(i, d)
+        return dev, num
+
+    def _table(self, cats: tuple[str, ...], value: str):
+        import pandas as pd
+
+        ev = self.events
+        sel = ev[ev["cat"].isin(cats)]
+        dev, num = self._launched(cats)
+        df = pd.DataFrame({"name": sel["name"], "cpu_us": sel["dur"],
+                           "self_cpu_us": [self.self_us.get(i, 0.0) for i in sel.index],
+                           "device_us": [dev.get(i, 0.0) for i in sel.index],
+                           "launches": [num.get(i, 0) for i in sel.index]})
+        out = df.groupby("name").agg(count=("cpu_us", "count"), cpu_total_us=("cpu_us", "sum"),
+                                     self_cpu_us=("self_cpu_us", "sum"), device_us=("device_us", "sum"),
+                                     launches=("launches", "sum")).reset_index()
+        return out.sort_values([value, "name"], ascending=[False, True]).reset_index(drop=True)
+
+    def ops(self, top: int | None = None, by: str = "auto"):
+        """aten ops: ``name, count, cpu_total_us, self_cpu_us, device_us, launches`` sorted by device time
+        on a GPU trace, CPU time otherwise (``by`` may name the column)."""
+        by = ("device_us" if self.has_gpu else "cpu_total_us") if by == "auto" else by
+        t = self._table(("cpu_op",), by)
+        return t.head(top) if top else t
+
+    def ranges(self):
+        """record_function ranges (``ProfilerStep#N`` included): count, CPU time, and the device time and
+        number of kernels launched inside them."""
+        return self._table(("user_annotation",), "cpu_total_us")
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.events["cat"].isin(GPU_CATS).any())
+
+    # -- gaps
+    def busy(self) -> list[tuple[float, float]]:
+        """Merged intervals (µs) when the GPU ran a kernel, memcpy or memset on any stream."""
+        g = self.events[self.events["cat"].isin(GPU_CATS)]
+        return _union(list(zip(g["start_us"], g["end_us"])))
+
+    def idle_gaps(self, min_gap_us: float = 50.0):
+        """GPU idle gaps longer than ``min_gap_us`` between consecutive GPU events, each with the CPU
+        time charged to each cause (see module doc), the dominant ``cause``, and the ranges and top
+        ops overlapping it. Empty (with ``attrs['note']``) on a CPU-only trace."""
+        import pandas as pd
+
+        cols = ["start_us", "end_us", "gap_us", "cause", *[f"{c}_us" for c in CAUSES], "ranges", "ops"]
+        busy = self.busy()
+        if not busy:
+            out = pd.DataFrame(columns=cols)
+            out.attrs["note"] = NO_GPU_NOTE
+            return out
+        ev = self.events
+        cpu = ev[ev["cat"].isin(CPU_CATS)]
+        by_cause: dict[str, list] = {c: [] for c in CAUSES[:4]}
+        for r in cpu.itertuples():
+            if r.name in SYNC_NAMES or "Synchronize" in r.name:
+                c = "sync"
+            elif r.cat in RUNTIME_CATS and r.name.startswith(("cudaMemcpy", "cuMemcpy")):
+                c = "memcpy"
+            elif r.cat in RUNTIME_CATS and "Launch" in r.name:
+                c = "launch"
+            elif r.name.startswith("ProfilerStep") or r.cat in RUNTIME_CATS:
+                continue  # a step range covers everything; other runtime calls (event record...) are tiny
+            else:
+                c = "host"
+            by_cause[c].append((r.start_us, r.end_us, r.name, r.cat))
+        starts = {c: sorted(v) for c, v in by_cause.items()}
+        rows = []
+        for (a0, a1), (b0, b1) in zip(busy, busy[1:]):
+            gap0, gap1 = a1, b0
+            if gap1 - gap0 <= min_gap_us:
+                continue
+            claimed: list[tuple[float, float]] = []
+            row = {"start_us": gap0, "end_us": gap1, "gap_us": gap1 - gap0}
+            names: dict[str, float] = {}
+            rng: dict[str, float] = {}
+            for c in CAUSES[:4]:
+                iv = []
+                for s, e, name, cat in starts[c]:
+                    if s >= gap1:
+                        break
+                    if e > gap0:
+                        iv.append((max(s, gap0), min(e, gap1)))
+                        ov = min(e, gap1) - max(s, gap0)
+                        if cat == "user_annotation":
+                            rng[name] = rng.get(name, 0.0) + ov
+                        elif cat == "cpu_op":
+                            names[name] = names.get(name, 0.0) + ov
+                mine = _subtract(_union(iv), claimed)
+                row[f"{c}_us"] = _length(mine)
+                claimed = _union(claimed + mine)
+            row["unaccounted_us"] = (gap1 - gap0) - _length(claimed)
+            row["cause"] = max(CAUSES, key=lambda c: row[f"{c}_us"])
+            row["ranges"] = ", ".join(sorted(rng, key=rng.get, reverse=True))
+            row["ops"] = ", ".join(sorted(names, key=names.get, reverse=True)[:3])
+            rows.append(row)
+        return pd.DataFrame(rows, columns=cols)
+
+    def summary(self, min_gap_us: float = 50.0) -> dict:
+        """JSON-shaped summary: span, GPU busy time and utilisation, step times, idle time by cause."""
+        ev = self.events
+        steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")]
+        busy = self.busy()
+        out = {"span_us": float(ev["end_us"].max()) if len(ev) else 0.0, "has_gpu": self.has_gpu,
+               "steps": int(len(steps)), "mean_step_us": float(steps["dur"].mean()) if len(steps) else None,
+               "kernels": int((ev["cat"] == "kernel").sum())}
+        if not busy:
+            out["note"] = NO_GPU_NOTE
+            return out
+        window = (busy[0][0], busy[-1][1])
+        if len(steps):
+            window = (float(steps["start_us"].min()), float(steps["end_us"].max()))
+        inside = _subtract(busy, [(-1e18, window[0]), (window[1], 1e18)])
+        gaps = self.idle_gaps(min_gap_us)
+        out.update({"window_us": window[1] - window[0], "gpu_busy_us": _length(inside),
+                    "gpu_utilization": _length(inside) / (window[1] - window[0]) if window[1] > window[0] else None,
+                    "idle_gaps": int(len(gaps)), "idle_gap_us": float(gaps["gap_us"].sum()),
+                    "idle_by_cause_us": {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}})
+        return out
+
+    def export_chrome_trace(self, path: str | Path) -> Path:
+        """Write the trace as chrome-trace JSON (open it in Perfetto or chrome://tracing)."""
+        p = Path(path)
+        p.write_text(json.dumps(self.data))
+        return p

@@ -1,0 +1,305 @@
+"""The recorder: measure everything the labs show on a real GPU and write it with provenance.
+
+``python -m infralens_lab record --out data/recorded/<gpu-slug> [--quick] [--only step,...]
+[--bundle PATH.tar.gz]`` runs each step below, logs its wall time, and writes through
+:class:`~infralens_lab.evidence.EvidenceWriter` (JSON records, raw ncu CSVs, a manifest with
+checksums). A step that fails is logged and the others go on; ``record_log`` lists what each
+step wrote, how long it took and what failed. Without a GPU it refuses. ``--bundle`` also
+writes the whole set (and the log) as one ``.tar.gz``. Plain python3: nothing on this import
+path needs Jupyter or IPython.
+
+Steps and the records they write: ``device`` (device facts); ``ceilings`` (torch ``copy_``
+bandwidth at 1 GiB, matmul FLOP/s for fp32 (TF32 off), tf32, fp16, bf16 at 8192³, and an fp16
+size sweep 256..8192); ``bench`` (:func:`infralens_lab.bench.record_into`); ``traces``
+(``trace_bubble``, ``trace_fixed``: trimmed chrome traces of :mod:`infralens_lab.workloads.pipeline`,
+and ``trace_summary``); ``memory`` (``memory_train``, ``memory_infer`` via
+:func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
+``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import json
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+from .measure import ncu as N
+
+STEPS = ("device", "ceilings", "bench", "traces", "memory", "ncu_copies", "ncu_copies_stalls", "ncu_attention",
+         "ncu_matmul")
+COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
+ATTN_SHAPE = (1, 8, 2048, 64)
+MATMUL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
+LAUNCH = ["launch__grid_size", "launch__block_size", "launch__registers_per_thread"]
+COPY_METRICS = N.TIME + N.DRAM + N.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
+    + N.HIT_RATES + N.SOL + N.OCCUPANCY + LAUNCH
+ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + LAUNCH
+MATMUL_METRICS = N.TIME + N.DRAM + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + LAUNCH
+
+
+class Recorder:
+    """Runs steps into one :class:`EvidenceWriter`, keeping a log of times and failures."""
+
+    def __init__(self, writer, quick: bool = False, log=print):
+        self.w, self.quick, self.say = writer, quick, log
+        self.entries: list[dict] = []
+        self.lines: list[str] = []
+
+    def log(self, msg: str) -> None:
+        self.lines.append(msg)
+        self.say(msg)
+
+    def run(self, step: str) -> None:
+        t0 = time.perf_counter()
+        entry = {"step": step, "status": "ok", "detail": ""}
+        self.log(f"[record] {step} ...")
+        try:
+            entry["detail"] = getattr(self, f"step_{step}")() or ""
+        except _Skip as s:
+            entry.update(status="skipped", detail=str(s))
+        except Exception as exc:  # one failed step must not stop the others
+            entry.update(status="failed", detail=f"{type(exc).__name__}: {exc}"[:2000])
+            self.log(traceback.format_exc())
+        entry["seconds"] = round(time.perf_counter() - t0, 2)
+        self.entries.append(entry)
+        self.log(f"[record] {step}: {entry['status']} in {entry['seconds']:.1f} s {entry['detail'][:300]}")
+
+    # ------------------------------------------------------------ steps
+    def step_device(self):
+        from .device import facts
+
+        self.w.write("device", facts().as_dict(), units={"l2_bytes": "byte", "memory_bytes": "byte"})
+
+    def step_ceilings(self):
+        import torch
+
+        from .measure.timing import rotation_count, time_fn
+
+        reps = 5 if self.quick else 20
+        src = torch.randn(2**28, device="cuda")  # 1 GiB of fp32
+        dst = torch.empty_like(src)
+        t = time_fn(lambda: dst.copy_(src), warmup=3, repeats=reps)
+        moved = 2 * src.numel() * 4
+        copy = {"bytes_moved": moved, "bandwidth_bytes_per_s": moved / (t.median_ms * 1e-3), **t.as_dict()}
+        del src, dst
+        dtypes = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+        rows, old = [], torch.backends.cuda.matmul.allow_tf32
+        try:
+            for name, dt in dtypes.items():
+                torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+                rows.append(self._matmul(8192, dt, name, reps=3 if self.quick else 10))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+        sweep = []
+        for n in MATMUL_SIZES[::2] if self.quick else MATMUL_SIZES:
+            sets = rotation_count(3 * n * n * 2)
+            sweep.append(self._matmul(n, torch.float16, "fp16", reps=10 if self.quick else 30, sets=sets))
+        units = {"bandwidth_bytes_per_s": "byte/s", "flops_per_s": "FLOP/s", "median_ms": "ms", "flops": "FLOP",
+                 "min_bytes": "byte", "intensity": "FLOP/byte"}
+        self.w.write("ceilings", {"copy": copy, "matmul": rows, "sweep": sweep}, units=units,
+                     notes="copy: torch copy_ of 1 GiB fp32, bytes read + written. matmul: torch a @ b (cuBLAS), "
+                           "flops = 2*M*N*K, min_bytes = (M*K + K*N + M*N) * element size (each operand once). "
+                           "fp32 has TF32 off. Sweep: inputs rotated over several sets when they fit in L2.")
+        return f"copy {copy['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; " + ", ".join(
+            f"{r['dtype']} {r['flops_per_s'] / 1e12:.0f} TFLOP/s" for r in rows)
+
+    def _matmul(self, n: int, dtype, name: str, reps: int, sets: int = 1) -> dict:
+        import torch
+
+        from .measure.timing import time_fn
+
+        pairs = [(torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype))
+                 for _ in range(sets)]
+        t = time_fn(lambda a, b: a @ b, warmup=3, repeats=reps, rotate=pairs)
+        flops, size = 2 * n ** 3, torch.empty((), dtype=dtype).element_size()
+        min_bytes = 3 * n * n * size
+        return {"dtype": name, "M": n, "N": n, "K": n, "flops": flops, "min_bytes": min_bytes,
+                "intensity": flops / min_bytes, "flops_per_s": flops / (t.median_ms * 1e-3), "input_sets": sets,
+                **t.as_dict()}
+
+    def step_bench(self):
+        bench = _optional("infralens_lab.bench", "record_into")
+        bench.record_into(self.w)
+
+    def step_memory(self):
+        memory = _optional("infralens_lab.measure.memory", "record_into")
+        memory.record_into(self.w)
+
+    def step_traces(self):
+        from .measure.torch_trace import profile, trim
+        from .workloads.pipeline import make_step
+
+        summary, sizes = {}, []
+        for version in ("bubble", "fixed"):
+            step = make_step(version)
+            tr = profile(step, wait=1, warmup=2, active=3)
+            data = trim(tr.data)
+            path = self.w.write(f"trace_{version}", data, units={"ts": "us", "dur": "us"},
+                                notes=f"torch.profiler chrome trace (trimmed) of 3 training steps, pipeline "
+                                      f"version '{version}' (infralens_lab.workloads.pipeline)")
+            sizes.append(f"{version} {path.stat().st_size / 1e6:.2f} MB")
+            gaps = tr.idle_gaps()
+            summary[version] = {**tr.summary(), "gaps": gaps.to_dict(orient="records"),
+                                "ranges": tr.ranges().to_dict(orient="records"),
+                                "top_kernels": tr.kernels(top=10).to_dict(orient="records")}
+        self.w.write("trace_summary", summary, units={"_us": "us"},
+                     notes="Trace.summary(), idle_gaps(min_gap_us=50), ranges() and kernels(top=10) per version")
+        b, f = summary["bubble"], summary["fixed"]
+        return (f"{', '.join(sizes)}; GPU utilisation bubble {b.get('gpu_utilization', 0):.0%} vs fixed "
+                f"{f.get('gpu_utilization', 0):.0%}; mean step {b['mean_step_us'] / 1e3:.1f} vs "
+                f"{f['mean_step_us'] / 1e3:.1f} ms")
+
+    # ------------------------------------------------------------ ncu
+    def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:
+        """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file."""
+        from .measure.target import LAUNCHES, REGEX, launch_window
+
+        blocks, failed = [], []
+        metrics = list(metrics)
+        for label, kernel, args in configs:
+            per = LAUNCHES[kernel]
+            count = None if per is None else sum(per.values())
+            target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
+            # first choice: only launches inside the target's NVTX range; fallback: count launches
+            attempts = [dict(kernel_regex=REGEX[kernel], launch_skip=0, launch_count=count, nvtx=True)]
+            regex, skip, cnt = launch_window(kernel, 1, 1)
+            attempts.append(dict(kernel_regex=regex, launch_skip=skip, launch_count=cnt, nvtx=False))
+            text, err = None, None
+            for _ in range(3):
+                if not attempts:
+                    break
+                a = attempts[0]
+                try:
+                    t0 = time.perf_counter()
+                    text = N.run_ncu(target, metrics=metrics, timeout=240, **a)
+                    cmd = N.command_line(target, metrics=metrics, **a)
+                    self.log(f"[record]   {filename} {label}: {time.perf_counter() - t0:.1f} s (nvtx={a['nvtx']})")
+                    break
+                except N.NcuMetricError as exc:
+                    self.log(f"[record]   {label}: dropping unknown metrics {exc.metrics}")
+                    if not exc.metrics:
+                        err = exc
+                        break
+                    metrics = [m for m in metrics if m not in exc.metrics]
+                except N.NcuNoKernels as exc:
+                    self.log(f"[record]   {label}: no kernels with {a}; trying the next launch window")
+                    err = exc
+                    attempts.pop(0)
+                except N.NcuError as exc:
+                    err = exc
+                    break
+            if text is None:
+                failed.append(f"{label}: {err}")
+                self.log(f"[record]   {label} FAILED: {err}")
+                continue
+            blocks.append(f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: {cmd}\n{text.rstrip()}\n")
+        if not blocks:
+            raise RuntimeError(f"every ncu run for {filename} failed: {failed}")
+        self.w.write_text(filename, "".join(blocks))
+        return f"{len(blocks)}/{len(configs)} runs ok" + (f"; failed: {failed}" if failed else "")
+
+    def _copy_configs(self):
+        from .kernels.copies import STRIDES
+
+        strides = (1, 8, 32) if self.quick else STRIDES
+        cfg = [("copy n=%d fp32" % COPY_N, "copy", ["--n", str(COPY_N), "--dtype", "fp32"])]
+        return cfg + [(f"copy_strided stride={s} n={COPY_N} fp32", "copy_strided",
+                       ["--stride", str(s), "--n", str(COPY_N), "--dtype", "fp32"]) for s in strides]
+
+    def step_ncu_copies(self):
+        return self._ncu_file("ncu_copies.csv", self._copy_configs(), COPY_METRICS)
+
+    def step_ncu_copies_stalls(self):
+        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS)
+
+    def step_ncu_attention(self):
+        shape = ",".join(map(str, ATTN_SHAPE))
+        cfgs = [(f"{k} shape={shape} fp16", k, ["--shape", shape, "--dtype", "fp16"]) for k in ("naive", "tiled", "tiled_fast")]
+        return self._ncu_file("ncu_attention.csv", cfgs, ATTN_METRICS)
+
+    def step_ncu_matmul(self):
+        sizes = MATMUL_SIZES[::2] if self.quick else MATMUL_SIZES
+        cfgs = [(f"matmul size={n},{n},{n} fp16", "matmul", ["--size", f"{n},{n},{n}", "--dtype", "fp16"]) for n in sizes]
+        return self._ncu_file("ncu_matmul.csv", cfgs, MATMUL_METRICS)
+
+
+class _Skip(Exception):
+    pass
+
+
+def _optional(module: str, attr: str):
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise _Skip(f"{module} is not there yet ({exc})") from None
+    if not hasattr(mod, attr):
+        raise _Skip(f"{module} has no {attr}() yet")
+    return mod
+
+
+def bundle(out: Path, path: Path, log_text: str) -> Path:
+    """Write ``out`` (the recorded set) and the log into one ``.tar.gz`` at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(out, arcname=out.name)
+        data = log_text.encode()
+        info = tarfile.TarInfo(f"{out.name}.record.log")
+        info.size, info.mtime = len(data), int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab record", description=__doc__.split("\n\n")[0],
+                                 epilog="steps: " + ", ".join(STEPS) + ". Records: device, ceilings, bench, "
+                                 "trace_bubble, trace_fixed, trace_summary, memory_train, memory_infer, record_log; "
+                                 "files ncu_copies.csv, ncu_copies_stalls.csv, ncu_attention.csv, ncu_matmul.csv.")
+    ap.add_argument("--out", required=True, help="folder for the recorded set, e.g. data/recorded/<gpu-slug>")
+    ap.add_argument("--quick", action="store_true", help="fewer strides, sizes and repeats (a smoke run)")
+    ap.add_argument("--only", default="", help=f"comma-separated subset of steps: {','.join(STEPS)}")
+    ap.add_argument("--bundle", default="", help="also write everything (and the log) as one .tar.gz here")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in only if s not in STEPS]
+    if unknown:
+        print(f"record: unknown step(s) {unknown}; expected some of {list(STEPS)}", file=sys.stderr)
+        return 2
+    from .device import is_gpu, mode_reason
+
+    if not is_gpu():
+        print(f"record: refusing to record: recorded evidence must come from a real GPU, and this machine "
+              f"runs in interpreter mode ({mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
+        return 2
+    from .evidence import EvidenceWriter
+
+    command = "python -m infralens_lab record " + " ".join(argv if argv is not None else sys.argv[1:])
+    out = Path(args.out)
+    writer = EvidenceWriter(out, command)
+    rec = Recorder(writer, quick=args.quick, log=lambda m: print(m, flush=True))
+    t0 = time.perf_counter()
+    for step in [s for s in STEPS if not only or s in only]:
+        rec.run(step)
+    total = time.perf_counter() - t0
+    writer.write("record_log", {"steps": rec.entries, "total_seconds": round(total, 2), "quick": args.quick},
+                 units={"seconds": "s"})
+    writer.close()
+    lines = ["", f"{'step':<20}{'status':<9}{'seconds':>8}"] + \
+        [f"{e['step']:<20}{e['status']:<9}{e['seconds']:>8.1f}" for e in rec.entries] + [f"{'total':<29}{total:>8.1f}"]
+    print("\n".join(lines))
+    rec.lines += lines
+    if args.bundle:
+        print(f"bundle: {bundle(out, Path(args.bundle), chr(10).join(rec.lines))}")
+    return 0 if all(e["status"] != "failed" for e in rec.entries) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
