@@ -1,1 +1,14 @@
-"""kernels."""
+"""Triton kernels, their launch wrappers and plain-torch references.
+
+* :mod:`.intro` - ``vector_add`` (kernel ``add_kernel``), lab 00's first kernel.
+* :mod:`.copies` - ``copy`` (kernel ``copy_coalesced``) and ``copy_strided`` (kernel
+  ``copy_strided``), for ``STRIDES = (1, 2, 4, 8, 16, 32)``.
+* :mod:`.attention` - ``attention_naive`` (kernels ``naive_qk``, ``naive_softmax``,
+  ``naive_pv``), ``attention_tiled`` (teaching kernel ``attn_fwd``), ``attention_tiled_fast``
+  (kernel ``attn_fwd_fast``, from :mod:`.attention_fast`) and ``VARIANTS``.
+* :mod:`.reference` - the torch references every test and lab compares against.
+
+Kernels run on CUDA tensors in gpu mode and on CPU tensors in interpreter mode
+(:func:`infralens_lab.device.torch_device`). Importing this package decides the mode first,
+because the parent package does.
+"""

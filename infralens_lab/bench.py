@@ -1,0 +1,305 @@
+"""Kernel benchmark: copies and attention against torch, in one run on one GPU.
+
+``python -m infralens_lab bench [--quick] [--out DIR] [--json PATH]`` measures, after a
+correctness check on the very inputs it times:
+
+* **copies** (1 GiB input, so nothing is served from the 50-60 MB L2): torch ``copy_``, the
+  Triton ``copy_coalesced`` kernel and ``copy_strided`` for every stride in ``STRIDES``.
+  Bandwidth is *useful* bytes (bytes read that end up in the output + bytes written) per
+  second; for strided copies the sector model's predicted fraction of the coalesced
+  bandwidth is printed next to the measured fraction.
+* **attention** forward, TFLOP/s = ``4*B*H*N^2*D / time`` (halved when causal), for naive,
+  tiled, tiled_fast, torch SDPA with its default choice and with each backend that runs.
+  The relative error (Frobenius) of each output against SDPA's default is printed.
+
+Times are medians of CUDA-event timings after warm-up (``triton.testing.do_bench``, which
+also flushes L2 between repeats). It prints ONE table, titled with the GPU name, and can
+write the result as JSON or as the recorded evidence ``bench``. In interpreter mode it
+refuses (exit code 2): a Python interpreter's timings say nothing about a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+
+from .analysis.traffic import attention_flops, sector_model
+from .device import facts, is_gpu
+
+COPY_BYTES = 1 << 30
+COPY_BYTES_QUICK = 1 << 26
+ATTN_CASES = [  # (B, H, N, D), dtype name, causal
+    ((4, 16, 4096, 64), "float16", False),
+    ((4, 16, 4096, 128), "float16", False),
+    ((1, 16, 16384, 128), "float16", False),
+    ((4, 16, 4096, 128), "bfloat16", False),
+    ((4, 16, 4096, 128), "float16", True),
+]
+ATTN_CASES_QUICK = [((2, 8, 1024, 64), "float16", False), ((2, 8, 1024, 64), "float16", True)]
+SDPA_BACKENDS = ("flash", "efficient", "cudnn")
+TARGETS = {"coalesced / copy_": 0.97, "tiled_fast / sdpa": 0.85, "tiled_fast / naive": 8.0}
+REL_ERR_OK = {"float16": 1e-2, "bfloat16": 3e-2}  # Frobenius error vs SDPA counted as a pass
+INTERPRETER_MESSAGE = ("bench: refusing to run in interpreter mode. Kernels there run in Triton's "
+                       "interpreter (Python on the CPU), so their timings mean nothing about a GPU. "
+                       "Run it on a machine with an NVIDIA GPU, or read the recorded evidence "
+                       "(infralens_lab.evidence.load('bench')).")
+
+
+def _ms(fn) -> float:
+    """Median milliseconds of ``fn`` over ~100 ms of repeats after ~25 ms of warm-up."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+# --------------------------------------------------------------------------- copies
+def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
+    """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16."""
+    import torch
+
+    from .kernels import copies
+
+    rows = []
+    for dtype in (torch.float32, torch.float16):
+        e = torch.tensor([], dtype=dtype).element_size()
+        name = str(dtype).replace("torch.", "")
+        x = torch.randn(n_bytes // e, device="cuda").to(dtype)
+        n = x.numel()
+        dst = torch.empty_like(x)
+        rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(lambda: dst.copy_(x)), True))
+        ok = torch.equal(copies.copy(x, out=dst), x)
+        rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(lambda: copies.copy(x, out=dst)), ok))
+        del dst
+        for s in copies.STRIDES:
+            out = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
+            ok = torch.equal(copies.copy_strided(x, s, out=out), x[::s])
+            t = _ms(lambda: copies.copy_strided(x, s, out=out))
+            rows.append(_copy_row("strided", name, s, n, out.numel(), e, t, ok))
+            del out
+        coalesced = next(r for r in rows if r["variant"] == "coalesced" and r["dtype"] == name)
+        for r in rows:
+            if r["dtype"] == name and r["variant"] == "strided":
+                r["measured_fraction"] = r["useful_tbps"] / coalesced["useful_tbps"]
+        del x
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
+    useful = 2 * n_out * e  # read-and-kept + written
+    m = sector_model(stride, e)
+    return {"variant": variant, "dtype": dtype, "stride": stride, "n_in": n_in, "n_out": n_out,
+            "useful_bytes": useful, "median_ms": ms, "useful_tbps": useful / (ms * 1e-3) / 1e12,
+            "predicted_fraction": m.useful_fraction if variant == "strided" else None,
+            "measured_fraction": None, "model_sectors_per_request": m.sectors_per_request, "correct": bool(ok)}
+
+
+# --------------------------------------------------------------------------- attention
+def _sdpa(backend):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if backend is None:
+        return lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    which = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+             "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+
+    def run(q, k, v, causal):
+        with sdpa_kernel([which]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def _rel_err(o, ref) -> float:
+    d = (o.float() - ref.float()).norm().item()
+    return d / max(ref.float().norm().item(), 1e-30)
+
+
+def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
+    """Rows (and skipped variants with reasons) for every attention variant and SDPA backend."""
+    import torch
+
+    from .kernels import attention, attention_fast
+
+    rows, skipped = [], []
+    for shape, dtype_name, causal in cases:
+        B, H, N, D = shape
+        dtype = getattr(torch, dtype_name)
+        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+        flops = attention_flops(B, H, N, D, causal)
+        ref = _sdpa(None)(q, k, v, causal)
+        variants = [("sdpa_default", _sdpa(None))] + [(f"sdpa_{b}", _sdpa(b)) for b in SDPA_BACKENDS]
+        variants += [(name, fn) for name, fn in attention.VARIANTS.items()]
+        for name, fn in variants:
+            case = {"shape": list(shape), "dtype": dtype_name, "causal": causal, "variant": name}
+            if name == "naive":
+                e = q.element_size()
+                need = B * H * N * N * (4 + e) + 4 * q.numel() * e
+                free = torch.cuda.mem_get_info()[0]
+                if need > 0.9 * free:
+                    skipped.append({**case, "reason": f"needs {need / 2**30:.1f} GiB for S and P, "
+                                                      f"{free / 2**30:.1f} GiB free"})
+                    continue
+            try:
+                o = fn(q, k, v, causal)
+            except RuntimeError as exc:  # an SDPA backend that does not support this case
+                skipped.append({**case, "reason": str(exc).strip().splitlines()[0][:160]})
+                continue
+            err = _rel_err(o, ref)
+            del o
+            ms = _ms(lambda: fn(q, k, v, causal))
+            row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
+                   "correct": err <= REL_ERR_OK[dtype_name], "config": None}
+            if name == "tiled":
+                row["config"] = attention.tiled_config(D)
+            elif name == "tiled_fast":
+                row["config"] = attention_fast.last_config()
+                row["tuning_ms"] = attention_fast.tuning_timings()
+            rows.append(row)
+            torch.cuda.empty_cache()
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    return rows, skipped
+
+
+# --------------------------------------------------------------------------- ratios and table
+def _find(rows, **want):
+    for r in rows:
+        if all(r.get(k) == v for k, v in want.items()):
+            return r
+    return None
+
+
+def compute_ratios(copy_rows: list[dict], attn_rows: list[dict]) -> list[dict]:
+    """The ratios the targets are stated in, from rows measured in the same run."""
+    out = []
+
+    def add(name, num, den, key, target):
+        if num is None or den is None:
+            return
+        value = num[key] / den[key]
+        out.append({"name": name, "value": value, "target": target,
+                    "met": None if target is None else bool(value >= target)})
+
+    for dt in ("float32", "float16"):
+        add(f"coalesced / copy_ ({dt})", _find(copy_rows, variant="coalesced", dtype=dt),
+            _find(copy_rows, variant="torch_copy_", dtype=dt), "useful_tbps", TARGETS["coalesced / copy_"])
+    seen = []
+    for r in attn_rows:
+        key = (tuple(r["shape"]), r["dtype"], r["causal"])
+        if key not in seen:
+            seen.append(key)
+    for shape, dt, causal in seen:
+        sel = dict(shape=list(shape), dtype=dt, causal=causal)
+        label = "x".join(map(str, shape)) + f" {dt}" + (" causal" if causal else "")
+        main = shape[2] == 4096 and dt == "float16" and not causal
+        sdpa = _find(attn_rows, variant="sdpa_default", **sel)
+        for v in ("tiled_fast", "tiled"):
+            target = TARGETS["tiled_fast / sdpa"] if (v == "tiled_fast" and main) else None
+            add(f"{v} / sdpa_default @ {label}", _find(attn_rows, variant=v, **sel), sdpa, "tflops", target)
+        if shape == (4, 16, 4096, 64) and dt == "float16" and not causal:
+            add(f"tiled_fast / naive @ {label}", _find(attn_rows, variant="tiled_fast", **sel),
+                _find(attn_rows, variant="naive", **sel), "tflops", TARGETS["tiled_fast / naive"])
+    return out
+
+
+def run_benchmark(quick: bool = False) -> dict:
+    """Run everything on the GPU and return the JSON-shaped result (see module docstring)."""
+    if not is_gpu():
+        raise RuntimeError(INTERPRETER_MESSAGE)
+    f = facts()
+    copies = bench_copies(COPY_BYTES_QUICK if quick else COPY_BYTES)
+    attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else ATTN_CASES)
+    return {
+        "meta": {"gpu": f.name, "driver": f.driver, "cuda": f.cuda, "torch": f.torch, "triton": f.triton,
+                 "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "quick": quick, "copy_bytes": COPY_BYTES_QUICK if quick else COPY_BYTES,
+                 "timing": "triton.testing.do_bench median (CUDA events, L2 flushed between repeats)"},
+        "copies": copies,
+        "attention": attn,
+        "skipped": skipped,
+        "ratios": compute_ratios(copies, attn),
+    }
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def format_table(result: dict) -> str:
+    """The whole result as ONE fixed-width text table, titled with the GPU name."""
+    meta = result.get("meta", {})
+    title = (f"InfraLens bench on {meta.get('gpu', '?')} (torch {meta.get('torch', '?')}, "
+             f"triton {meta.get('triton', '?')}, {str(meta.get('date_utc', ''))[:10]}; medians)")
+    lines = []
+    for r in result.get("copies", []):
+        e = r["useful_bytes"] // (2 * r["n_out"]) if r["n_out"] else 0
+        case = f"{r['dtype']} {_gib(r['n_in'] * e)} in"
+        variant = {"torch_copy_": "torch copy_", "coalesced": "copy_coalesced"}.get(
+            r["variant"], f"copy_strided s={r['stride']}")
+        note = "" if r["correct"] else "WRONG OUTPUT"
+        if r["variant"] == "strided" and r.get("measured_fraction") is not None:
+            note = (f"{r['measured_fraction']:.2f}x coalesced (model {r['predicted_fraction']:.2f}x) " + note).strip()
+        lines.append(("copy", case, variant, f"{r['median_ms']:.3f}", f"{r['useful_tbps']:.2f} TB/s", note))
+    for r in result.get("attention", []):
+        case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")
+        note = f"rel err {r['rel_err']:.1e}" + ("" if r["correct"] else " WRONG OUTPUT")
+        cfg = r.get("config")
+        if r["variant"] in ("tiled", "tiled_fast") and cfg:
+            note += f"; BM{cfg['BLOCK_M']} BN{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
+        lines.append(("attn", case, r["variant"], f"{r['median_ms']:.3f}", f"{r['tflops']:.1f} TFLOP/s", note))
+    for r in result.get("skipped", []):
+        case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")
+        lines.append(("attn", case, r["variant"], "-", "skipped", r["reason"]))
+    for r in result.get("ratios", []):
+        note = "" if r["target"] is None else (f"target >= {r['target']:g}: " + ("met" if r["met"] else "NOT met"))
+        lines.append(("ratio", r["name"], "", "", f"{r['value']:.2f}x", note))
+    head = ("section", "case", "variant", "median ms", "rate", "note")
+    widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [title, fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*row).rstrip() for row in lines]
+    return "\n".join(out)
+
+
+UNITS = {"median_ms": "ms", "useful_tbps": "TB/s (1e12 B/s), useful bytes read + written",
+         "tflops": "TFLOP/s (1e12), 4*B*H*N^2*D per forward, halved when causal",
+         "useful_bytes": "bytes", "rel_err": "Frobenius norm of (out - sdpa_default) / norm of sdpa_default"}
+
+
+def record_into(writer, quick: bool = False, result: dict | None = None) -> dict:
+    """Run the benchmark (unless ``result`` is given) and write it as record ``bench``."""
+    result = run_benchmark(quick) if result is None else result
+    writer.write("bench", result, units=UNITS,
+                 notes="python -m infralens_lab bench; medians via triton.testing.do_bench; ratios from one run")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a measurement")
+    ap.add_argument("--out", metavar="DIR", help="also write the result as recorded evidence into DIR")
+    ap.add_argument("--json", metavar="PATH", help="also write the result as plain JSON to PATH")
+    args = ap.parse_args(argv)
+    if not is_gpu():
+        print(INTERPRETER_MESSAGE, file=sys.stderr)
+        return 2
+    result = run_benchmark(args.quick)
+    print(format_table(result))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+    if args.out:
+        from .evidence import EvidenceWriter
+
+        cmd = "python -m infralens_lab bench" + ("" if argv is None else " " + " ".join(argv))
+        w = EvidenceWriter(args.out, command=cmd.strip())
+        record_into(w, result=result)
+        w.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Attention kernels (naive, tiled, tiled_fast) against the float32 torch reference.
+
+Runs in either mode on infralens_lab.device.torch_device(). Inputs are fresh torch.randn;
+shapes include N = 1, N not a multiple of any block, and non-power-of-two N; outputs are
+pre-filled with NaN so an unwritten element fails. Outputs are compared with the reference
+computed in float32 from the same (rounded) inputs, so the tolerance only has to cover the
+kernel's own roundings:
+
+* float16: the output is rounded once (half an ulp: 2**-11 relative) and P is rounded to
+  float16 before P @ V (2**-11 relative per probability, i.e. at most 2**-11 * max|v| in
+  the output, max|v| < 5 for these randn draws -> 2.5e-3). Hence atol=3e-3, rtol=2e-3.
+* bfloat16 (GPU only): the same two roundings with 2**-8 instead of 2**-11: atol=2.5e-2,
+  rtol=1.6e-2.
+* float32 (interpreter only): only summation order differs, ~1e-6 relative: atol=rtol=1e-5.
+"""
+import pytest
+import torch
+
+from infralens_lab.device import is_gpu, torch_device
+from infralens_lab.kernels import attention, attention_fast
+from infralens_lab.kernels.reference import attention_ref, probs_ref, scores_ref
+
+DEV = torch_device()
+TOL = {
+    torch.float16: dict(atol=3e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=2.5e-2, rtol=1.6e-2),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+}
+VARIANTS = list(attention.VARIANTS)
+# (B, H, N, D): N=1; N below, above and not a multiple of the blocks; every head dim.
+SHAPES = [(1, 1, 1, 16), (2, 2, 17, 32), (1, 2, 64, 64), (1, 1, 100, 32), (1, 1, 33, 128)]
+DTYPES = [torch.float16, torch.bfloat16] if is_gpu() else [torch.float16, torch.float32]
+
+
+def _qkv(shape, dtype):
+    return [torch.randn(shape, device=DEV, dtype=torch.float32).to(dtype) for _ in range(3)]
+
+
+def _check(variant, q, k, v, causal, sm_scale=None, **kw):
+    out = torch.full_like(q, float("nan")) if q.is_contiguous() else torch.full(q.shape, float("nan"),
+                                                                               dtype=q.dtype, device=DEV)
+    got = attention.VARIANTS[variant](q, k, v, causal=causal, sm_scale=sm_scale, out=out, **kw)
+    assert got is out
+    ref = attention_ref(q.float(), k.float(), v.float(), causal=causal, sm_scale=sm_scale)
+    torch.testing.assert_close(got.float(), ref, **TOL[q.dtype])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_matches_reference(variant, shape, causal):
+    _check(variant, *_qkv(shape, torch.float16), causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_second_dtype(variant, causal):
+    # float32 in the interpreter, bfloat16 on a GPU.
+    _check(variant, *_qkv((2, 1, 45, 64), DTYPES[1]), causal)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_custom_scale(variant):
+    _check(variant, *_qkv((1, 2, 40, 32), torch.float16), causal=True, sm_scale=0.3)
+
+
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+def test_non_contiguous_inputs(variant):
+    # The common (B, N, H, D) layout viewed as (B, H, N, D): strides are passed to the kernels.
+    q, k, v = (t.transpose(1, 2) for t in _qkv((2, 37, 3, 32), torch.float16))
+    assert not q.is_contiguous()
+    _check(variant, q, k, v, causal=True)
+
+
+def test_naive_stages_one_by_one():
+    q, k, v = _qkv((1, 2, 50, 32), torch.float16)
+    s = attention.naive_scores(q, k, out=torch.full((1, 2, 50, 50), float("nan"), device=DEV))
+    # float16 products are exact in float32; only the order of D additions differs.
+    torch.testing.assert_close(s, scores_ref(q, k), atol=1e-5, rtol=1e-5)
+    for causal in (False, True):
+        poison = torch.full((1, 2, 50, 50), float("nan"), dtype=q.dtype, device=DEV)
+        p = attention.naive_probs(s, causal, q.dtype, out=poison)
+        # one float16 rounding of values in [0, 1]: at most 2**-12 absolute
+        torch.testing.assert_close(p.float(), probs_ref(s, causal), atol=3e-4, rtol=1e-3)
+        if causal:
+            assert torch.all(p.float().triu(1) == 0)
+    o = attention.naive_output(p, v, out=torch.full_like(v, float("nan")))
+    # exact float32 product of float16 inputs, rounded once to float16
+    torch.testing.assert_close(o.float(), p.float() @ v.float(), atol=1e-3, rtol=1e-3)
+
+
+def test_variants_table():
+    assert set(attention.VARIANTS) == {"naive", "tiled", "tiled_fast"}
+    assert attention.attention_tiled_fast is attention_fast.attention_tiled_fast
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fast_fixed_config(causal):
+    # An explicit config bypasses the autotuner; BLOCK_M=2*BLOCK_N exercises the on-band sub-tiles.
+    _check("tiled_fast", *_qkv((1, 2, 70, 32), torch.float16), causal, config=(32, 16, 4, 1))
+
+
+@pytest.mark.skipif(not is_gpu(), reason="the tuned configs are GPU configs")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("group", ["small_d", "d128"])
+def test_fast_every_gpu_config(group, causal):
+    # Every autotuner candidate is correct on a ragged N (the autotuner may pick any of them).
+    D = 128 if group == "d128" else 64
+    q, k, v = _qkv((1, 2, 777, D), torch.float16)
+    for cfg in attention_fast.GPU_CANDIDATES[group]:
+        if causal and cfg[0] % cfg[1]:
+            continue
+        _check("tiled_fast", q, k, v, causal, config=cfg)
+
+
+@pytest.mark.skipif(not is_gpu(), reason="bigger shapes take minutes in the interpreter")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_longer_sequences_gpu(variant, dtype):
+    _check(variant, *_qkv((2, 3, 1000, 128), dtype), causal=True)
+
+
+# --------------------------------------------------------------------------- bad input
+def _good(shape=(1, 2, 8, 16), dtype=torch.float16):
+    return _qkv(shape, dtype)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_wrong_device(variant):
+    q, k, v = _good()
+    with pytest.raises(ValueError, match=f"q is on device 'meta', expected '{DEV}'"):
+        attention.VARIANTS[variant](q.to("meta"), k, v)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+def test_wrong_dtype(variant, dtype):
+    q, k, v = _good()
+    with pytest.raises(TypeError, match="k has dtype .* expected one of"):
+        attention.VARIANTS[variant](q, k.to(dtype), v)
+
+
+@pytest.mark.skipif(is_gpu(), reason="bfloat16 runs on a GPU")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bf16_refused_in_interpreter(variant):
+    q, k, v = (t.to(torch.bfloat16) for t in _good())
+    with pytest.raises(TypeError, match="bfloat16.*silently wrong"):
+        attention.VARIANTS[variant](q, k, v)
+
+
+@pytest.mark.skipif(not is_gpu(), reason="float32 is the interpreter's second dtype")
+def test_fp32_refused_on_gpu():
+    q, k, v = (t.float() for t in _good())
+    with pytest.raises(TypeError, match="expected one of float16, bfloat16"):
+        attention.attention_tiled(q, k, v)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_wrong_rank_and_shapes(variant):
+    q, k, v = _good()
+    f = attention.VARIANTS[variant]
+    with pytest.raises(ValueError, match=r"q has shape \(2, 8, 16\) \(rank 3\), expected rank 4"):
+        f(q[0], k, v)
+    with pytest.raises(ValueError, match=r"shapes \(1, 2, 8, 16\), \(1, 2, 9, 16\).*expected one shape"):
+        f(q, torch.randn(1, 2, 9, 16, device=DEV, dtype=q.dtype), v)
+    with pytest.raises(TypeError, match="dtypes float16, float16, float32"):
+        f(q, k, v.float()) if not is_gpu() else f(q, k, v.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("D", [8, 48, 256])
+def test_unsupported_head_dim(variant, D):
+    q, k, v = _good(shape=(1, 1, 4, D))
+    with pytest.raises(ValueError, match=rf"head dim D={D} is not supported, expected one of \(16, 32, 64, 128\)"):
+        attention.VARIANTS[variant](q, k, v)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bad_causal_and_scale(variant):
+    q, k, v = _good()
+    f = attention.VARIANTS[variant]
+    with pytest.raises(TypeError, match=r"causal is 1 \(int\), expected True or False"):
+        f(q, k, v, causal=1)
+    with pytest.raises(ValueError, match="sm_scale is -1.0, expected a finite number > 0"):
+        f(q, k, v, sm_scale=-1.0)
+    with pytest.raises(TypeError, match=r"sm_scale is 'x' \(str\)"):
+        f(q, k, v, sm_scale="x")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bad_out(variant):
+    q, k, v = _good()
+    f = attention.VARIANTS[variant]
+    with pytest.raises(ValueError, match=r"out has shape \(1, 2, 8, 8\), expected \(1, 2, 8, 16\)"):
+        f(q, k, v, out=torch.empty(1, 2, 8, 8, device=DEV, dtype=q.dtype))
+    with pytest.raises(TypeError, match="out has dtype"):
+        f(q, k, v, out=torch.empty(1, 2, 8, 16, device=DEV, dtype=torch.float64))
+
+
+def test_fast_refuses_non_contiguous_and_misaligned():
+    q, k, v = _good(shape=(1, 8, 2, 16))
+    with pytest.raises(ValueError, match="q has strides .* expected a contiguous tensor"):
+        attention.attention_tiled_fast(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    q, k, v = _good()
+    flat = torch.randn(q.numel() + 1, device=DEV, dtype=q.dtype)
+    shifted = flat[1:].view(q.shape)  # contiguous, but 2 bytes past an aligned start
+    with pytest.raises(ValueError, match="16-byte-aligned start"):
+        attention.attention_tiled_fast(shifted, k, v)
+    with pytest.raises(ValueError, match="BLOCK_M % BLOCK_N != 0"):
+        attention.attention_tiled_fast(q, k, v, causal=True, config=(32, 64, 4, 1))

@@ -1,0 +1,81 @@
+"""bench: table formatting and ratios on a synthetic result (CPU), refusal in interpreter mode."""
+import json
+
+import pytest
+
+from infralens_lab import bench
+from infralens_lab.device import is_gpu
+
+
+def _synthetic():
+    copies = [
+        {"variant": "torch_copy_", "dtype": "float32", "stride": 1, "n_in": 2**28, "n_out": 2**28,
+         "useful_bytes": 2**31, "median_ms": 0.5, "useful_tbps": 4.0, "predicted_fraction": None,
+         "measured_fraction": None, "model_sectors_per_request": 16, "correct": True},
+        {"variant": "coalesced", "dtype": "float32", "stride": 1, "n_in": 2**28, "n_out": 2**28,
+         "useful_bytes": 2**31, "median_ms": 0.5, "useful_tbps": 3.96, "predicted_fraction": None,
+         "measured_fraction": None, "model_sectors_per_request": 16, "correct": True},
+        {"variant": "strided", "dtype": "float32", "stride": 8, "n_in": 2**28, "n_out": 2**25,
+         "useful_bytes": 2**28, "median_ms": 0.3, "useful_tbps": 0.88, "predicted_fraction": 2 / 9,
+         "measured_fraction": 0.88 / 3.96, "model_sectors_per_request": 32, "correct": False},
+    ]
+    shape = [4, 16, 4096, 64]
+    attn = [dict(shape=shape, dtype="float16", causal=False, variant=v, median_ms=ms, tflops=t, rel_err=1e-3,
+                 correct=True, config=None) for v, ms, t in
+            [("sdpa_default", 0.16, 400.0), ("naive", 2.5, 25.0), ("tiled", 0.2, 320.0), ("tiled_fast", 0.17, 380.0)]]
+    attn[-1]["config"] = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    skipped = [dict(shape=[1, 16, 16384, 128], dtype="float16", causal=False, variant="naive",
+                    reason="needs 24.0 GiB for S and P, 10.0 GiB free")]
+    result = {"meta": {"gpu": "NVIDIA Test GPU 80GB", "torch": "2.x", "triton": "3.6.0",
+                       "date_utc": "2026-11-22T10:00:00Z"},
+              "copies": copies, "attention": attn, "skipped": skipped}
+    result["ratios"] = bench.compute_ratios(copies, attn)
+    return result
+
+
+def test_ratios_from_rows():
+    r = {x["name"]: x for x in _synthetic()["ratios"]}
+    assert r["coalesced / copy_ (float32)"]["value"] == pytest.approx(0.99)
+    assert r["coalesced / copy_ (float32)"]["met"] is True
+    fast = r["tiled_fast / sdpa_default @ 4x16x4096x64 float16"]
+    assert fast["value"] == pytest.approx(0.95) and fast["target"] == 0.85 and fast["met"] is True
+    assert r["tiled / sdpa_default @ 4x16x4096x64 float16"]["target"] is None
+    assert r["tiled_fast / naive @ 4x16x4096x64 float16"]["value"] == pytest.approx(15.2)
+    assert "coalesced / copy_ (float16)" not in r  # no float16 rows, no ratio
+
+
+def test_format_table_is_one_table():
+    text = bench.format_table(_synthetic())
+    lines = text.splitlines()
+    assert lines[0].startswith("InfraLens bench on NVIDIA Test GPU 80GB")
+    assert lines[1].split() == ["section", "case", "variant", "median", "ms", "rate", "note"]
+    assert set(lines[2].replace(" ", "")) == {"-"}
+    assert len(lines) == 3 + 3 + 4 + 1 + len(_synthetic()["ratios"])
+    assert any("copy_strided s=8" in ln and "0.88 TB/s" in ln and "(model 0.22x)" in ln and "WRONG OUTPUT" in ln
+               for ln in lines)
+    assert any("tiled_fast" in ln and "380.0 TFLOP/s" in ln and "BM128 BN64 w4 s3" in ln for ln in lines)
+    assert any("skipped" in ln and "needs 24.0 GiB" in ln for ln in lines)
+    assert any(ln.startswith("ratio") and "0.99x" in ln and "target >= 0.97: met" in ln for ln in lines)
+
+
+def test_record_into_writes_bench_record():
+    class Writer:
+        def __init__(self):
+            self.calls = []
+
+        def write(self, name, values, units=None, notes=""):
+            self.calls.append((name, values, units))
+
+    w, res = Writer(), _synthetic()
+    assert bench.record_into(w, result=res) is res
+    (name, values, units), = w.calls
+    assert name == "bench" and values is res and "tflops" in units
+    json.dumps(values)  # JSON-shaped
+
+
+@pytest.mark.skipif(is_gpu(), reason="on a GPU bench really runs")
+def test_bench_refuses_in_interpreter(capsys):
+    assert bench.main([]) == 2
+    assert "timings mean nothing" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="interpreter mode"):
+        bench.run_benchmark(quick=True)

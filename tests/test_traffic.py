@@ -1,0 +1,77 @@
+"""Traffic and FLOP models against numbers worked out by hand."""
+import pytest
+
+from infralens_lab.analysis import traffic as T
+
+
+@pytest.mark.parametrize("stride,elem,amp,sectors,fraction", [
+    (1, 4, 1, 16, 1.0),          # coalesced: 32 threads x 16 B = 512 B = 16 sectors per request
+    (2, 4, 2, 32, 2 / 3),        # every other float: half of each sector is waste
+    (8, 4, 8, 32, 2 / 9),        # one float per 32-byte sector
+    (16, 4, 8, 32, 2 / 9),       # past 32 bytes apart a sector cannot get any worse
+    (4, 2, 4, 32, 2 / 5),
+    (32, 2, 16, 32, 2 / 17),     # one half per sector: 16x
+])
+def test_sector_model(stride, elem, amp, sectors, fraction):
+    m = T.sector_model(stride, elem)
+    assert m.read_amplification == amp
+    assert m.sectors_per_request == sectors
+    assert m.useful_fraction == pytest.approx(fraction)
+    assert T.predicted_useful_fraction(stride, elem) == pytest.approx(fraction)
+
+
+def test_copy_traffic():
+    t = T.copy_traffic(1000, 4, 8)
+    assert (t.kernel, t.bytes_read, t.bytes_written, t.useful_bytes_read, t.flops) == ("copy_strided", 32000, 4000,
+                                                                                     4000, 0)
+    assert t.bytes == 36000 and t.intensity == 0.0
+    c = T.copy_traffic(1000, 2)
+    assert (c.kernel, c.bytes_read, c.bytes_written) == ("copy_coalesced", 2000, 2000)
+    assert "32-byte sectors" in c.assumptions
+    assert c.as_dict()["useful_bytes_read"] == 2000
+
+
+def test_attention_flops():
+    assert T.attention_flops(4, 16, 4096, 64) == 274_877_906_944  # 4 * 4 * 16 * 4096**2 * 64
+    assert T.attention_flops(4, 16, 4096, 64, causal=True) == 137_438_953_472
+
+
+def test_naive_traffic_by_hand():
+    # B=1, H=2, N=8, D=16, fp16: Q (or K, V, O) = 2*8*16*2 = 512 B; S, P have 2*64 = 128 elements.
+    qk, sm, pv = T.attention_naive_traffic(1, 2, 8, 16, 2)
+    assert (qk.kernel, qk.bytes_read, qk.bytes_written, qk.flops) == ("naive_qk", 1024, 512, 4096)
+    assert (sm.kernel, sm.bytes_read, sm.bytes_written, sm.flops) == ("naive_softmax", 512, 256, 640)
+    assert (pv.kernel, pv.bytes_read, pv.bytes_written, pv.flops) == ("naive_pv", 768, 512, 4096)
+    causal = T.attention_naive_traffic(1, 2, 8, 16, 2, causal=True)
+    assert [c.bytes for c in causal] == [qk.bytes, sm.bytes, pv.bytes]  # naive computes every tile anyway
+    assert "float32" in qk.assumptions
+
+
+def test_tiled_traffic_by_hand():
+    # B=H=1, N=10, D=16, fp16, block_m=4: 3 query blocks; Q = O = 10*16*2 = 320 B.
+    t = T.attention_tiled_traffic(1, 1, 10, 16, 2, block_m=4)
+    assert (t.bytes_read, t.bytes_written, t.flops) == (320 + 2 * 30 * 16 * 2, 320, 6400)  # K, V read 3x
+    c = T.attention_tiled_traffic(1, 1, 10, 16, 2, block_m=4, causal=True)
+    # causal: the blocks read 4, 8 and 10 key rows -> 22 rows of K and of V
+    assert (c.bytes_read, c.bytes_written, c.flops) == (320 + 2 * 22 * 16 * 2, 320, 3200)
+    assert "22" in c.assumptions and "ceil(N/4) = 3" in t.assumptions
+    assert t.intensity == pytest.approx(6400 / (320 + 1920 + 320))
+
+
+def test_matmul_traffic():
+    t = T.matmul_traffic(2, 3, 4, 2)
+    assert (t.bytes_read, t.bytes_written, t.flops) == ((8 + 12) * 2, 12, 48)
+    assert t.intensity == pytest.approx(48 / 52)
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: T.sector_model(0, 4), ValueError, "stride is 0, expected an int >= 1"),
+    (lambda: T.sector_model(1.5, 4), TypeError, r"stride is 1.5 \(float\)"),
+    (lambda: T.sector_model(2, 3), ValueError, "elem_bytes is 3, expected 1, 2, 4 or 8"),
+    (lambda: T.copy_traffic(0, 4), ValueError, "n_out is 0"),
+    (lambda: T.attention_tiled_traffic(1, 1, 8, 16, 2, block_m=0), ValueError, "block_m is 0"),
+    (lambda: T.attention_flops(1, 1, True, 16), TypeError, "N is True"),
+])
+def test_bad_arguments(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()
