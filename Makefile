@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: lab test install doctor bench record site clean
+.PHONY: lab test install doctor bench record site grade clean
 
 $(STAMP): pyproject.toml tools/install.sh
 	bash tools/install.sh "$(PYTHON)" "$(VENV)"
@@ -27,6 +27,16 @@ doctor: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m infralens_lab bench
+
+# Grade a folder of submitted notebooks: `make grade SUBMISSIONS=path/` (see docs/instructors.md).
+SUBMISSIONS ?=
+SCORES ?= scores.csv
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv]"; exit 2; }
+	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors
+	rc=0; $(PY) -m pytest --nbval-lax --nbval-current-env --infralens-grade -p no:cacheprovider \
+	    "$(SUBMISSIONS)" --infralens-score-csv $(SCORES) $(PYTEST_ARGS) || rc=$$?; \
+	echo "scores written to $(SCORES)"; test $$rc -le 1
 
 site: $(STAMP)
 	$(PY) -m infralens_lab site --out site
