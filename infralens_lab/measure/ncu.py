@@ -98,6 +98,9 @@ FIX_NOT_FOUND = ("Install Nsight Compute (with the CUDA toolkit or from NVIDIA's
 FIX_PERM = ("Run ncu as root (sudo), or allow all users to read counters: add "
             "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to a file in /etc/modprobe.d/ and reboot "
             "(on a managed machine ask the administrator).")
+FIX_NO_KERNELS = ("Check the kernel-name regex (Triton kernels are named after their Python function, e.g. "
+                  "copy_strided), that --launch-skip is smaller than the number of matching launches, and, with "
+                  "--nvtx, that the launches happen inside the target's 'infralens' NVTX range.")
 FIX_NO_GPU = "ncu needs an NVIDIA GPU with its driver; run on a GPU machine, or read the recorded counters."
 
 
@@ -165,11 +168,9 @@ def classify_failure(output: str, returncode: int, requested: Sequence[str] = ()
                               "Drop or rename them; `ncu --query-metrics` lists the metrics this GPU supports.",
                               output, bad)
     if "No kernels were profiled" in output:
-        return NcuNoKernels(f"ncu ran the program but profiled no kernel: none matched regex {kernel_regex!r} "
-                            "in the launch window.",
-                            "Check the kernel name (Triton kernels are named after their Python function, e.g. "
-                            "copy_strided) and that --launch-skip is smaller than the number of matching launches.",
-                            output)
+        which = f"regex {kernel_regex!r}" if kernel_regex else "the kernel-name regex"
+        return NcuNoKernels(f"ncu ran the program but profiled no kernel: none matched {which} in the launch window.",
+                            FIX_NO_KERNELS, output)
     if returncode != 0:
         tail = "\n".join(errors[-3:] or output.strip().splitlines()[-5:])
         return NcuFailed(f"ncu or the profiled program exited with code {returncode}: {tail}",
@@ -286,8 +287,7 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
             j += 1
     if not records:
         if "No kernels were profiled" in text:
-            raise NcuNoKernels("ncu profiled no kernel (\"No kernels were profiled\").",
-                               "Check the kernel-name regex and the launch window.", text)
+            raise NcuNoKernels("ncu profiled no kernel (\"No kernels were profiled\").", FIX_NO_KERNELS, text)
         raise NcuCsvError("the ncu CSV has a header but no launch rows", "Check the launch window.", text)
     return pd.DataFrame.from_records(records, columns=["config", "kernel", "launch", "metric", "unit", "value", "text"])
 
@@ -299,7 +299,7 @@ KEYS = ["config", "kernel", "launch"]
 def wide(df, metrics: Sequence[str] | None = None):
     """One row per (config, kernel, launch), one column per metric (values as floats)."""
     sub = df if metrics is None else df[df["metric"].isin(list(metrics))]
-    out = sub.pivot_table(index=KEYS, columns="metric", values="value", aggfunc="first", sort=False, dropna=False)
+    out = sub.groupby(KEYS + ["metric"], sort=False)["value"].first().unstack("metric")
     out.columns.name = None
     return out.reset_index()
 

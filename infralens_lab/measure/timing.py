@@ -106,8 +106,8 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
             flush: bool = False, clock: str = "auto") -> Timing:
     """Time ``fn`` and return a :class:`Timing` (median and p10/p90 in ms over ``repeats``).
 
-    ``rotate``: a sequence of argument tuples (or single arguments); repeat ``i`` calls
-    ``fn(*rotate[i % len(rotate)])``. ``flush``: before each repeat, overwrite a buffer of
+    ``rotate``: a sequence of argument tuples (or single arguments); call ``j`` (warm-up calls
+    first, then repeats) is ``fn(*rotate[j % len(rotate)])``. ``flush``: before each repeat, overwrite a buffer of
     2 × L2 bytes so the kernel starts with a cold L2 (not timed). ``clock``: ``'auto'`` uses
     CUDA events in gpu mode and returns a not-meaningful Timing in interpreter mode;
     ``'cpu'`` times host wall clock with ``time.perf_counter`` (for pure-torch CPU work);
@@ -132,7 +132,7 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
         samples = []
         for i in range(repeats):
             t0 = time.perf_counter()
-            _call(fn, args_at(i))
+            _call(fn, args_at(warmup + i))
             samples.append((time.perf_counter() - t0) * 1e3)
         return summarize(samples, "cpu_wall", "host wall clock (time.perf_counter), not GPU time")
     if not is_gpu():

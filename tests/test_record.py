@@ -1,0 +1,102 @@
+"""record: refuses without a GPU, keeps going when a step fails, joins ncu runs, bundles, imports no Jupyter."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from infralens_lab import record
+from infralens_lab.device import is_gpu
+from infralens_lab.evidence import EvidenceWriter, RecordedStore
+from infralens_lab.measure import ncu as N
+
+from test_ncu import SYNTHETIC  # tests/ is on sys.path (pytest rootdir import mode)
+
+
+@pytest.mark.skipif(is_gpu(), reason="checks the no-GPU refusal")
+def test_refuses_without_gpu(tmp_path, capsys):
+    out = tmp_path / "rec"
+    assert record.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to record" in err and "interpreter mode" in err and "NVIDIA GPU" in err
+    assert not out.exists()
+
+
+def test_unknown_step_is_rejected(tmp_path, capsys):
+    assert record.main(["--out", str(tmp_path / "rec"), "--only", "device,coffee"]) == 2
+    assert "unknown step(s) ['coffee']" in capsys.readouterr().err
+
+
+def test_help_lists_steps_and_records(capsys):
+    with pytest.raises(SystemExit):
+        record.main(["--help"])
+    out = capsys.readouterr().out
+    for name in record.STEPS + ("trace_summary", "record_log", "ncu_copies_stalls.csv"):
+        assert name in out.replace("\n", " ")
+
+
+def test_failed_and_skipped_steps_do_not_stop_the_others(tmp_path, monkeypatch):
+    w = EvidenceWriter(tmp_path / "rec", "test")
+    logs = []
+    rec = record.Recorder(w, log=logs.append)
+    monkeypatch.setattr(record.Recorder, "step_ceilings", lambda self: 1 / 0, raising=False)
+    monkeypatch.setattr(record, "_optional", lambda m, a: (_ for _ in ()).throw(record._Skip(f"{m} absent")))
+    for step in ("ceilings", "bench", "device"):
+        rec.run(step)
+    status = {e["step"]: (e["status"], e["detail"]) for e in rec.entries}
+    assert status["ceilings"] == ("failed", "ZeroDivisionError: division by zero")
+    assert status["bench"] == ("skipped", "infralens_lab.bench absent")
+    assert status["device"][0] == "ok"
+    assert any("Traceback" in line for line in logs)  # the failure's traceback is in the log
+    w.close()
+    assert RecordedStore(tmp_path / "rec").load("device").values["mode"] in ("gpu", "interpreter")
+
+
+def test_ncu_runs_are_joined_with_fallbacks(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run_ncu(target, kernel_regex, metrics=None, launch_skip=0, launch_count=1, nvtx=True, timeout=0):
+        calls.append((target[1], kernel_regex, launch_skip, launch_count, nvtx, tuple(metrics)))
+        if "bad__metric" in metrics:
+            raise N.NcuMetricError("unknown", metrics=["bad__metric"])
+        if target[1] == "naive" and nvtx:
+            raise N.NcuNoKernels("none")
+        if target[1] == "tiled":
+            raise N.NcuPermissionError("no counters", N.FIX_PERM)
+        return SYNTHETIC
+
+    monkeypatch.setattr(N, "run_ncu", fake_run_ncu)
+    w = EvidenceWriter(tmp_path / "rec", "test")
+    rec = record.Recorder(w, log=lambda m: None)
+    cfgs = [("a", "copy", ["--n", "8"]), ("b", "naive", []), ("c", "tiled", [])]
+    detail = rec._ncu_file("ncu_test.csv", cfgs, N.TIME + ["bad__metric"])
+    assert detail.startswith("2/3 runs ok; failed: ['c: no counters")
+    # copy: dropped the bad metric and retried; naive: NVTX window empty -> counted window (skip 1 warm-up x 3)
+    assert calls[0][0] == "copy" and calls[1] == ("copy", "copy_coalesced", 0, 1, True, tuple(N.TIME))
+    assert ("naive", "naive_", 0, 3, True, tuple(N.TIME)) in calls
+    assert ("naive", "naive_", 3, 3, False, tuple(N.TIME)) in calls
+    df = N.parse_raw_csv((tmp_path / "rec" / "ncu_test.csv").read_text())
+    assert sorted(df["config"].unique()) == ["a", "b"] and len(df) == 40
+    with pytest.raises(RuntimeError, match="every ncu run for ncu_none.csv failed"):
+        rec._ncu_file("ncu_none.csv", [("c", "tiled", [])], N.TIME)
+
+
+def test_bundle_holds_the_set_and_the_log(tmp_path):
+    w = EvidenceWriter(tmp_path / "rec", "test")
+    w.write("device", {"name": "x"})
+    w.close()
+    path = record.bundle(tmp_path / "rec", tmp_path / "b" / "rec.tar.gz", "step log\n")
+    with tarfile.open(path) as tar:
+        names = sorted(tar.getnames())
+        assert names == ["rec", "rec.record.log", "rec/device.json", "rec/manifest.json"]
+        assert tar.extractfile("rec.record.log").read() == b"step log\n"
+
+
+def test_import_path_has_no_jupyter():
+    code = ("import sys, infralens_lab.record, infralens_lab.measure.torch_trace, infralens_lab.present.timeline;"
+            "bad=[m for m in sys.modules if m.split('.')[0] in ('IPython','ipywidgets','jupyter_client','nbformat',"
+            "'ipykernel','jupyterlab')]; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

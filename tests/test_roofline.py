@@ -1,0 +1,99 @@
+"""roofline maths with hand-computed cases; the datasheet table and measured Ceilings."""
+from __future__ import annotations
+
+import pytest
+
+from infralens_lab.analysis.hardware import PEAKS, Ceilings, peaks_for
+from infralens_lab.analysis.roofline import LATENCY_THRESHOLD, attainable, classify, intensity, ridge, roof_curve
+
+P, W = 100e12, 2e12  # a toy GPU: 100 TFLOP/s, 2 TB/s -> ridge at 50 FLOP/byte
+
+
+def test_intensity_ridge_attainable():
+    assert intensity(2e9, 1e8) == 20.0
+    assert intensity(0, 5) == 0.0
+    assert ridge(P, W) == 50.0
+    assert attainable(10, P, W) == 20e12  # memory roof: 10 FLOP/B x 2 TB/s
+    assert attainable(50, P, W) == P  # the ridge touches both roofs
+    assert attainable(1000, P, W) == P
+
+
+@pytest.mark.parametrize("flops, nbytes, seconds, kind, frac", [
+    (2e9, 1e8, 1e-4, "memory", 0.5),  # I=20 < 50; 20 TFLOP/s of a 40 TFLOP/s roof
+    (2e9, 1e8, 1e-3, "latency/launch", 0.05),  # same kernel 10x slower: far under both roofs
+    (1e12, 1e9, 0.0125, "compute", 0.8),  # I=1000 > 50; 80 of 100 TFLOP/s
+    (0, 2e9, 1e-3, "memory", 1.0),  # a copy: 2 GB in 1 ms = the full 2 TB/s
+    (0, 2e9, 1e-2, "latency/launch", 0.1),
+])
+def test_classify_hand_computed(flops, nbytes, seconds, kind, frac):
+    b = classify(flops, nbytes, seconds, P, W)
+    assert b.kind == kind
+    assert b.fraction_of_roof == pytest.approx(frac)
+    assert b.ridge == 50.0 and b.achieved == pytest.approx(flops / seconds)
+    assert kind.split("/")[0] in b.explanation
+
+
+def test_threshold_is_the_boundary():
+    # exactly at the threshold is roof-bound; just below is latency-bound
+    t = 1e8 / (W * LATENCY_THRESHOLD)
+    assert classify(0, 1e8, t, P, W).kind == "memory"
+    assert classify(0, 1e8, t * 1.01, P, W).kind == "latency/launch"
+    assert classify(0, 1e8, t * 1.01, P, W, threshold=0.1).kind == "memory"
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: intensity(1e9, 0), ValueError, "bytes_moved=0"),
+    (lambda: intensity(-1, 10), ValueError, "flops=-1"),
+    (lambda: ridge(P, "fast"), TypeError, "peak_bw is str"),
+    (lambda: attainable(-1, P, W), ValueError, "intensity=-1"),
+    (lambda: classify(1, 1, 0, P, W), ValueError, "seconds=0"),
+    (lambda: classify(1, 1, 1, P, W, threshold=1.5), ValueError, "threshold=1.5"),
+])
+def test_bad_inputs(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_roof_curve():
+    xs, ys = roof_curve(P, W, lo=1, hi=1000, points=4)
+    assert xs.tolist() == pytest.approx([1, 10, 100, 1000])
+    assert ys.tolist() == pytest.approx([2e12, 20e12, P, P])
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM5"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA L4", "L4"),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+])
+def test_peaks_lookup(name, key):
+    assert peaks_for(name) is PEAKS[key]
+
+
+def test_peaks_values_are_dense_and_unknown_gpus_are_none():
+    h = PEAKS["H100 SXM5"]
+    assert (h.fp16, h.tf32, h.bandwidth) == (989.5e12, 494.5e12, 3.35e12)  # half the "with sparsity" figures
+    assert PEAKS["H200"].bandwidth == 4.8e12 and PEAKS["A100 80GB SXM"].fp32 == 19.5e12
+    assert peaks_for("Tesla T4") is None and peaks_for("NVIDIA L40S") is None
+    with pytest.raises(TypeError, match="expected a str"):
+        peaks_for(None)
+
+
+VALUES = {"copy": {"bandwidth_bytes_per_s": 4.0e12},
+          "matmul": [{"dtype": "fp32", "flops_per_s": 50e12}, {"dtype": "tf32", "flops_per_s": 350e12},
+                     {"dtype": "fp16", "flops_per_s": 660e12}, {"dtype": "bf16", "flops_per_s": 690e12}],
+          "sweep": []}
+
+
+def test_ceilings_from_recorded_values():
+    c = Ceilings.from_values(VALUES, gpu="NVIDIA H200")
+    assert (c.copy_bw, c.fp16, c.rate("bf16")) == (4.0e12, 660e12, 690e12)
+    v = c.versus_datasheet().set_index("quantity")
+    assert v.loc["copy bandwidth", "measured_over_datasheet"] == pytest.approx(4.0 / 4.8)
+    assert v.loc["fp16 matmul", "measured"] == pytest.approx(660)
+    assert v.loc["fp16 matmul", "unit"] == "TFLOP/s"
+    with pytest.raises(ValueError, match="no measured matmul ceiling for dtype 'fp8'"):
+        c.rate("fp8")
+    with pytest.raises(ValueError, match="expected a dict with 'copy' and 'matmul'"):
+        Ceilings.from_values({"copy": {}})
+    with pytest.raises(ValueError, match="lacks 'bandwidth_bytes_per_s'"):
+        Ceilings.from_values({"copy": {}, "matmul": []})
