@@ -49,6 +49,7 @@ class Recorder:
         self.w, self.quick, self.say = writer, quick, log
         self.entries: list[dict] = []
         self.lines: list[str] = []
+        self.nvtx_ok: bool | None = None  # learned from the first ncu run: does NVTX filtering select kernels?
 
     def log(self, msg: str) -> None:
         self.lines.append(msg)
@@ -138,11 +139,15 @@ class Recorder:
         for version in ("bubble", "fixed"):
             step = make_step(version)
             tr = profile(step, wait=1, warmup=2, active=3)
-            data = trim(tr.data)
+            for depth in (None, 4, 3, 2, 1):  # keep under ~2.5 MB of JSON: drop the deepest aten ops first
+                data = trim(tr.data, max_depth=depth)
+                if len(json.dumps(data)) < 2_500_000:
+                    break
             path = self.w.write(f"trace_{version}", data, units={"ts": "us", "dur": "us"},
-                                notes=f"torch.profiler chrome trace (trimmed) of 3 training steps, pipeline "
-                                      f"version '{version}' (infralens_lab.workloads.pipeline)")
-            sizes.append(f"{version} {path.stat().st_size / 1e6:.2f} MB")
+                                notes=f"torch.profiler chrome trace of 3 training steps, pipeline version "
+                                      f"'{version}' (infralens_lab.workloads.pipeline), trimmed by "
+                                      f"torch_trace.trim(max_depth={depth})")
+            sizes.append(f"{version} {path.stat().st_size / 1e6:.2f} MB (op depth {depth or 'all'})")
             gaps = tr.idle_gaps()
             summary[version] = {**tr.summary(), "gaps": gaps.to_dict(orient="records"),
                                 "ranges": tr.ranges().to_dict(orient="records"),
@@ -169,6 +174,8 @@ class Recorder:
             attempts = [dict(kernel_regex=REGEX[kernel], launch_skip=0, launch_count=count, nvtx=True)]
             regex, skip, cnt = launch_window(kernel, 1, 1)
             attempts.append(dict(kernel_regex=regex, launch_skip=skip, launch_count=cnt, nvtx=False))
+            if self.nvtx_ok is False:
+                attempts.pop(0)
             text, err = None, None
             for _ in range(3):
                 if not attempts:
@@ -179,6 +186,8 @@ class Recorder:
                     text = N.run_ncu(target, metrics=metrics, timeout=240, **a)
                     cmd = N.command_line(target, metrics=metrics, **a)
                     self.log(f"[record]   {filename} {label}: {time.perf_counter() - t0:.1f} s (nvtx={a['nvtx']})")
+                    if self.nvtx_ok is None:
+                        self.nvtx_ok = a["nvtx"]
                     break
                 except N.NcuMetricError as exc:
                     self.log(f"[record]   {label}: dropping unknown metrics {exc.metrics}")

@@ -195,3 +195,11 @@ def test_recorded_gpu_trace_excerpt():
     r = tr.ranges().set_index("name")
     assert {"data", "forward", "backward", "optimizer", "log"} <= set(r.index)
     assert r.loc["forward", "launches"] == meta["forward_launches"]
+
+
+def test_trim_max_depth_drops_nested_ops_but_not_gap_causes():
+    t_all, t1 = Trace(synthetic()), Trace(trim(synthetic(), max_depth=1))
+    assert "aten::_local_scalar_dense" in set(t_all.ops()["name"])
+    assert "aten::_local_scalar_dense" not in set(t1.ops()["name"]) and "aten::item" in set(t1.ops()["name"])
+    cols = ["gap_us", "cause", "sync_us", "memcpy_us", "launch_us", "host_us", "unaccounted_us"]
+    assert t_all.idle_gaps()[cols].equals(t1.idle_gaps()[cols])

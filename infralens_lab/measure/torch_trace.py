@@ -109,12 +109,32 @@ def load_trace(source: Any) -> "Trace":
     raise TypeError(f"trace source is {type(source).__name__}; expected a path, a dict or an Evidence")
 
 
-def trim(data: dict, decimals: int = 3) -> dict:
+def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
     """The chrome trace reduced to what :class:`Trace` reads (complete events of known categories with
-    their correlation/stream args, and ac2g flows), timestamps rounded to ``decimals`` µs digits."""
+    their correlation/stream args, and ac2g flows), timestamps rounded to ``decimals`` µs digits.
+
+    ``max_depth``: also drop aten ops nested more than this many ops deep (1 keeps only top-level
+    ops). Idle-gap causes do not change (a child lies inside its parent); kernels are then
+    attributed to the deepest op kept.
+    """
+    depth: dict[int, int] = {}
+    if max_depth is not None:
+        ops = sorted((e for e in data.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+                     key=lambda e: (e.get("pid"), e.get("tid"), float(e["ts"]), -float(e.get("dur", 0))))
+        stack: list[float] = []
+        key = None
+        for e in ops:
+            if (e.get("pid"), e.get("tid")) != key:
+                key, stack = (e.get("pid"), e.get("tid")), []
+            while stack and stack[-1] <= float(e["ts"]):
+                stack.pop()
+            depth[id(e)] = len(stack) + 1
+            stack.append(float(e["ts"]) + float(e.get("dur", 0)))
     keep = []
     for e in data.get("traceEvents", []):
         if e.get("ph") == "X" and e.get("cat") in CPU_CATS + GPU_CATS:
+            if max_depth is not None and depth.get(id(e), 0) > max_depth:
+                continue
             args = {k: e["args"][k] for k in KEEP_ARGS if k in e.get("args", {})}
             keep.append({"ph": "X", "cat": e["cat"], "name": e["name"], "pid": e["pid"], "tid": e["tid"],
                          "ts": round(float(e["ts"]), decimals), "dur": round(float(e.get("dur", 0)), decimals),
