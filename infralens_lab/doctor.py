@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,3 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     probes = Probes(counter_probe=probe_counters_with_ncu)
     run_doctor(verbose=True, probes=probes, probe_counters=args.probe_counters)
     return 0
+
+
+class _CallableModule(types.ModuleType):
+    """``infralens_lab.doctor()`` keeps working after this module is imported: importing a
+    submodule rebinds the package attribute ``doctor`` from the function to the module."""
+
+    def __call__(self, verbose: bool = True) -> DoctorReport:
+        return run_doctor(verbose=verbose)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,178 @@
+"""The doctor with fake probes: it never crashes, and every problem names its fix."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+import infralens_lab
+from infralens_lab.device import DeviceFacts
+
+doc = importlib.import_module("infralens_lab.doctor")
+
+H100 = DeviceFacts(mode="gpu", mode_reason="a CUDA GPU is usable", name="NVIDIA H100 80GB HBM3", sm_count=132,
+                   l2_bytes=50 * 2**20, memory_bytes=80 * 2**30, compute_capability="9.0", driver="580.159",
+                   cuda="13.0", torch="2.11.0+cu130", triton="3.6.0", python="3.12.3")
+CPU = DeviceFacts(mode="interpreter", mode_reason="torch.cuda.is_available() is False", name="CPU (x86_64, Triton interpreter)",
+                  torch="2.13.0+cpu", triton="3.6.0", cuda=None, python="3.11.7")
+NCU_PERM = ("==PROF== Connected to process 123\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission "
+            "to access NVIDIA GPU Performance Counters on the target device 0.\n")
+
+
+def probes(facts=H100, tools=("ncu", "nsys", "nvidia-smi"), params="RmProfilingAdminOnly: 0\n", root=False,
+           counter_output="==PROF== Disconnected", recorded=("nvidia-h200",), **over):
+    p = doc.Probes(facts=lambda: facts,
+                   which=lambda t: f"/usr/bin/{t}" if t in tools else None,
+                   tool_version=lambda t: {"ncu": "2025.3.1", "nsys": "2024.5.1"}.get(t),
+                   params_text=lambda: params,
+                   is_root=lambda: root,
+                   counter_probe=lambda: counter_output,
+                   recordings=lambda: list(recorded))
+    for k, v in over.items():
+        setattr(p, k, v)
+    return p
+
+
+def run(p, **kw):
+    return doc.run_doctor(verbose=False, probes=p, **kw)
+
+
+def test_healthy_gpu_machine_has_no_problems():
+    r = run(probes())
+    assert r.problems == []
+    assert [c.name for c in r.checks] == ["mode", "gpu", "versions", "ncu", "nsys", "counters", "widgets", "recorded"]
+    assert r.by_name("mode").status == "ok" and r.by_name("recorded").detail == "recorded evidence from: nvidia-h200"
+    assert r.by_name("gpu").detail == "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 50 MiB L2, 80 GiB, driver 580.159"
+    assert r.by_name("ncu").detail == "Nsight Compute 2025.3.1"
+    assert r.by_name("counters").detail == "readable by all users (RmProfilingAdminOnly=0)"
+    assert str(r).splitlines()[0] == "InfraLens Lab doctor"
+
+
+def test_ncu_absent_is_a_problem_with_the_install_fix():
+    r = run(probes(tools=("nvidia-smi",)))
+    ncu = r.by_name("ncu")
+    assert (ncu.status, ncu.detail, ncu.fix) == ("problem", "not on PATH", doc.FIX_NO_NCU)
+    assert "fix: " + doc.FIX_NO_NCU in str(r)
+    assert r.by_name("nsys").status == "note" and r.by_name("nsys").fix == doc.FIX_NO_NSYS
+    assert str(r).endswith("the labs still run, falling back to recorded evidence where a tool is missing.")
+
+
+def test_counters_restricted_and_not_root_names_err_nvgpuctrperm():
+    r = run(probes(params="Foo: 1\nRmProfilingAdminOnly: 1\n", root=False))
+    c = r.by_name("counters")
+    assert c.status == "problem" and "ERR_NVGPUCTRPERM" in c.detail and c.fix == doc.FIX_COUNTERS
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in str(r)
+
+
+def test_counters_restricted_but_root_is_fine():
+    c = run(probes(params="RmProfilingAdminOnly: 1\n", root=True)).by_name("counters")
+    assert c.status == "ok" and "root" in c.detail
+
+
+def test_counters_unknown_without_driver_params():
+    c = run(probes(params=None)).by_name("counters")
+    assert c.status == "note" and "--probe-counters" in c.detail
+
+
+def test_counter_probe_reporting_err_nvgpuctrperm():
+    r = run(probes(counter_output=NCU_PERM), probe_counters=True)
+    c = r.by_name("counters")
+    assert (c.status, c.detail, c.fix) == ("problem", "ncu reported ERR_NVGPUCTRPERM", doc.FIX_COUNTERS)
+
+
+def test_counter_probe_success_overrides_params():
+    c = run(probes(params="RmProfilingAdminOnly: 1\n", counter_output="gpu__time_duration.sum 2,048"),
+            probe_counters=True).by_name("counters")
+    assert c.status == "ok" and "read a counter" in c.detail
+
+
+def test_counter_probe_that_raises_is_reported_not_raised():
+    def probe():
+        raise TimeoutError("ncu took too long")
+
+    r = run(probes(counter_probe=probe), probe_counters=True)
+    c = r.by_name("counters")
+    assert c.status == "problem" and "TimeoutError: ncu took too long" in c.detail and c.fix
+
+
+@pytest.mark.parametrize("broken", ["facts", "which", "recordings", "params_text", "tool_version"])
+def test_a_probe_that_raises_never_crashes_the_doctor(broken):
+    def boom(*a, **k):
+        raise RuntimeError(f"{broken} exploded")
+
+    p = probes()
+    setattr(p, broken, boom)
+    r = run(p)
+    failed = [c for c in r.checks if "the check itself failed" in c.detail]
+    assert failed, str(r)
+    for c in failed:
+        assert c.status == "problem" and f"RuntimeError: {broken} exploded" in c.detail
+        assert c.fix  # every problem says what to do
+    assert str(r)  # the report still renders
+
+
+def test_interpreter_machine_explains_the_fallback():
+    r = run(probes(facts=CPU, tools=(), params=None, recorded=()))
+    mode = r.by_name("mode")
+    assert mode.status == "note" and mode.fix == doc.FIX_NO_GPU
+    assert r.by_name("gpu").detail == "none in use"
+    assert r.by_name("counters").detail == "not checked (no GPU in use)"
+    assert r.by_name("versions").status == "ok" and "CUDA none: CPU build" in r.by_name("versions").detail
+    rec = r.by_name("recorded")
+    assert rec.status == "problem" and rec.fix == doc.FIX_NO_RECORDED
+
+
+def test_forced_interpreter_needs_no_fix():
+    forced = DeviceFacts(**{**CPU.as_dict(), "mode_reason": "forced by INFRALENS_MODE=interpreter"})
+    m = run(probes(facts=forced)).by_name("mode")
+    assert m.status == "note" and m.fix == "" and "fix:" not in m.line()
+
+
+def test_cpu_torch_on_a_gpu_machine_is_a_problem():
+    v = run(probes(facts=CPU, tools=("nvidia-smi",))).by_name("versions")
+    assert v.status == "problem" and v.fix == doc.FIX_CPU_TORCH
+
+
+def test_missing_ipywidgets_is_a_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import now raises ImportError
+    w = run(probes()).by_name("widgets")
+    assert w.status == "note" and w.fix == doc.FIX_NO_WIDGETS
+
+
+def test_every_problem_names_a_fix():
+    worst = probes(facts=CPU, tools=("nvidia-smi",), recorded=())
+    for r in (run(worst), run(probes(tools=(), params="RmProfilingAdminOnly: 1"))):
+        assert r.problems
+        for c in r.problems:
+            assert c.fix, c
+            assert "fix: " in c.line()
+
+
+def test_counters_restricted_parser():
+    assert doc.counters_restricted("RmProfilingAdminOnly: 1\n") is True
+    assert doc.counters_restricted("A: 2\nRmProfilingAdminOnly: 0\n") is False
+    assert doc.counters_restricted("A: 2\n") is None
+    assert doc.counters_restricted(None) is None
+
+
+def test_by_name_unknown_and_verbose_print(capsys):
+    r = doc.run_doctor(verbose=True, probes=probes())
+    assert capsys.readouterr().out == str(r) + "\n"
+    with pytest.raises(KeyError, match="no check named 'gpus'"):
+        r.by_name("gpus")
+
+
+def test_cli_runs_on_this_machine(capsys):
+    assert doc.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("InfraLens Lab doctor\n") and "[" in out
+
+
+def test_package_doctor_can_be_called_twice(capsys):
+    # importing infralens_lab.doctor rebinds the package attribute from the function to the module;
+    # both must stay callable (regression: the second call raised "'module' object is not callable")
+    first = infralens_lab.doctor(verbose=False)
+    second = infralens_lab.doctor(verbose=False)
+    assert [c.name for c in first.checks] == [c.name for c in second.checks]
+    assert capsys.readouterr().out == ""
