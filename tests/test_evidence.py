@@ -1,0 +1,251 @@
+"""Evidence records, the recorded store and its validation (infralens_lab.evidence)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, fields, replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from infralens_lab import device, evidence
+from infralens_lab.evidence import EvidenceError, EvidenceWriter, Provenance, RecordedStore
+
+PROV = Provenance(source="recorded", gpu="NVIDIA H200", gpu_slug="nvidia-h200", driver="580.159", cuda="13.0",
+                  torch="2.11.0+cu130", triton="3.6.0", ncu="2025.3.1", date_utc="2026-11-22T10:15:00Z",
+                  command="python -m infralens_lab record --out data/recorded/nvidia-h200",
+                  package_version="0.1.0", mode="gpu")
+ROWS = [{"kernel": "copy_strided", "stride": 8, "gbps": np.float64(800.5), "bytes": np.int64(2**26)},
+        {"kernel": "copy_coalesced", "stride": 1, "gbps": float("nan"), "bytes": 2**26}]
+CSV = '"Kernel Name","dram__bytes_read.sum"\n"","byte"\n"copy_strided","538,968,064"\n'
+
+
+def _record(folder, prov=PROV):
+    w = EvidenceWriter(folder, command=prov.command, provenance=prov)
+    w.write("bench", {"rows": ROWS, "peak": {"gbps": 4210.0}}, units={"gbps": "GB/s", "bytes": "B"}, notes="median of 50")
+    w.write("device", {"name": prov.gpu, "sm_count": 132})
+    w.write_text("ncu_copies.csv", CSV)
+    w.close()
+    return folder
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    return _record(tmp_path / "nvidia-h200")
+
+
+def _rewrite(folder, filename, text):
+    """Change a recorded file *and* fix its manifest checksum, as a careless hand edit with tools would."""
+    (folder / filename).write_text(text)
+    m = json.loads((folder / "manifest.json").read_text())
+    m["files"][filename]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(m))
+
+
+def test_round_trip(store_dir):
+    store = RecordedStore(store_dir)
+    store.verify()
+    assert store.names() == ["bench", "device"]
+    assert store.files() == ["bench.json", "device.json", "ncu_copies.csv"]
+    assert store.gpu == "NVIDIA H200" and store.provenance == PROV
+    ev = store.load("bench")
+    assert ev.name == "bench" and ev.source == "recorded" and ev.provenance == PROV
+    assert ev.units == {"gbps": "GB/s", "bytes": "B"} and ev.notes == "median of 50"
+    # numpy scalars became plain numbers, NaN became null
+    assert ev.values["rows"][0] == {"kernel": "copy_strided", "stride": 8, "gbps": 800.5, "bytes": 2**26}
+    assert ev.values["rows"][1]["gbps"] is None
+    df = ev.frame()
+    assert list(df.columns) == ["kernel", "stride", "gbps", "bytes"] and len(df) == 2
+    assert ev.frame("rows").equals(df)
+    assert store.text("ncu_copies.csv") == CSV
+    assert store.path("ncu_copies.csv") == store_dir / "ncu_copies.csv"
+
+
+def test_writer_forces_recorded_source(tmp_path):
+    w = EvidenceWriter(tmp_path, command="x", provenance=replace(PROV, source="live"))
+    assert w.provenance.source == "recorded"
+
+
+def test_provenance_fields_and_caption(store_dir):
+    ev = RecordedStore(store_dir).load("device")
+    on_disk = json.loads((store_dir / "device.json").read_text())
+    assert on_disk["schema"] == evidence.EVIDENCE_SCHEMA
+    assert set(on_disk["provenance"]) == {f.name for f in fields(Provenance)}
+    cap = ev.caption()
+    assert cap == evidence.caption(ev) == ev.provenance.caption()
+    assert cap == ("Evidence: recorded · NVIDIA H200 · driver 580.159 · CUDA 13.0 · torch 2.11.0+cu130 · "
+                   "triton 3.6.0 · ncu 2025.3.1 · 2026-11-22 UTC · "
+                   "`python -m infralens_lab record --out data/recorded/nvidia-h200` · infralens_lab 0.1.0")
+
+
+def test_caption_leaves_out_what_is_unknown():
+    p = replace(PROV, source="live", driver=None, cuda=None, ncu=None)
+    assert p.caption() == ("Evidence: live · NVIDIA H200 · torch 2.11.0+cu130 · triton 3.6.0 · 2026-11-22 UTC · "
+                           "`python -m infralens_lab record --out data/recorded/nvidia-h200` · infralens_lab 0.1.0")
+
+
+def test_tampered_file_is_rejected(store_dir):
+    p = store_dir / "bench.json"
+    p.write_text(p.read_text().replace("800.5", "900.5"))
+    store = RecordedStore(store_dir)
+    with pytest.raises(EvidenceError, match=r"bench.json: checksum .* does not match the manifest's .*changed after recording"):
+        store.load("bench")
+    with pytest.raises(EvidenceError, match="does not match"):
+        store.verify()
+    assert store.load("device").name == "device"  # other files stay usable
+
+
+def test_tampered_csv_is_rejected(store_dir):
+    (store_dir / "ncu_copies.csv").write_text(CSV.replace("538", "138"))
+    with pytest.raises(EvidenceError, match="ncu_copies.csv: checksum"):
+        RecordedStore(store_dir).text("ncu_copies.csv")
+
+
+def test_unknown_and_missing_files(store_dir):
+    store = RecordedStore(store_dir)
+    with pytest.raises(EvidenceError, match=r"'trace_bubble.json' is not listed in manifest.json; known files: \['bench.json'"):
+        store.load("trace_bubble")
+    (store_dir / "extra.json").write_text("{}")
+    with pytest.raises(EvidenceError, match=r"files not in manifest.json: \['extra.json'\]"):
+        store.verify()
+    (store_dir / "device.json").unlink()
+    with pytest.raises(EvidenceError, match="device.json: listed in manifest.json but missing on disk"):
+        store.load("device")
+    with pytest.raises(EvidenceError, match="is not allowed"):
+        store.load("../bench")
+
+
+def test_bad_schema(store_dir):
+    doc = json.loads((store_dir / "bench.json").read_text())
+    _rewrite(store_dir, "bench.json", json.dumps({**doc, "schema": "infralens.evidence/0"}))
+    with pytest.raises(EvidenceError, match="schema is 'infralens.evidence/0', expected 'infralens.evidence/1'"):
+        RecordedStore(store_dir).load("bench")
+
+
+def test_missing_provenance_field(store_dir):
+    doc = json.loads((store_dir / "bench.json").read_text())
+    del doc["provenance"]["ncu"]
+    _rewrite(store_dir, "bench.json", json.dumps(doc))
+    with pytest.raises(EvidenceError, match=r"provenance lacks \['ncu'\]; expected the fields"):
+        RecordedStore(store_dir).load("bench")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda d: d["provenance"].update(gpu=7), "provenance.gpu is 7, expected a string"),
+    (lambda d: d["provenance"].update(colour="red"), r"provenance has unknown fields \['colour'\]"),
+    (lambda d: d["provenance"].update(source="live"), "provenance source is 'live', expected 'recorded'"),
+    (lambda d: d["provenance"].update(source="guessed"), "provenance source 'guessed' is not one of"),
+    (lambda d: d.update(provenance=[1]), "provenance is list, expected an object"),
+    (lambda d: d.update(name="device"), "holds evidence 'device', expected 'bench'"),
+    (lambda d: d.pop("values"), "no 'values'"),
+    (lambda d: d.update(units=[]), "'units' is \\[\\], expected dict"),
+])
+def test_other_malformed_records(store_dir, change, match):
+    doc = json.loads((store_dir / "bench.json").read_text())
+    change(doc)
+    _rewrite(store_dir, "bench.json", json.dumps(doc))
+    with pytest.raises(EvidenceError, match=match):
+        RecordedStore(store_dir).load("bench")
+
+
+def test_non_json_record(store_dir):
+    _rewrite(store_dir, "bench.json", "this is not JSON {")
+    with pytest.raises(EvidenceError, match="bench.json: not valid JSON"):
+        RecordedStore(store_dir).load("bench")
+
+
+def test_bad_manifest(tmp_path, store_dir):
+    with pytest.raises(EvidenceError, match="no manifest.json; a recorded set is written by"):
+        RecordedStore(tmp_path / "empty")
+    m = store_dir / "manifest.json"
+    good = m.read_text()
+    m.write_text("[")
+    with pytest.raises(EvidenceError, match="manifest.json: not valid JSON"):
+        RecordedStore(store_dir)
+    m.write_text(json.dumps({**json.loads(good), "schema": "x"}))
+    with pytest.raises(EvidenceError, match="schema is 'x', expected 'infralens.manifest/1'"):
+        RecordedStore(store_dir)
+    m.write_text(json.dumps({**json.loads(good), "files": []}))
+    with pytest.raises(EvidenceError, match="'files' is missing or not an object"):
+        RecordedStore(store_dir)
+
+
+def test_writer_rejects_bad_names_and_values(tmp_path):
+    w = EvidenceWriter(tmp_path, command="x", provenance=PROV)
+    with pytest.raises(EvidenceError, match="evidence name 'Bad Name' is not allowed"):
+        w.write("Bad Name", {})
+    with pytest.raises(EvidenceError, match="must end in one of"):
+        w.write_text("trace.pkl", "x")
+    with pytest.raises(EvidenceError, match="is not allowed"):
+        w.write_text("../escape.csv", "x")
+    with pytest.raises(TypeError, match="cannot store a object as evidence"):
+        w.write("odd", {"x": object()})
+
+
+def test_frame_needs_rows():
+    ev = evidence.live("scalar", {"gbps": 3.0}, command="t")
+    with pytest.raises(TypeError, match="evidence 'scalar' is dict, expected a list of rows"):
+        ev.frame()
+    assert evidence.live("rows", [{"a": 1}], command="t").frame().equals(pd.DataFrame([{"a": 1}]))
+
+
+# ---------------------------------------------------------------- reference selection
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
+    r = tmp_path / "recorded"
+    _record(r / "nvidia-h200")
+    _record(r / "nvidia-h100-80gb-hbm3", replace(PROV, gpu="NVIDIA H100 80GB HBM3", gpu_slug="nvidia-h100-80gb-hbm3"))
+    (r / "not-a-set").mkdir()
+    return r
+
+
+def test_reference_selection(root, monkeypatch):
+    assert evidence.recordings(root) == ["nvidia-h100-80gb-hbm3", "nvidia-h200"]
+    assert evidence.reference(root=root).gpu == "NVIDIA H100 80GB HBM3"  # first by name
+    assert evidence.reference("nvidia-h200", root=root).gpu == "NVIDIA H200"
+    monkeypatch.setenv(evidence.REFERENCE_ENV, "nvidia-h200")
+    assert evidence.reference(root=root).gpu == "NVIDIA H200"
+    with pytest.raises(EvidenceError, match=r"no recorded set for GPU 'nvidia-a100'.*recorded sets: \['nvidia-h100-80gb-hbm3', 'nvidia-h200'\]"):
+        evidence.reference("nvidia-a100", root=root)
+
+
+def test_reference_without_recordings(tmp_path, monkeypatch):
+    monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
+    assert evidence.recordings(tmp_path / "missing") == []
+    with pytest.raises(EvidenceError, match="no recorded evidence under .*python -m infralens_lab record"):
+        evidence.reference(root=tmp_path)
+
+
+def test_data_root_env_and_load(root, monkeypatch):
+    monkeypatch.setenv(evidence.DATA_ROOT_ENV, str(root))
+    assert evidence.data_root() == root
+    assert evidence.load("device", gpu="nvidia-h200").values["name"] == "NVIDIA H200"
+
+
+def test_get_falls_back_to_recorded_in_interpreter_mode(root, monkeypatch):
+    monkeypatch.setenv(evidence.DATA_ROOT_ENV, str(root))
+    monkeypatch.setattr(device, "is_gpu", lambda: False)
+    calls = []
+    ev = evidence.get("bench", live=lambda: calls.append(1) or {"rows": []})
+    assert calls == [] and ev.source == "recorded" and ev.provenance.gpu == "NVIDIA H100 80GB HBM3"
+    assert evidence.get("bench").source == "recorded"
+
+
+def test_get_measures_live_on_a_gpu(root, monkeypatch):
+    monkeypatch.setenv(evidence.DATA_ROOT_ENV, str(root))
+    monkeypatch.setattr(device, "is_gpu", lambda: True)
+    ev = evidence.get("bench", live=lambda: {"rows": [{"gbps": np.float32(1.5)}]}, units={"gbps": "GB/s"})
+    assert ev.source == "live" and ev.values == {"rows": [{"gbps": 1.5}]} and ev.units == {"gbps": "GB/s"}
+    assert ev.provenance.command == "infralens_lab live: bench"
+    assert ev.caption().startswith("Evidence: live · ")
+
+
+def test_live_wraps_values_with_current_provenance():
+    ev = evidence.live("check", {"rows": [{"n": np.int64(5)}]}, command="labs/00: check", units={"n": "elements"})
+    p = asdict(ev.provenance)
+    assert ev.source == "live" and ev.values == {"rows": [{"n": 5}]}
+    assert p["gpu"] == device.facts().name and p["mode"] == device.mode() and p["command"] == "labs/00: check"
+    assert len(p["date_utc"]) == 20 and p["date_utc"].endswith("Z")
+    assert f"`labs/00: check`" in ev.caption()
