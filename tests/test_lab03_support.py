@@ -1,0 +1,118 @@
+"""Lab 03 glue: reconciliation tables, step moments, what-if and scaling tables, the KV crossover,
+and the stderr filter, on small synthetic ledgers (no measurement runs here except the filter)."""
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+import pytest
+
+from infralens_lab.analysis import ledger
+from infralens_lab.labs_support import lab03
+
+MEASURED = pd.DataFrame({"category": ["weights", "gradients", "optimizer states", "activations",
+                                      "temporary buffers", "communication buckets",
+                                      "activations (live after forward)", "peak"],
+                         "bytes": [1000, 1000, 2012, 9000, 500, 0, 9500, 13000],
+                         "how": ["x"] * 8})
+PREDICTED = pd.DataFrame({"category": list(ledger.CATEGORIES),
+                          "bytes": [1000, 1000, 2000, 8800, 400, 0, 0],
+                          "formula": ["f"] * 7, "source": ["s"] * 7})
+
+
+def test_reconcile_in_mib_with_differences():
+    rec = lab03.reconcile(PREDICTED, MEASURED)
+    assert list(rec.columns) == ["category", "predicted_MiB", "measured_MiB", "difference_MiB", "gap_pct",
+                                 "explanation"]
+    row = rec.set_index("category").loc["optimizer states"]
+    assert row["difference_MiB"] * lab03.MiB == pytest.approx(12)
+    assert row["gap_pct"] == pytest.approx(0.6)
+    # measured-only rows (peak) have no prediction
+    assert math.isnan(rec.set_index("category").loc["peak", "predicted_MiB"])
+
+
+def test_step_moments_and_ratio():
+    stacks, peaks = lab03.step_moments(MEASURED)
+    assert stacks["between steps"] == {"weights": 1000, "optimizer states": 2012}
+    assert stacks["end of forward"]["activations"] == 9500
+    assert stacks["after backward"]["gradients"] == 1000
+    assert peaks == {"end of forward": 13000}
+    m = lab03.moments_table(MEASURED)
+    assert list(m["moment"]) == ["between steps", "end of forward", "after backward", "peak"]
+    assert list(m["bytes"]) == [3012, 12512, 4012, 13000]
+    assert lab03.peak_over_steady(MEASURED) == pytest.approx(13000 / 3012)
+
+
+def test_step_moments_names_a_missing_row():
+    with pytest.raises(ValueError, match="'peak'"):
+        lab03.step_moments(MEASURED[MEASURED["category"] != "peak"])
+
+
+def test_ledger_rows_keeps_only_ledger_categories():
+    rows = lab03.ledger_rows(MEASURED)
+    assert set(rows["category"]) <= set(ledger.CATEGORIES)
+    assert "peak" not in set(rows["category"]) and len(rows) == 6
+
+
+def test_in_mib_converts_and_rejects_unknown_columns():
+    out = lab03.in_mib(pd.DataFrame({"category": ["a"], "bytes": [3 * lab03.MiB]}))
+    assert list(out.columns) == ["category", "MiB"] and out["MiB"].iloc[0] == 3.0
+    with pytest.raises(ValueError, match="no column 'size'"):
+        lab03.in_mib(out, ("size",))
+
+
+def test_what_if_rows_follow_the_ledger():
+    wi = lab03.what_if("llama2-7b", batch=1, seq=4096, dp=8).set_index("option")
+    base = wi.iloc[0]
+    assert base["saves GB"] == 0
+    # a smaller DDP bucket changes nothing: DDP buckets hold every gradient whatever their size
+    assert wi.loc["smaller DDP bucket (5 MiB)", "total GB"] == pytest.approx(base["total GB"])
+    assert wi.loc["gradient_as_bucket_view", "communication buckets GB"] == 0
+    assert wi.loc["ZeRO-1 (shard optimizer states)", "optimizer states GB"] == pytest.approx(
+        base["optimizer states GB"] / 8, rel=1e-6)
+    assert wi.loc["full recomputation", "activations GB"] < wi.loc["selective recomputation", "activations GB"]
+    assert (wi["saves GB"] >= 0).all()
+
+
+def test_kv_crossover_matches_the_formulas():
+    for name, batch in (("llama2-7b", 8), ("llama2-70b", 3)):
+        m = ledger.Model.preset(name)
+        ctx = lab03.kv_crossover_context(name, batch)
+        kv = ledger.kv_cache_bytes(m.n_layer, batch, round(ctx), m.n_kv_head, m.head_dim, 2)
+        assert kv == pytest.approx(ledger.param_count(m) * 2, rel=1e-3)
+    with pytest.raises(ValueError, match="batch = 0"):
+        lab03.kv_crossover_context("llama2-7b", 0)
+
+
+def test_inference_scaling_dominant_is_the_largest_column():
+    t = lab03.inference_scaling(models=("llama2-7b",), contexts=(1024, 4096), batches=(1, 64))
+    cols = {"weights GB": "weights", "KV cache GB": "KV cache", "activations GB": "activations"}
+    for _, r in t.iterrows():
+        assert r["dominant"] == cols[max(cols, key=lambda c: r[c])]
+    assert set(t["dominant"]) == {"weights", "KV cache"}
+
+
+def test_scaling_view_shares():
+    table = lab03.scaling(zero_stages=(0, 3))
+    view = lab03.scaling_view(table)
+    assert len(view) == 12 and (view["dominant share %"] <= 100).all()
+    parts = view[[c for c in view.columns if c.endswith(" GB") and c != "total GB"]].sum(axis=1)
+    assert list(parts) == pytest.approx(list(view["total GB"]))
+
+
+def test_recorded_memory_without_a_store_says_so(capsys):
+    ev, runs = lab03.recorded_memory(None, "train")
+    assert ev is None and runs == {}
+    assert "No recorded memory_train" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="'gpu'"):
+        lab03.recorded_memory(None, "gpu")
+
+
+def test_quiet_profiler_chatter_drops_only_usdt_lines(capfd):
+    with lab03.quiet_profiler_chatter():
+        os.write(2, b"USDT:2026-01-01 00:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a real warning\n")
+    err = capfd.readouterr().err
+    assert "a real warning" in err
+    assert "USDT" not in err
