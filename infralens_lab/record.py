@@ -164,7 +164,7 @@ class Recorder:
         """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file."""
         from .measure.target import LAUNCHES, REGEX, launch_window
 
-        blocks, failed = [], []
+        blocks, failed, absent = [], [], set()
         metrics = list(metrics)
         for label, kernel, args in configs:
             per = LAUNCHES[kernel]
@@ -206,11 +206,17 @@ class Recorder:
                 failed.append(f"{label}: {err}")
                 self.log(f"[record]   {label} FAILED: {err}")
                 continue
+            got = set(N.parse_raw_csv(text)["metric"])
+            missing = [m for m in metrics if m not in got]  # ncu may drop a metric without an error
+            if missing:
+                absent.update(missing)
+                self.log(f"[record]   {label}: requested but absent from the CSV: {missing}")
             blocks.append(f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: {cmd}\n{text.rstrip()}\n")
         if not blocks:
             raise RuntimeError(f"every ncu run for {filename} failed: {failed}")
         self.w.write_text(filename, "".join(blocks))
-        return f"{len(blocks)}/{len(configs)} runs ok" + (f"; failed: {failed}" if failed else "")
+        return (f"{len(blocks)}/{len(configs)} runs ok" + (f"; failed: {failed}" if failed else "")
+                + (f"; metrics absent from the CSV: {sorted(absent)}" if absent else ""))
 
     def _copy_configs(self):
         from .kernels.copies import STRIDES

@@ -100,3 +100,10 @@ def test_import_path_has_no_jupyter():
             "'ipykernel','jupyterlab')]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_metrics_that_ncu_silently_drops_are_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(N, "run_ncu", lambda *a, **k: SYNTHETIC)
+    rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
+    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], N.TIME + ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
+    assert detail == "1/1 runs ok; metrics absent from the CSV: ['sm__ops_path_tensor_src_fp16_dst_fp32.sum']"
