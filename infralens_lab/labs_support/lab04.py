@@ -1,0 +1,461 @@
+"""Glue for lab 04 (warp stalls): the live correctness runs, the sector-model predictions, and the
+copy-family and attention tables built from recorded (or, on a GPU with ncu, live) counters.
+
+Each loader returns a small result object holding the tables and the caption that names where
+they came from, or ``None`` after printing a note saying what is missing and how to get it, so
+a notebook cell never crashes on an absent record. Numbers come from
+:mod:`infralens_lab.measure.ncu` (counters), the ``bench`` record (CUDA-event timings),
+:mod:`infralens_lab.analysis.traffic` (predictions) and :mod:`infralens_lab.analysis.stalls`
+(what each stall means); the joins live in :mod:`infralens_lab.present.tables`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .. import evidence
+from ..analysis import stalls as stall_info
+from ..analysis import traffic
+from ..device import is_gpu
+from ..measure import ncu as N
+from ..present import tables
+
+COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
+ATTN_FILE = "ncu_attention.csv"
+LIVE_COPY_N_IN = 40_003  # odd: the last program of every launch runs with a partial mask
+LIVE_ATTN_SHAPES = ((1, 2, 48, 32, False), (1, 2, 37, 16, True))  # (B, H, N, D, causal): N not a multiple of 32
+LIVE_NCU_N = 4 * 2**20  # useful elements per copy when ncu runs live on a GPU (16 MiB of fp32)
+LIVE_NCU_STRIDES = (2, 8, 32)
+VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttle", "math_pipe_throttle",
+              "barrier", "wait", "not_selected", "selected", "no_instruction")
+
+
+# ---------------------------------------------------------------- recorded set
+def store():
+    """The recorded reference set, or None (after printing why) when there is none."""
+    try:
+        return evidence.reference()
+    except evidence.EvidenceError as exc:
+        print(f"No recorded evidence: {exc}")
+        return None
+
+
+def file_caption(st, *files: str, extra: str = "") -> str:
+    """The recorded set's provenance line plus the files a table came from (and formulas, if any)."""
+    cap = st.provenance.caption() + " · files " + ", ".join(files)
+    return cap + (f" · {extra}" if extra else "")
+
+
+def _have(st, files) -> list[str]:
+    if st is None:
+        return list(files)
+    known = set(st.files())
+    return [f for f in files if f not in known]
+
+
+def _missing(what: str, files) -> None:
+    print(f"{what}: the recorded set has no {', '.join(files)} yet, so this part shows no measurement. "
+          f"It is written on a GPU by `python -m infralens_lab record --out data/recorded/<gpu-slug>`.")
+
+
+def command_of(csv_text: str, config_part: str) -> str | None:
+    """The ncu command line the recorder ran for the first config whose label contains ``config_part``."""
+    label = None
+    for line in csv_text.splitlines():
+        if line.startswith(N.CONFIG_MARK):
+            label = line[len(N.CONFIG_MARK):].strip()
+        elif line.startswith("==INFRALENS== command:") and label and config_part in label:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+# ---------------------------------------------------------------- live correctness
+def copies_correctness(n_in: int = LIVE_COPY_N_IN, seed: int = 0):
+    """Run the coalesced copy and every strided copy now (interpreter on CPU, compiled on a GPU) on
+    fresh random input, each output poisoned with NaN first, and compare with the torch reference.
+
+    Returns ``(table, Evidence)``: one row per kernel and stride with the element counts and
+    whether the output equals the reference exactly (a copy moves bits; nothing is rounded).
+    """
+    import torch
+
+    from ..device import torch_device
+    from ..kernels import copies, reference
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_in, generator=g).to(torch_device())
+    rows = []
+    out = torch.full_like(x, float("nan"))
+    ok = torch.equal(copies.copy(x, out=out), reference.copy_ref(x))
+    rows.append({"kernel": "copy_coalesced", "stride": 1, "n_in": n_in, "n_out": n_in, "equals_torch": bool(ok)})
+    for s in copies.STRIDES:
+        out = torch.full((copies.strided_len(n_in, s),), float("nan"), device=x.device)
+        ok = torch.equal(copies.copy_strided(x, s, out=out), reference.copy_strided_ref(x, s))
+        rows.append({"kernel": "copy_strided", "stride": s, "n_in": n_in, "n_out": out.numel(), "equals_torch": bool(ok)})
+    ev = evidence.live("copies_correctness", rows, "infralens_lab.labs_support.lab04.copies_correctness()")
+    return pd.DataFrame(rows), ev
+
+
+def attention_correctness(shapes=LIVE_ATTN_SHAPES, seed: int = 0):
+    """Run every attention variant now on small fp32 inputs (odd N, causal and not), outputs poisoned
+    with NaN, and compare with :func:`infralens_lab.kernels.reference.attention_ref`.
+
+    ``within_tol`` uses ``torch.testing.assert_close`` with atol = rtol = 1e-4: the kernels and the
+    reference both accumulate in fp32 but sum in different orders (tiles, online softmax), which
+    moves results by a few ulps of values of order 1, far below 1e-4. Returns ``(table, Evidence)``.
+    """
+    import torch
+
+    from ..device import torch_device
+    from ..kernels import attention, reference
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for B, H, n_ctx, D, causal in shapes:
+        q, k, v = (torch.randn(B, H, n_ctx, D, generator=g).to(torch_device()) for _ in range(3))
+        ref = reference.attention_ref(q, k, v, causal=causal)
+        for name, fn in attention.VARIANTS.items():
+            out = torch.full_like(q, float("nan"))
+            try:
+                got = fn(q, k, v, causal=causal, out=out)
+                torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+                ok = True
+            except AssertionError:
+                ok = False
+            rows.append({"variant": name, "shape (B,H,N,D)": f"{B},{H},{n_ctx},{D}", "causal": causal,
+                         "within_tol": ok})
+    ev = evidence.live("attention_correctness", rows, "infralens_lab.labs_support.lab04.attention_correctness()")
+    return pd.DataFrame(rows), ev
+
+
+def print_checks(table, flag: str, what: str) -> None:
+    """One PASS/FAIL line per row of a correctness table (``flag`` is the boolean column)."""
+    for r in table.to_dict(orient="records"):
+        rest = ", ".join(f"{k}={v}" for k, v in r.items() if k != flag)
+        print(f"{'PASS' if r[flag] else 'FAIL'}  {what}: {rest}")
+
+
+# ---------------------------------------------------------------- predictions
+def sector_predictions(elem_bytes: int = 4, strides=(1, 2, 4, 8, 16, 32)):
+    """What the 32-byte sector model predicts per stride (:func:`~infralens_lab.analysis.traffic.sector_model`):
+    bytes between neighbouring elements, sectors per warp load, DRAM bytes read per useful byte,
+    and the useful bandwidth as a fraction of the coalesced copy's."""
+    rows = []
+    for s in strides:
+        m = traffic.sector_model(s, elem_bytes)
+        rows.append({"stride": s, "bytes_apart": s * elem_bytes, "pred_sectors_per_req": m.sectors_per_request,
+                     "pred_read_x": m.read_amplification, "pred_useful_fraction": m.useful_fraction})
+    return pd.DataFrame(rows)
+
+
+PREDICTION_CAPTION = ("Formula: infralens_lab.analysis.traffic.sector_model(stride, elem_bytes=4): "
+                      "read_x = min(stride, 32 / elem_bytes); 16 sectors per request when coalesced "
+                      "(32 threads × 16-byte vectors), 32 once threads sit in different sectors; "
+                      "useful fraction = 2 / (read_x + 1)")
+
+
+# ---------------------------------------------------------------- copy family
+@dataclass
+class CopyFamily:
+    """The copy family from one source: the joined table, the long stall table, captions."""
+
+    table: pd.DataFrame
+    breakdown: pd.DataFrame | None
+    caption: str
+    stall_caption: str | None
+    source: str
+    commands: dict = field(default_factory=dict)
+
+    def stalls_for(self, label: str) -> pd.DataFrame:
+        """Stall rows (reason, samples, share) of one row label, e.g. ``'stride 8'``, largest first."""
+        if self.breakdown is None:
+            raise ValueError("no stall samples in this copy family (ncu_copies_stalls.csv is missing)")
+        cfg = self.table.loc[self.table["label"] == label, "config"]
+        if cfg.empty:
+            raise ValueError(f"no copy config labelled {label!r}; have {list(self.table['label'])}")
+        b = self.breakdown[self.breakdown["config"] == cfg.iloc[0]]
+        out = b.groupby("reason", sort=False)["samples"].sum().reset_index()
+        out["share"] = out["samples"] / out["samples"].sum()
+        out.insert(0, "kernel", b["kernel"].iloc[0] if len(b) else "")
+        return out.sort_values(["samples", "reason"], ascending=[False, True]).reset_index(drop=True)
+
+    def order(self) -> list[str]:
+        return list(self.table["config"])
+
+    def labels(self) -> dict:
+        return dict(zip(self.table["config"], self.table["label"]))
+
+
+def _family(counters_text: str, stalls_text: str | None, bench_rows, caption, stall_caption, source):
+    df = N.parse_raw_csv(counters_text)
+    sdf = N.parse_raw_csv(stalls_text) if stalls_text else None
+    table = tables.copy_family(df, sdf, bench_rows)
+    bd = N.stall_breakdown(sdf) if sdf is not None else None
+    cmds = {lab: command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"])}
+    return CopyFamily(table, bd, caption, stall_caption, source, {k: v for k, v in cmds.items() if v})
+
+
+def recorded_copy_family(st) -> CopyFamily | None:
+    """The copy family from the recorded ncu CSVs and the ``bench`` record (None, with a note, if missing)."""
+    missing = _have(st, COPY_FILES[:1])
+    if missing:
+        _missing("Copy family", missing)
+        return None
+    stalls_text = st.text(COPY_FILES[1]) if COPY_FILES[1] in st.files() else None
+    if stalls_text is None:
+        _missing("Copy stalls", COPY_FILES[1:])
+    bench_rows = None
+    files = list(COPY_FILES if stalls_text else COPY_FILES[:1])
+    if "bench.json" in st.files():
+        bench_rows = st.load("bench").values.get("copies")
+        files.append("bench.json")
+    cap = file_caption(st, *files, extra="predictions: analysis.traffic.sector_model")
+    scap = file_caption(st, COPY_FILES[1]) if stalls_text else None
+    return _family(st.text(COPY_FILES[0]), stalls_text, bench_rows, cap, scap, "recorded")
+
+
+def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> CopyFamily | None:
+    """On a GPU with ncu: profile the coalesced copy and a few strides now (counters and stall samples,
+    one ncu run each, as the recorder does). Elsewhere, or if ncu fails, None after a note."""
+    if not is_gpu():
+        print("Live counters: none in interpreter mode (no GPU, so no ncu); the recorded counters follow.")
+        return None
+    configs = [(f"copy n={n} fp32", "copy", ["--n", str(n), "--dtype", "fp32"])]
+    configs += [(f"copy_strided stride={s} n={n} fp32", "copy_strided",
+                 ["--stride", str(s), "--n", str(n), "--dtype", "fp32"]) for s in strides]
+    from ..measure.target import REGEX
+
+    blocks = {"counters": [], "stalls": []}
+    try:
+        for label, kernel, args in configs:
+            target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
+            for part, metrics in (("counters", N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY),
+                                  ("stalls", N.TIME + N.STALLS)):
+                text = N.run_ncu(target, REGEX[kernel], metrics=metrics, launch_count=1)
+                cmd = N.command_line(target, REGEX[kernel], metrics=metrics, launch_count=1)
+                blocks[part].append(f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: {cmd}\n{text.rstrip()}\n")
+    except N.NcuError as exc:
+        print(f"Live counters: ncu could not run here: {exc.message}\nfix: {exc.fix}\nThe recorded counters follow.")
+        return None
+    counters, stalls_text = "".join(blocks["counters"]), "".join(blocks["stalls"])
+    ev = evidence.live("ncu_copies_live", {"counters_csv": counters, "stalls_csv": stalls_text},
+                       "infralens_lab.labs_support.lab04.live_copy_family() (ncu, see commands)")
+    cap = ev.caption() + " · predictions: analysis.traffic.sector_model"
+    return _family(counters, stalls_text, None, cap, ev.caption(), "live")
+
+
+COPY_COLUMNS = ["label", "pred_sectors_per_req", "sectors_per_req", "pred_read_x", "read_x", "dram_read_mb",
+                "useful_read_mb", "time_us", "dram_tbps", "long_scoreboard_pct", "dominant_stall",
+                "achieved_occupancy_pct", "useful_tbps", "pred_useful_fraction", "useful_fraction"]
+
+
+def copy_view(fam: CopyFamily) -> pd.DataFrame:
+    """The columns of the copy table a reader needs, in reading order (those present)."""
+    return fam.table[[c for c in COPY_COLUMNS if c in fam.table.columns]]
+
+
+def model_gaps(fam: CopyFamily) -> list[str]:
+    """Sentences on where measurement and the sector model agree or part, computed from the table."""
+    t = fam.table
+    out = []
+    sec = t[(t["sectors_per_req"] - t["pred_sectors_per_req"]).abs() > 0.5]
+    out.append("sectors per request: every row matches the model" if sec.empty else
+               "sectors per request differ from the model for " + ", ".join(sec["label"]))
+    strided = t[t["label"] != "coalesced"]
+    worst = strided.loc[(strided["read_x"] / strided["pred_read_x"] - 1).abs().idxmax()]
+    out.append(f"DRAM read per useful byte: largest departure at {worst['label']} "
+               f"(measured {worst['read_x']:.2f}x vs model {worst['pred_read_x']:.0f}x)")
+    if "useful_fraction" in t.columns and t["useful_fraction"].notna().any():
+        s = strided[strided["useful_fraction"].notna()]
+        below = s[s["useful_fraction"] < s["pred_useful_fraction"]]
+        out.append(f"useful bandwidth: below the model's fraction at {len(below)} of {len(s)} strides "
+                   f"(the model assumes the strided copy still streams DRAM at the coalesced rate)")
+    return out
+
+
+# ---------------------------------------------------------------- attention
+@dataclass
+class Attention:
+    kernels: pd.DataFrame
+    variants: pd.DataFrame
+    caption: str
+    shape: tuple
+    bench: list | None
+    breakdown: pd.DataFrame  # stall samples per launch (measure.ncu.stall_breakdown); may be empty
+
+
+def recorded_attention(st) -> Attention | None:
+    """Naive vs tiled attention from ``ncu_attention.csv`` (+ ``bench`` if there); None with a note if missing."""
+    if _have(st, [ATTN_FILE]):
+        _missing("Attention counters", [ATTN_FILE])
+        return None
+    df = N.parse_raw_csv(st.text(ATTN_FILE))
+    k = tables.attention_kernels(df)
+    v = tables.attention_variants(k, df)
+    shape = tables.config_fields(k["config"].iloc[0]).get("shape")
+    bench = st.load("bench").values.get("attention") if "bench.json" in st.files() else None
+    files = [ATTN_FILE] + (["bench.json"] if bench else [])
+    cap = file_caption(st, *files, extra="predictions: analysis.traffic.attention_naive_traffic / "
+                                         "attention_tiled_traffic (BLOCK_M read off the launch grid)")
+    return Attention(k, v, cap, shape, bench, N.stall_breakdown(df))
+
+
+KERNEL_COLUMNS = ["variant", "kernel", "time_us", "pred_dram_mb", "dram_mb", "l2_hit_pct", "sm_pct", "memory_pct",
+                  "achieved_occupancy_pct", "dominant_stall", "dominant_stall_pct", "long_scoreboard_pct"]
+
+
+def kernel_view(a: Attention) -> pd.DataFrame:
+    return a.kernels[[c for c in KERNEL_COLUMNS if c in a.kernels.columns]]
+
+
+def _pct(v) -> str:
+    return "—" if v is None or v != v else f"{v:.0f}%"
+
+
+def before_after(a: Attention, before: str = "naive", after: str = "tiled") -> pd.DataFrame:
+    """The naive → tiled table with a reason per row, each reason computed from the numbers shown."""
+    rows = {r["variant"]: r for r in a.variants.to_dict(orient="records")}
+    if before not in rows or after not in rows:
+        raise ValueError(f"before_after: variants {before!r} and {after!r} needed; have {sorted(rows)}")
+    b, f = dict(rows[before]), dict(rows[after])
+    B, H, n_ctx, D = a.shape
+    e = tables.ELEM_BYTES.get(tables.config_fields(b["config"]).get("dtype", "fp16"), 2)
+    sp_mb = B * H * n_ctx * n_ctx * (4 + e) * 2 / 1e6  # S (fp32) and P (input dtype), each written once, read once
+
+    def speed(x, y):
+        return f"{x / y:.1f}x faster: the {int(b['kernels'])} naive kernels round-trip S and P through HBM; " \
+               f"one tiled kernel keeps them on chip" if y < x else "not faster here: look at the rows below"
+
+    def dram(x, y):
+        return f"S (fp32) and P ({e}-byte) written then read back would be {sp_mb:.0f} MB; measured naive " \
+               f"moved {x:.0f} MB, tiled {y:.0f} MB"
+
+    def l2(x, y):
+        if x != x or y != y:
+            return "no L2 counter recorded"
+        return ("higher: K/V tiles re-read by neighbouring query blocks are served from L2" if y > x else
+                "lower: the naive kernels' reads of S and P just written hit L2 more often")
+
+    def stall(x, y):
+        text = f"naive: {x} {_pct(b.get('dominant_stall_pct'))}, tiled: {y} {_pct(f.get('dominant_stall_pct'))}"
+        try:
+            return text + f"; {y} = {stall_info.explain(y).meaning}"
+        except (ValueError, TypeError):
+            return text
+
+    def occ(x, y):
+        faster = f["time_us"] < b["time_us"]
+        return (f"tiled runs at {'lower' if y < x else 'higher'} occupancy yet is "
+                f"{'faster' if faster else 'slower'}: occupancy is a means to hide latency, not the goal")
+
+    metrics = [
+        ("time_us", "kernel time (ncu, sum over kernels)", "µs", speed),
+        ("pred_dram_mb", "DRAM bytes predicted (traffic model)", "MB",
+         lambda x, y: f"{x / y:.1f}x less predicted: tiled never writes S or P"),
+        ("dram_mb", "DRAM bytes measured (read + write)", "MB", dram),
+        ("l2_hit_pct", "L2 hit rate (time-weighted)", "%", l2),
+        ("memory_pct", "memory throughput, % of peak (SOL)", "%",
+         lambda x, y: "how busy the busiest memory unit was; naive is busy moving S and P"),
+        ("sm_pct", "SM throughput, % of peak (SOL)", "%",
+         lambda x, y: "tiled spends its time in matmuls and exp, not in moving bytes" if y > x else
+         "tiled has not turned saved bytes into SM work here"),
+        ("dominant_stall", "dominant stall reason", "", stall),
+        ("long_scoreboard_pct", "long-scoreboard share of samples", "%",
+         lambda x, y: "fewer warps wait on global memory" if y < x else "warps still wait on global memory"),
+        ("achieved_occupancy_pct", "achieved occupancy (time-weighted)", "%", occ),
+    ]
+    out = tables.before_after(b, f, metrics, names=(before, after))
+    if a.bench:
+        big = [r for r in a.bench if r.get("dtype") == "float16" and not r.get("causal")
+               and r.get("variant") in (before, after)]
+        have = {}
+        for r in big:
+            have.setdefault(tuple(r["shape"]), set()).add(r["variant"])
+        both = [s for s, v in have.items() if v == {before, after}]
+        if both:  # a shape where both ran; same head dim as the ncu shape if there is one, then the largest N
+            shp = sorted(both, key=lambda s: (s[3] != D, -s[2]))[0]
+            vals = {r["variant"]: r["tflops"] for r in big if tuple(r["shape"]) == shp}
+            extra = tables.before_after({"t": vals.get(before, math.nan)}, {"t": vals.get(after, math.nan)},
+                                        [("t", f"bench TFLOP/s at B,H,N,D = {','.join(map(str, shp))} (CUDA events)",
+                                          "TFLOP/s", "a larger shape, timed without a profiler: the speedup holds "
+                                          "outside ncu" if vals.get(after, 0) > vals.get(before, math.inf) else
+                                          "timed without a profiler")], names=(before, after))
+            out = pd.concat([out, extra], ignore_index=True)
+    return out
+
+
+# ---------------------------------------------------------------- vocabulary and occupancy
+def stall_vocabulary(reasons=VOCABULARY) -> pd.DataFrame:
+    """Meaning and usual fix per stall reason, from :data:`infralens_lab.analysis.stalls.STALLS`."""
+    return pd.DataFrame([{"reason": r, "is_stall": stall_info.explain(r).is_stall,
+                          "meaning": stall_info.explain(r).meaning, "usual fix": stall_info.explain(r).fix}
+                         for r in reasons])
+
+
+def occupancy_table(fam: CopyFamily | None, att: Attention | None) -> pd.DataFrame:
+    """Achieved occupancy beside what the kernel achieved (bandwidth or time), copies and attention."""
+    rows = []
+    if fam is not None:
+        for r in fam.table.to_dict(orient="records"):
+            rows.append({"kernel": f"copy {r['label']}", "achieved_occupancy_pct": r["achieved_occupancy_pct"],
+                         "time_us": r["time_us"], "useful GB moved": 2 * r["useful_read_mb"] / 1e3,
+                         "dram_tbps": r["dram_tbps"]})
+    if att is not None:
+        for r in att.variants.to_dict(orient="records"):
+            rows.append({"kernel": f"attention {r['variant']}", "achieved_occupancy_pct": r["achieved_occupancy_pct"],
+                         "time_us": r["time_us"], "useful GB moved": math.nan,
+                         "dram_tbps": r["dram_mb"] * 1e6 / (r["time_us"] * 1e-6) / 1e12})
+    return pd.DataFrame(rows)
+
+
+def occupancy_facts(occ: pd.DataFrame) -> str:
+    """Two sentences computed from :func:`occupancy_table`: is higher occupancy faster here?"""
+    if occ.empty:
+        return "No occupancy counters recorded."
+    out = []
+    copies = occ[occ["kernel"].str.startswith("copy stride")]
+    if len(copies) >= 2:
+        hi = copies.loc[copies["achieved_occupancy_pct"].idxmax()]
+        fast = copies.loc[copies["dram_tbps"].idxmax()]
+        out.append(f"Strided copies: occupancy spans {copies['achieved_occupancy_pct'].min():.0f}–"
+                   f"{copies['achieved_occupancy_pct'].max():.0f}%, the highest at {hi['kernel']}; the highest DRAM "
+                   f"rate is at {fast['kernel']}.")
+    att = occ[occ["kernel"].str.startswith("attention")].sort_values("time_us")
+    if len(att) >= 2:
+        f, s = att.iloc[0], att.iloc[-1]
+        out.append(f"Attention: the fastest variant ({f['kernel']}) runs at {f['achieved_occupancy_pct']:.0f}% "
+                   f"occupancy, the slowest ({s['kernel']}) at {s['achieved_occupancy_pct']:.0f}%.")
+    return " ".join(out)
+
+
+def short_label(config: str) -> str:
+    """``'copy_strided stride=8 n=16777216 fp32'`` -> ``'stride 8'``; other labels lose their size fields."""
+    m = re.search(r"stride=(\d+)", config)
+    if m:
+        return f"stride {m.group(1)}"
+    return "coalesced" if config.startswith("copy ") else config.split(" shape=")[0]
+
+
+def attention_predictions(a: Attention) -> pd.DataFrame:
+    """The traffic model alone at the recorded shape, one row per kernel (what to expect before
+    looking at the counters): predicted DRAM MB read and written, nominal GFLOP, intensity."""
+    k = a.kernels
+    out = pd.DataFrame({"variant": k["variant"], "kernel": k["kernel"], "block_m": k["block_m"],
+                        "pred_dram_read_mb": k["pred_dram_read_mb"], "pred_dram_write_mb": k["pred_dram_write_mb"],
+                        "gflop": k["flops"] / 1e9})
+    out["flop_per_byte"] = k["flops"] / (k["pred_dram_mb"] * 1e6)
+    return out
+
+
+def check_on(qid: str, answer, ev):
+    """``quiz.check(qid, answer, evidence=ev)``, or a note instead when the evidence is not there."""
+    from ..quiz import check
+
+    if ev is None:
+        print(f"{qid}: this question is checked against recorded evidence, which is missing here; "
+              f"it cannot be marked until the recording exists.")
+        return None
+    return check(qid, answer, evidence=ev)

@@ -1,0 +1,169 @@
+"""Lab 01 glue: the before/after table, idle time by cause and the bottleneck statement on hand-built traces
+(every number computed by hand below), the live CPU-only trace, the ncu/nsys command lines, missing records;
+and, once a recording exists, the same tables on the recorded traces and the quiz derivations."""
+from __future__ import annotations
+
+import pytest
+
+from infralens_lab import evidence
+from infralens_lab.labs_support import lab01
+from infralens_lab.measure.torch_trace import Trace
+from infralens_lab.quiz.derive import derive
+
+
+def _x(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _bubble() -> Trace:
+    """Two 1000 µs steps. Each: data 0-400 (aten::to inside), forward 400-500 launching one 200 µs kernel at
+    +420, log 500-1000 waiting in aten::item 505-995. GPU busy [420, 620] and [1420, 1620]: one 800 µs gap."""
+    ev = []
+    for i, t in enumerate((0, 1000)):
+        ev += [_x("user_annotation", f"ProfilerStep#{i + 1}", t, 1000),
+               _x("user_annotation", "data", t, 400), _x("cpu_op", "aten::to", t + 10, 380),
+               _x("user_annotation", "forward", t + 400, 100),
+               _x("cuda_runtime", "cudaLaunchKernel", t + 410, 5, correlation=i + 1),
+               _x("kernel", "gemm_kernel", t + 420, 200, pid=0, tid=7, correlation=i + 1, stream=7),
+               _x("user_annotation", "log", t + 500, 500), _x("cpu_op", "aten::item", t + 505, 490)]
+    return Trace({"traceEvents": ev})
+
+
+def _fixed() -> Trace:
+    """Two 500 µs steps, each launching one 460 µs kernel at +20: gaps of 40 µs only (under the 50 µs floor)."""
+    ev = []
+    for i, t in enumerate((0, 500)):
+        ev += [_x("user_annotation", f"ProfilerStep#{i + 1}", t, 500),
+               _x("user_annotation", "forward", t, 100),
+               _x("cuda_runtime", "cudaLaunchKernel", t + 10, 5, correlation=i + 1),
+               _x("kernel", "void at::native::elementwise_kernel<128, 4>(int, Foo)", t + 20, 460, pid=0, tid=7,
+                  correlation=i + 1, stream=7)]
+    return Trace({"traceEvents": ev})
+
+
+def _traces():
+    return {"bubble": (_bubble(), None), "fixed": (_fixed(), None)}
+
+
+def test_idle_by_cause_hand_computed():
+    c = lab01.idle_by_cause(_bubble()).set_index("cause")
+    # gap 620-1420: aten::item 620-995 = 375 sync; launch 1410-1415 = 5; host: log 995-1000 (5) +
+    # data 1000-1400 (400) + forward 1400-1420 less the launch (15) = 420; nothing unaccounted
+    assert c["idle_us"].to_dict() == pytest.approx({"host": 420.0, "sync": 375.0, "launch": 5.0, "memcpy": 0.0,
+                                                    "unaccounted": 0.0})
+    assert list(c.index[:2]) == ["host", "sync"] and c["share"].sum() == pytest.approx(1.0)
+    assert derive("argmax", lab01.idle_by_cause(_bubble()), column="idle_us", label="cause") == "host"
+    empty = lab01.idle_by_cause(_fixed())
+    assert empty["idle_us"].sum() == 0.0
+
+
+def test_compare_hand_computed():
+    cmp = lab01.compare(_traces()).set_index("version")
+    assert cmp.loc["bubble", "period_ms"] == pytest.approx(1.0)  # (2000 - 0) / 2 steps
+    assert cmp.loc["fixed", "period_ms"] == pytest.approx(0.5)  # (max(1000, 980) - 0) / 2
+    assert cmp.loc["bubble", "gpu_util_pct"] == pytest.approx(20.0)  # 400 µs busy in 2000
+    assert cmp.loc["fixed", "gpu_util_pct"] == pytest.approx(92.0)  # 920 / 1000
+    assert cmp.loc["bubble", "idle_ms_per_step"] == pytest.approx(0.4) and cmp.loc["bubble", "largest_gap_ms"] == 0.8
+    assert cmp.loc["fixed", "idle_gaps_per_step"] == 0 and cmp.loc["fixed", "main_idle_cause"] == "none"
+    assert cmp.loc["bubble", "main_idle_cause"] == "host"
+    assert derive("ratio", cmp.reset_index(), num={"column": "period_ms", "where": {"version": "bubble"}},
+                  den={"column": "period_ms", "where": {"version": "fixed"}}) == pytest.approx(2.0)
+
+
+def test_gap_view_hot_kernels_and_statement():
+    g = lab01.gap_view(_bubble())
+    assert g[["start_ms", "gap_ms", "cause"]].values.tolist() == [[0.62, 0.8, "host"]]
+    assert "aten::item" in g["cpu_ops"].iloc[0] and "data" in g["cpu_ranges"].iloc[0]
+    tr = _fixed()
+    hot = lab01.hot_kernels(tr)
+    assert hot["launches_per_step"].tolist() == [1.0] and hot["ms_per_step"].tolist() == [pytest.approx(0.46)]
+    assert lab01.hot_kernel_name(tr) == "void at::native::elementwise_kernel<128, 4>(int, Foo)"
+    text = lab01.bottleneck_statement(lab01.compare(_traces()), lab01.idle_by_cause(_bubble()), hot,
+                                      {"sm_pct": 30.0, "memory_pct": 80.0, "dominant_stall": "long_scoreboard"})
+    assert "busy 20% of each 1.0 ms step" in text and "0.4 ms per step it sits idle" in text
+    assert "52% of that while the CPU was in 'host' work" in text  # 420 / 800 = 52.5%, printed with .0f
+    assert "0.5 ms (2.0x faster)" in text and "the input pipeline, not the GPU, bounded the step" in text
+    assert "leans memory-bound" in text and "long_scoreboard" in text
+
+
+def test_ranges_view_and_notes():
+    r = lab01.ranges_view(_bubble()).set_index("range")
+    assert list(r.index) == ["data", "forward", "log"]
+    assert r.loc["forward", "kernels_launched"] == 1.0 and r.loc["forward", "gpu_ms_per_step"] == pytest.approx(0.2)
+    assert r.loc["log", "cpu_ms_per_step"] == pytest.approx(0.5)
+    notes = lab01.range_notes(_bubble(), "bubble")
+    assert any("'log' holds the CPU for 0.5 ms per step and launches no kernel" in n for n in notes)
+    assert any("'data' holds the CPU for 0.4 ms per step and launches no kernel" in n for n in notes)
+    assert not any("'forward'" in n for n in notes)  # 0.1 ms CPU vs 0.2 ms GPU: within a factor 2
+
+
+def test_live_cpu_trace_has_ranges_and_no_kernels():
+    tr, ev = lab01.live_trace("bubble")
+    assert not tr.has_gpu and ev.source == "live"
+    r = lab01.ranges_view(tr)
+    assert {"data", "forward", "backward", "optimizer", "log"} <= set(r["range"])
+    assert "cpu_ms_per_step" not in r.columns  # CPU-only: no timings shown
+    assert (r["per_step"] == 1.0).all() and (r["kernels_launched"] == 0).all()
+    ops = lab01.ops_by_count(tr)
+    assert len(ops) == 8 and ops["op"].str.startswith("aten::").all()
+    assert lab01.hot_kernel_name(tr) is None and lab01.hot_kernels(tr).empty
+    with pytest.raises(ValueError, match="version 'slow'"):
+        lab01.live_trace("slow")
+
+
+def test_time_step_declines_in_interpreter_mode():
+    t = lab01.time_step("fixed")
+    assert not t.meaningful and t.median_ms is None and "interpreter" in t.note
+
+
+def test_kernel_regex_and_commands():
+    assert lab01.kernel_regex("void at::native::elementwise_kernel<128, 4>(int, Foo)") == "elementwise_kernel"
+    assert lab01.kernel_regex("sm90_xmma_gemm_f32f32_tf32f32") == "sm90_xmma_gemm_f32f32_tf32f32"
+    assert lab01.kernel_regex("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
+    with pytest.raises(ValueError, match="non-empty"):
+        lab01.kernel_regex(" ")
+    cmds = lab01.commands("void at::native::elementwise_kernel<128, 4>(int, Foo)")
+    sol, full = cmds["ncu (speed of light of the hot kernel)"], cmds["ncu (everything, once the SOL says where to look)"]
+    assert "--kernel-name regex:elementwise_kernel" in sol and "--section SpeedOfLight" in sol
+    assert "--set full" in full and "--section" not in full and "--launch-count 1" in full
+    assert sol.endswith("python -m infralens_lab target --kernel train_step --warmup 2 --iters 1")
+    assert cmds["nsys (timeline)"].startswith("nsys profile --trace cuda,nvtx,osrt")
+
+
+def test_missing_records_give_notes(capsys):
+    assert lab01.recorded_traces(None) is None
+    assert lab01.hot_kernel_counters(None, "gemm") is None
+    assert "ncu_train_step.csv is not in the recorded set" in capsys.readouterr().out
+    assert lab01.recorded_spread(None) is None and lab01.step_times(None) is None
+    assert lab01.check_on("lab01.q3", "host", None) is None
+    with pytest.raises(ValueError, match="no ProfilerStep"):
+        lab01.step_window(Trace({"traceEvents": [_x("cpu_op", "aten::mm", 0, 5)]}))
+
+
+# ------------------------------------------------------------------ the real recording, when there is one
+def _store_with(*names):
+    try:
+        st = evidence.reference()
+    except evidence.EvidenceError:
+        pytest.skip("no recorded evidence under data/recorded yet")
+    missing = [n for n in names if n not in st.names()]
+    if missing:
+        pytest.skip(f"the recorded set has no {missing} yet")
+    return st
+
+
+def test_recorded_traces_before_after():
+    st = _store_with("trace_bubble", "trace_fixed")
+    traces = lab01.recorded_traces(st)
+    tr_b, tr_f = traces["bubble"][0], traces["fixed"][0]
+    assert tr_b.has_gpu and tr_f.has_gpu
+    cmp = lab01.compare(traces).set_index("version")
+    for v in ("bubble", "fixed"):
+        assert cmp.loc[v, "steps"] == 3 and cmp.loc[v, "period_ms"] > 0
+        assert 0 < cmp.loc[v, "gpu_util_pct"] <= 100
+        # the period is never shorter than the GPU busy time per step
+        assert cmp.loc[v, "period_ms"] >= cmp.loc[v, "gpu_busy_ms"] * (1 - 1e-9)
+    causes = lab01.idle_by_cause(tr_b)
+    assert derive("argmax", causes, column="idle_us", label="cause") in {"sync", "memcpy", "launch", "host", "unaccounted"}
+    assert lab01.hot_kernel_name(tr_f) is not None
+    assert lab01.kernel_regex(lab01.hot_kernel_name(tr_f))

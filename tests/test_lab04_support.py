@@ -1,0 +1,287 @@
+"""Lab 04 glue and its tables/figures: sector predictions, live copy and attention checks, the copy-family and
+attention tables on hand-computed ncu CSVs, stall mixes, before/after, errors; and, once a recording exists,
+the same tables on the real recorded files (recomputed from the raw counters) and the quiz derivations."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import pandas as pd
+import pytest
+
+from infralens_lab import evidence
+from infralens_lab.analysis import traffic
+from infralens_lab.labs_support import lab04
+from infralens_lab.measure import ncu as N
+from infralens_lab.present import stalls as S
+from infralens_lab.present import tables as T
+
+HEAD = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+        "Grid Size", "Device", "CC"]
+
+
+def _block(label: str, rows: list[tuple[str, dict]]) -> str:
+    """One ncu --csv --page raw block (header, units, rows) after the recorder's config line."""
+    metrics = sorted({m for _, v in rows for m in v})
+    s = io.StringIO()
+    w = csv.writer(s, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    w.writerow(HEAD + metrics)
+    w.writerow([""] * (len(HEAD) + len(metrics)))
+    for i, (kernel, vals) in enumerate(rows):
+        w.writerow([str(i), "1", "python3", "h", kernel, "1", "7", "(256, 1, 1)", "(1, 1, 1)", "0", "9.0"]
+                   + [f"{vals[m]:,}" for m in metrics])
+    return f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: ncu --fake {label.split()[0]}\n{s.getvalue()}"
+
+
+N_OUT = 1_000_000  # useful fp32 elements: 4 MB useful read
+COUNTERS = {
+    # label: (kernel, dram read bytes, sectors, requests, time ns, achieved occupancy %)
+    "copy n=1000000 fp32": ("copy_coalesced", 4_100_000, 500_000, 31_250, 4_000, 60.0),
+    "copy_strided stride=8 n=1000000 fp32": ("copy_strided", 33_000_000, 1_000_000, 31_250, 20_000, 80.0),
+}
+STALL_SAMPLES = {
+    "copy n=1000000 fp32": {"long_scoreboard": 60, "selected": 30, "wait": 10},
+    "copy_strided stride=8 n=1000000 fp32": {"long_scoreboard": 50, "lg_throttle": 30, "selected": 20},
+}
+
+
+def _copy_csvs():
+    counters, stalls = [], []
+    for label, (k, rd, sec, req, t, occ) in COUNTERS.items():
+        counters.append(_block(label, [(k, {"dram__bytes_read.sum": rd, "dram__bytes_write.sum": N_OUT * 4,
+                                            N.SECTORS[0]: sec, N.SECTORS[1]: req, "gpu__time_duration.sum": t,
+                                            N.OCCUPANCY[0]: occ, N.OCCUPANCY[1]: 100.0, N.SOL[0]: 10.0,
+                                            N.SOL[1]: 90.0})]))
+        stalls.append(_block(label, [(k, {"gpu__time_duration.sum": t, **{
+            f"smsp__pcsamp_warps_issue_stalled_{r}": v for r, v in STALL_SAMPLES[label].items()}})]))
+    return "".join(counters), "".join(stalls)
+
+
+BENCH = [{"variant": "coalesced", "dtype": "float32", "stride": 1, "useful_tbps": 3.0, "measured_fraction": None},
+         {"variant": "strided", "dtype": "float32", "stride": 8, "useful_tbps": 0.6, "measured_fraction": 0.2}]
+
+
+# ------------------------------------------------------------------ predictions and live checks
+def test_sector_predictions_follow_the_32_byte_model():
+    p = lab04.sector_predictions().set_index("stride")
+    assert p.loc[1, "pred_sectors_per_req"] == 16 and p.loc[2, "pred_sectors_per_req"] == 32
+    assert p["pred_read_x"].tolist() == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]  # min(stride, 32 / 4)
+    assert p.loc[8, "pred_useful_fraction"] == pytest.approx(2 / 9)
+    assert p["bytes_apart"].tolist() == [4, 8, 16, 32, 64, 128]
+
+
+def test_copies_correctness_passes_and_catches_a_wrong_kernel(monkeypatch, capsys):
+    table, ev = lab04.copies_correctness(n_in=9_001, seed=3)
+    assert table["equals_torch"].all() and len(table) == 7 and ev.source == "live"
+    assert table[(table["kernel"] == "copy_strided") & (table["stride"] == 32)]["n_out"].item() == 282  # ceil(9001/32)
+    from infralens_lab.kernels import copies
+
+    real = copies.copy_strided
+    monkeypatch.setattr(copies, "copy_strided", lambda x, s, out=None: real(x, s, out=out).roll(1))
+    bad, _ = lab04.copies_correctness(n_in=9_001, seed=3)
+    assert not bad[bad["kernel"] == "copy_strided"]["equals_torch"].any()
+    lab04.print_checks(bad, "equals_torch", "copy")
+    out = capsys.readouterr().out
+    assert out.count("FAIL") == 6 and out.count("PASS") == 1
+
+
+def test_attention_correctness_runs_every_variant_and_flags_wrong_output(monkeypatch):
+    table, _ = lab04.attention_correctness(shapes=((1, 1, 19, 16, True),), seed=1)
+    assert set(table["variant"]) == {"naive", "tiled", "tiled_fast"} and table["within_tol"].all()
+    from infralens_lab.kernels import attention
+
+    monkeypatch.setitem(attention.VARIANTS, "tiled", lambda q, k, v, causal, out: out.zero_())
+    bad, _ = lab04.attention_correctness(shapes=((1, 1, 19, 16, False),), seed=1)
+    assert bad.set_index("variant")["within_tol"].to_dict() == {"naive": True, "tiled": False, "tiled_fast": True}
+
+
+# ------------------------------------------------------------------ tables on hand-computed CSVs
+def test_copy_family_hand_computed():
+    counters, stalls = _copy_csvs()
+    t = T.copy_family(N.parse_raw_csv(counters), N.parse_raw_csv(stalls), BENCH).set_index("label")
+    assert list(t.index) == ["coalesced", "stride 8"]
+    assert t.loc["coalesced", "sectors_per_req"] == 16.0 and t.loc["stride 8", "sectors_per_req"] == 32.0
+    assert t.loc["stride 8", "read_x"] == pytest.approx(33_000_000 / 4_000_000)
+    assert t.loc["stride 8", "pred_read_x"] == 8.0 and t.loc["stride 8", "pred_dram_read_mb"] == pytest.approx(32.0)
+    # (33 MB read + 4 MB written) / 20 µs = 1.85 TB/s
+    assert t.loc["stride 8", "dram_tbps"] == pytest.approx(37_000_000 / 20e-6 / 1e12)
+    assert t.loc["stride 8", "long_scoreboard_pct"] == pytest.approx(50.0)
+    assert t.loc["stride 8", "dominant_stall"] == "long_scoreboard"  # selected is not a stall
+    assert t.loc["coalesced", "dominant_stall_pct"] == pytest.approx(60.0)
+    assert t.loc["stride 8", "useful_fraction"] == 0.2 and t.loc["coalesced", "useful_fraction"] == 1.0
+    assert t.loc["stride 8", "useful_tbps"] == 0.6 and t.loc["stride 8", "time_us"] == 20.0
+
+
+def test_copy_family_object_and_quiz_evidence(capsys):
+    counters, stalls = _copy_csvs()
+    fam = lab04._family(counters, stalls, BENCH, "cap", "scap", "recorded")
+    s8 = fam.stalls_for("stride 8")
+    assert s8["reason"].tolist() == ["long_scoreboard", "lg_throttle", "selected"]
+    assert s8["share"].sum() == pytest.approx(1.0)
+    assert fam.commands["stride 8"] == "ncu --fake copy_strided"
+    from infralens_lab.quiz.derive import derive
+
+    assert derive("dominant_stall", s8) == "long_scoreboard"
+    assert derive("value", fam.table, column="read_x", where={"label": "stride 8"}) == pytest.approx(8.25)
+    gaps = lab04.model_gaps(fam)
+    assert gaps[0] == "sectors per request: every row matches the model"
+    assert "stride 8 (measured 8.25x vs model 8x)" in gaps[1]
+    with pytest.raises(ValueError, match="no copy config labelled 'stride 4'"):
+        fam.stalls_for("stride 4")
+    occ = lab04.occupancy_table(fam, None)
+    assert occ["kernel"].tolist() == ["copy coalesced", "copy stride 8"]
+
+
+def _attention_csv(block_grid: int):
+    shape = "1,2,256,64"
+    base = {N.SOL[0]: 20.0, N.SOL[1]: 70.0, N.HIT_RATES[0]: 50.0, N.OCCUPANCY[0]: 40.0, N.OCCUPANCY[1]: 50.0}
+    naive = [(k, {**base, "gpu__time_duration.sum": t, "dram__bytes_read.sum": r, "dram__bytes_write.sum": w,
+                  "launch__grid_size": 64, "smsp__pcsamp_warps_issue_stalled_long_scoreboard": ls,
+                  "smsp__pcsamp_warps_issue_stalled_selected": 10})
+             for k, t, r, w, ls in (("naive_qk", 3000, 1e5, 5e5, 70), ("naive_softmax", 2000, 5e5, 2.6e5, 80),
+                                    ("naive_pv", 1000, 3e5, 6e4, 40))]
+    tiled = [("attn_fwd", {**base, N.SOL[0]: 60.0, "gpu__time_duration.sum": 2000, "dram__bytes_read.sum": 2e5,
+                           "dram__bytes_write.sum": 6e4, "launch__grid_size": block_grid,
+                           "smsp__pcsamp_warps_issue_stalled_long_scoreboard": 5,
+                           "smsp__pcsamp_warps_issue_stalled_math_pipe_throttle": 30,
+                           "smsp__pcsamp_warps_issue_stalled_selected": 20})]
+    return _block(f"naive shape={shape} fp16", naive) + _block(f"tiled shape={shape} fp16", tiled)
+
+
+def test_attention_tables_against_the_traffic_model():
+    df = N.parse_raw_csv(_attention_csv(block_grid=2 * 2))  # ceil(256 / 128) * B * H
+    k = T.attention_kernels(df).set_index("kernel")
+    naive = {t.kernel: t for t in traffic.attention_naive_traffic(1, 2, 256, 64, 2)}
+    assert k.loc["naive_qk", "pred_dram_write_mb"] == pytest.approx(naive["naive_qk"].bytes_written / 1e6)
+    assert k.loc["attn_fwd", "block_m"] == 128
+    tiled = traffic.attention_tiled_traffic(1, 2, 256, 64, 2, 128)
+    assert k.loc["attn_fwd", "pred_dram_mb"] == pytest.approx(tiled.bytes / 1e6)
+    assert k.loc["attn_fwd", "dominant_stall"] == "math_pipe_throttle"
+    v = T.attention_variants(k.reset_index(), df).set_index("variant")
+    assert v.loc["naive", "time_us"] == 6.0 and v.loc["naive", "kernels"] == 3
+    assert v.loc["naive", "dram_mb"] == pytest.approx((9e5 + 8.2e5) / 1e6)
+    assert v.loc["naive", "long_scoreboard_pct"] == pytest.approx(100 * 190 / 220)  # samples summed over kernels
+    att = lab04.Attention(k.reset_index(), v.reset_index(), "cap", (1, 2, 256, 64), None, N.stall_breakdown(df))
+    ba = lab04.before_after(att).set_index("metric")
+    assert ba.loc["kernel time (ncu, sum over kernels)", "tiled / naive"] == pytest.approx(2000 / 6000)
+    assert ba.loc["kernel time (ncu, sum over kernels)", "why"].startswith("3.0x faster")
+    assert ba.loc["SM throughput, % of peak (SOL)", "tiled"] == 60.0
+    from infralens_lab.quiz.derive import derive
+
+    assert derive("ratio", att.variants, num={"column": "dram_mb", "where": {"variant": "naive"}},
+                  den={"column": "dram_mb", "where": {"variant": "tiled"}}) == pytest.approx(1.72e6 / 2.6e5)
+
+
+def test_block_m_from_grid_and_bad_grids():
+    assert T.block_m_from_grid(16 * 8, 1, 8, 2048) == 128
+    assert T.block_m_from_grid(3 * 2, 1, 2, 37) == 16  # ceil(37 / 16) = 3
+    with pytest.raises(ValueError, match="not ceil"):
+        T.block_m_from_grid(7, 1, 2, 256)
+    with pytest.raises(ValueError, match="positive number of blocks"):
+        T.block_m_from_grid(float("nan"), 1, 1, 64)
+
+
+def test_config_fields_and_errors():
+    assert T.config_fields("copy_strided stride=8 n=16777216 fp32") == {
+        "family": "copy_strided", "stride": 8, "n": 16777216, "dtype": "fp32"}
+    assert T.config_fields("naive shape=1,8,2048,64 fp16 causal")["shape"] == (1, 8, 2048, 64)
+    assert T.config_fields("naive shape=1,8,2048,64 fp16 causal")["causal"] is True
+    with pytest.raises(ValueError, match="config label"):
+        T.config_fields("  ")
+    with pytest.raises(TypeError, match="expected the DataFrame"):
+        T.copy_family([1, 2])
+    with pytest.raises(ValueError, match="no copy_coalesced/copy_strided launches"):
+        T.copy_family(N.parse_raw_csv(_attention_csv(4)))
+    with pytest.raises(ValueError, match="lacks shape"):
+        T.attention_kernels(N.parse_raw_csv(_block("naive fp16", [("naive_qk", {"gpu__time_duration.sum": 1})])))
+
+
+def test_stall_mix_sums_to_one_and_folds_small_reasons():
+    b = pd.DataFrame({"config": ["a"] * 4 + ["b"] * 2, "reason": ["x", "y", "z", "w", "x", "y"],
+                      "samples": [50, 30, 15, 5, 1, 3]})
+    m = S.stall_mix(b, top=2)
+    assert list(m.columns) == ["x", "y", "other"] and list(m.index) == ["a", "b"]
+    assert m.loc["a", "other"] == pytest.approx(0.2) and m.loc["b", "y"] == pytest.approx(0.75)
+    assert m.sum(axis=1).tolist() == pytest.approx([1.0, 1.0])
+    assert list(S.stall_mix(b, order=["b", "a"]).index) == ["b", "a"]
+    with pytest.raises(ValueError, match="lacks columns"):
+        S.stall_mix(b.drop(columns="samples"))
+    with pytest.raises(ValueError, match="no stall samples"):
+        S.stall_mix(b.assign(samples=0))
+    with pytest.raises(ValueError, match="top=0"):
+        S.stall_mix(b, top=0)
+    with pytest.raises(TypeError, match="expected a pandas DataFrame"):
+        S.stall_mix({"reason": 1})
+
+
+def test_figures_build_without_ipython():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    counters, stalls = _copy_csvs()
+    fam = lab04._family(counters, stalls, BENCH, "cap", "scap", "recorded")
+    f1 = S.copy_family_figure(fam.table)
+    assert len(f1.axes) == 3  # bench present: the useful-bandwidth panel is drawn
+    f2 = S.stall_bars(fam.breakdown, order=fam.order(), labels=fam.labels())
+    assert [t.get_text() for t in f2.axes[0].get_yticklabels()] == ["coalesced", "stride 8"]
+    with pytest.raises(ValueError, match="empty"):
+        S.copy_family_figure(fam.table.iloc[:0])
+
+
+def test_before_after_ratio_text_and_bad_metric():
+    t = T.before_after({"t": 10.0, "s": "a"}, {"t": 4.0, "s": "b"},
+                       [("t", "time", "µs", lambda b, a: f"{b / a:.1f}x"), ("s", "stall", "", "text")])
+    assert t["after / before"].iloc[0] == pytest.approx(0.4) and t["why"].tolist() == ["2.5x", "text"]
+    assert math.isnan(t["after / before"].iloc[1])
+    with pytest.raises(ValueError, match="expected \\(key, label, unit, why\\)"):
+        T.before_after({}, {}, [("t", "time")])
+
+
+def test_missing_record_prints_a_note(capsys):
+    assert lab04.recorded_copy_family(None) is None
+    assert "ncu_copies.csv" in capsys.readouterr().out
+    assert lab04.check_on("lab04.q3", "wait", None) is None
+    assert "cannot be marked" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the real recording, when there is one
+def _recorded(*files):
+    try:
+        st = evidence.reference()
+    except evidence.EvidenceError:
+        pytest.skip("no recorded evidence under data/recorded yet")
+    missing = [f for f in files if f not in st.files()]
+    if missing:
+        pytest.skip(f"the recorded set has no {missing} yet")
+    return st
+
+
+def test_recorded_copy_family_matches_raw_counters():
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    fam = lab04.recorded_copy_family(st)
+    raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
+    t = fam.table
+    assert set(t["stride"]) >= {1, 8, 32} and "coalesced" in set(t["label"])
+    for r in t.itertuples():
+        f = T.config_fields(r.config)
+        rd = raw[(raw["config"] == r.config) & (raw["metric"] == "dram__bytes_read.sum")]["value"].mean()
+        assert r.read_x == pytest.approx(rd / (f["n"] * 4))  # recomputed from the raw CSV
+        m = traffic.sector_model(r.stride, 4)
+        assert (r.pred_read_x, r.pred_sectors_per_req) == (m.read_amplification, m.sectors_per_request)
+        assert r.time_us > 0 and r.dram_read_mb > 0
+    s8 = fam.stalls_for("stride 8")
+    from infralens_lab.quiz.derive import derive
+
+    assert derive("dominant_stall", s8) == t.set_index("label").loc["stride 8", "dominant_stall"]
+
+
+def test_recorded_attention_before_after():
+    st = _recorded("ncu_attention.csv")
+    att = lab04.recorded_attention(st)
+    assert {"naive", "tiled"} <= set(att.variants["variant"])
+    assert set(att.kernels[att.kernels["variant"] == "naive"]["kernel"]) == {"naive_qk", "naive_softmax", "naive_pv"}
+    ba = lab04.before_after(att)
+    assert ba["why"].map(len).min() > 0
+    v = att.variants.set_index("variant")
+    assert v.loc["naive", "pred_dram_mb"] > v.loc["tiled", "pred_dram_mb"]  # the model: S and P cost bytes
