@@ -152,3 +152,21 @@ def test_figure_with_roofs_only():
         assert fig.axes[0].get_xscale() == "log"
     finally:
         plt.close(fig)
+
+
+def test_bandwidth_figure_for_copies():
+    from infralens_lab.present.roofline import bandwidth_figure
+
+    rows = pd.DataFrame({"label": ["stride 1", "stride 8"], "dram_TBps": [2.7, 2.5], "useful_TBps": [2.7, 0.55]})
+    fig = bandwidth_figure(rows, [r for r in _roofs() if r.kind == "memory"])
+    try:
+        texts = _texts(fig)
+        assert "2.7" in texts and "0.55" in texts
+        assert any("3 TB/s (measured)" in t for t in texts) and any("3.35 TB/s (peak)" in t for t in texts)
+        assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["stride 1", "stride 8"]
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="dram_TBps"):
+        bandwidth_figure(pd.DataFrame({"label": ["a"]}))
+    with pytest.raises(TypeError, match="memory Roof"):
+        bandwidth_figure(rows, _roofs())

@@ -144,46 +144,64 @@ def _limits(roofs: list[Roof], points, xlim, ylim):
 
 
 class _Placer:
-    """Greedy label placement in log-axes space: try offsets, keep the first that overlaps nothing."""
+    """Greedy label placement with real text extents: for each label try a ring of offsets and keep
+    the first whose rendered box stays inside the axes and overlaps no marker, no earlier label and
+    no text already on the axes (roof labels, legend); if none is free, the least-overlapping one."""
 
-    OFFSETS = ((6, 6), (6, -12), (-6, 6), (-6, -12), (8, 16), (8, -22), (-8, 16), (-8, -22), (14, 0), (-14, 0))
+    OFFSETS = [(6, 6), (6, -14), (-6, 6), (-6, -14), (10, 18), (10, -26), (-10, 18), (-10, -26), (14, 0),
+               (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20)]
 
     def __init__(self, ax, fig, xs=(), ys=()):
-        self.ax, self.fig, self.boxes = ax, fig, []
-        for x, y in zip(xs, ys):  # markers are obstacles too (about 7 points across)
-            px, py = ax.transData.transform((x, y)) * 72.0 / fig.dpi
-            self.boxes.append((px - 3.5, py - 3.5, px + 3.5, py + 3.5))
+        from matplotlib.transforms import Bbox
 
-    def _box(self, x, y, dx, dy, text):
-        # approximate text box in display points: ~0.6 em per character, 1.2 em tall
-        px, py = self.ax.transData.transform((x, y)) * 72.0 / self.fig.dpi
-        w, h = 0.6 * _FONT * len(text), 1.2 * _FONT
-        x0 = px + dx if dx >= 0 else px + dx - w
-        return (x0, py + dy, x0 + w, py + dy + h)
+        self.ax, self.fig = ax, fig
+        self.renderer = fig.canvas.get_renderer()
+        self.frame = ax.get_window_extent(self.renderer)
+        self.boxes = []
+        r = 4.0 * fig.dpi / 72.0  # markers: about 8 points across, in pixels
+        for x, y in zip(xs, ys):
+            px, py = ax.transData.transform((x, y))
+            self.boxes.append(Bbox.from_extents(px - r, py - r, px + r, py + r))
+        for t in ax.texts:  # roof labels placed before the points
+            self.boxes.append(t.get_window_extent(self.renderer))
+        leg = ax.get_legend()
+        if leg is not None:
+            self.boxes.append(leg.get_window_extent(self.renderer))
 
-    def _inside(self, box) -> bool:
-        (x0, y0), (x1, y1) = self.ax.get_window_extent().get_points() * 72.0 / self.fig.dpi
-        return box[0] >= x0 and box[2] <= x1 and box[1] >= y0 and box[3] <= y1
-
-    @staticmethod
-    def _overlap(a, b) -> bool:
-        return not (a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1])
-
-    def place(self, x, y, text, color):
-        px, py = self.ax.transData.transform((x, y)) * 72.0 / self.fig.dpi
-        self._own = (px - 3.5, py - 3.5, px + 3.5, py + 3.5)
-        choice = self.OFFSETS[0]
-        for off in self.OFFSETS:
-            box = self._box(x, y, *off, text)
-            if not self._inside(box):
+    def _cost(self, bb, own) -> float:
+        if not (bb.x0 >= self.frame.x0 and bb.x1 <= self.frame.x1 and bb.y0 >= self.frame.y0 and bb.y1 <= self.frame.y1):
+            return float("inf")
+        area = 0.0
+        for b in self.boxes:
+            if b is own:
                 continue
-            if not any(self._overlap(box, b) for b in self.boxes if b != self._own):
-                choice = off
+            w = min(bb.x1, b.x1) - max(bb.x0, b.x0)
+            h = min(bb.y1, b.y1) - max(bb.y0, b.y0)
+            if w > 0 and h > 0:
+                area += w * h
+        return area
+
+    def place(self, x, y, text, color, own_index: int | None = None):
+        own = self.boxes[own_index] if own_index is not None else None
+        best, best_cost = None, float("inf")
+        for off in self.OFFSETS:
+            ann = self.ax.annotate(text, (x, y), xytext=off, textcoords="offset points", fontsize=_FONT - 1,
+                                   color=color, ha="left" if off[0] >= 0 else "right", va="bottom",
+                                   arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6))
+            cost = self._cost(ann.get_window_extent(self.renderer), own)
+            if cost < best_cost:
+                if best is not None:
+                    best.remove()
+                best, best_cost = ann, cost
+            else:
+                ann.remove()
+            if cost == 0:
                 break
-        self.boxes.append(self._box(x, y, *choice, text))
-        self.ax.annotate(text, (x, y), xytext=choice, textcoords="offset points", fontsize=_FONT - 1,
-                         color=color, ha="left" if choice[0] >= 0 else "right", va="bottom",
-                         arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6))
+        if best is None:  # nothing fits inside the axes: keep the first offset anyway
+            best = self.ax.annotate(text, (x, y), xytext=self.OFFSETS[0], textcoords="offset points",
+                                    fontsize=_FONT - 1, color=color, va="bottom",
+                                    arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6))
+        self.boxes.append(best.get_window_extent(self.renderer))
 
 
 def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofline",
@@ -228,7 +246,8 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
         keep = xs * r.value <= top * 1.0001
         ax.plot(xs[keep], xs[keep] * r.value, "-" if r.style == "measured" else "--", color=color, lw=1.5)
         # label along the slope: the fastest above its line, the next below, further along, and so on
-        x_lab = xlim[0] * 10 ** (0.2 + 0.9 * (i // 2))
+        # start where the line enters the axes (left edge or bottom edge), then step along it
+        x_lab = max(xlim[0], ylim[0] * 1.3 / r.value) * 10 ** (0.2 + 0.9 * (i // 2))
         above = i % 2 == 0
         ax.annotate(r.text, (x_lab, x_lab * r.value), xytext=(0, 4 if above else -4), textcoords="offset points",
                     rotation=angle, rotation_mode="anchor", fontsize=_FONT, color=color,
@@ -246,8 +265,6 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
     ax.annotate(f"ridge {ridge_x:.3g} FLOP/B" + (" (measured)" if basis is measured else ""), (ridge_x, ylim[0]), xytext=(3, 3), textcoords="offset points",
                 fontsize=_FONT - 1, color="0.35")
     _draw_points(ax, fig, points, label_points)
-    if "group" in points and len(points):
-        ax.legend(fontsize=_FONT, loc="upper left", framealpha=0.9)  # above the memory roof: always empty
     return fig
 
 
@@ -283,10 +300,10 @@ def _draw_points(ax, fig, points, label_points: bool) -> None:
                 rows = rows.sort_values("intensity")
                 ax.plot(rows["intensity"], rows["flops_per_s"], "-", color="0.6", lw=0.8, zorder=1)
     groups = list(dict.fromkeys(points["group"])) if "group" in points else [None]
-    placer = _Placer(ax, fig, points["intensity"], points["flops_per_s"])
-    for gi, g in enumerate(groups):
+    styles = {g: (_COLORS[i % len(_COLORS)], _MARKERS[i % len(_MARKERS)]) for i, g in enumerate(groups)}
+    for g in groups:
         rows = points if g is None else points[points["group"] == g]
-        color, marker = _COLORS[gi % len(_COLORS)], _MARKERS[gi % len(_MARKERS)]
+        color, marker = styles[g]
         ax.scatter(rows["intensity"], rows["flops_per_s"], s=46, color=color, marker=marker, zorder=3,
                    edgecolor="black", linewidth=0.5, label=None if g is None else str(g))
         if "predicted_intensity" in rows:
@@ -296,10 +313,65 @@ def _draw_points(ax, fig, points, label_points: bool) -> None:
                     ax.scatter([pi], [row["flops_per_s"]], s=46, facecolor="none", edgecolor=color,
                                marker=marker, zorder=2)
                     ax.plot([pi, row["intensity"]], [row["flops_per_s"]] * 2, ":", color=color, lw=0.9)
-        if label_points:
-            for _, row in rows.iterrows():
-                if str(row["label"]).strip():
-                    placer.place(row["intensity"], row["flops_per_s"], str(row["label"]), color)
+    if groups != [None]:
+        ax.legend(fontsize=_FONT, loc="upper left", framealpha=0.9)  # above the memory roof: always empty
+    if not label_points:
+        return
+    placer = _Placer(ax, fig, points["intensity"], points["flops_per_s"])
+    for i, (_, row) in enumerate(points.iterrows()):
+        if str(row["label"]).strip():
+            g = row["group"] if "group" in points else None
+            placer.place(row["intensity"], row["flops_per_s"], str(row["label"]), styles[g][0], own_index=i)
 
 
-__all__ = ["KINDS", "Roof", "STYLES", "ridge_points", "roofline_figure", "roofs_from", "si"]
+def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: bandwidth against the memory roof"):
+    """Horizontal bars for kernels that do no FLOPs (copies), which a log-log roofline cannot place:
+    per row of ``rows`` (DataFrame with ``label``, ``dram_TBps`` and optionally ``useful_TBps``, in
+    TB/s = 1e12 byte/s) the DRAM bandwidth reached and the useful part of it, with every memory
+    roof in ``roofs`` drawn as a vertical line labelled with its value."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    if not isinstance(rows, pd.DataFrame):
+        raise TypeError(f"rows is {type(rows).__name__}; expected a DataFrame with label and dram_TBps")
+    missing = [c for c in ("label", "dram_TBps") if c not in rows.columns]
+    if missing:
+        raise ValueError(f"rows lacks columns {missing}; has {list(rows.columns)}")
+    mem = [r for r in roofs if isinstance(r, Roof) and r.kind == "memory"]
+    if len(mem) != len(list(roofs)):
+        raise TypeError("roofs must be memory Roof objects (a copy has no compute roof)")
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.8), dpi=100)
+    ys = np.arange(len(rows))[::-1]
+    has_useful = "useful_TBps" in rows.columns
+    h = 0.38 if has_useful else 0.7
+    ax.barh(ys + (h / 2 if has_useful else 0), rows["dram_TBps"], height=h, color="#1f77b4", edgecolor="black",
+            linewidth=0.4, label="DRAM bytes moved / time")
+    if has_useful:
+        ax.barh(ys - h / 2, rows["useful_TBps"], height=h, color="#2ca02c", edgecolor="black", linewidth=0.4,
+                label="useful bytes / time")
+    top = max([float(rows["dram_TBps"].max())] + [r.value / 1e12 for r in mem])
+    for y, (_, r) in zip(ys, rows.iterrows()):
+        ax.text(r["dram_TBps"] + top * 0.01, y + (h / 2 if has_useful else 0), f"{r['dram_TBps']:.3g}",
+                va="center", fontsize=_FONT - 1)
+        if has_useful:
+            ax.text(r["useful_TBps"] + top * 0.01, y - h / 2, f"{r['useful_TBps']:.3g}", va="center",
+                    fontsize=_FONT - 1)
+    for i, r in enumerate(sorted(mem, key=lambda r: r.value)):
+        ax.axvline(r.value / 1e12, color="black" if r.style == "measured" else "0.4",
+                   ls="-" if r.style == "measured" else "--", lw=1.2)
+        ax.annotate(r.text, (r.value / 1e12, 1.0), xycoords=("data", "axes fraction"), xytext=(-3, -4 - 12 * i),
+                    textcoords="offset points", ha="right", va="top", fontsize=_FONT - 1,
+                    color="black" if r.style == "measured" else "0.35")
+    ax.set_yticks(ys, list(rows["label"]), fontsize=_FONT)
+    ax.set_xlim(0, top * 1.15)
+    ax.set_xlabel("bandwidth (TB/s, 1e12 byte/s)", fontsize=_FONT + 1)
+    ax.set_title(title, fontsize=_FONT + 2)
+    ax.tick_params(labelsize=_FONT)
+    ax.legend(fontsize=_FONT - 1, loc="lower right")
+    ax.grid(True, axis="x", color="0.9")
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["KINDS", "Roof", "STYLES", "bandwidth_figure", "ridge_points", "roofline_figure", "roofs_from", "si"]

@@ -1,0 +1,380 @@
+"""Glue for lab 02 (the roofline): ceilings, kernels placed from their counters, and their bounds.
+
+The recorded Nsight Compute CSVs (``ncu_copies.csv``, ``ncu_attention.csv``, ``ncu_matmul.csv``,
+one ``==INFRALENS== config: <label>`` block per run, parsed by
+:func:`infralens_lab.measure.ncu.parse_raw_csv`) give, per kernel launch, its time
+(``gpu__time_duration.sum``, ns), its DRAM bytes (``dram__bytes_read.sum`` + ``dram__bytes_write.sum``)
+and its executed floating-point work: CUDA-core FLOPs from
+``sm__sass_thread_inst_executed_op_{fadd,fmul,ffma,hadd,hmul,hfma}_pred_on.sum`` (an FMA counts 2)
+and tensor-core work from ``sm__ops_path_tensor_src_fp16_dst_fp32.sum``. What one unit of that
+tensor counter is worth in FLOPs is not assumed: :func:`tensor_op_check` divides it by the
+2·M·N·K of the recorded matmuls and :func:`tensor_flops_per_op` reads the factor off that
+evidence. Predicted bytes and FLOPs come from :mod:`infralens_lab.analysis.traffic`; bounds
+from :func:`infralens_lab.analysis.roofline.classify` against the measured ceilings. SI units:
+seconds, bytes, FLOP, byte/s, FLOP/s.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from ..analysis import roofline as rl
+from ..analysis import traffic as tr
+
+TIME = "gpu__time_duration.sum"
+DRAM_READ, DRAM_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
+FLOP_WEIGHTS = {"fadd": 1, "fmul": 1, "ffma": 2, "hadd": 1, "hmul": 1, "hfma": 2}
+FLOP_METRICS = {op: f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in FLOP_WEIGHTS}
+TENSOR_OPS = "sm__ops_path_tensor_src_fp16_dst_fp32.sum"
+GRID = "launch__grid_size"
+L1_BYTES, L2_BYTES = "l1tex__t_bytes.sum", "lts__t_bytes.sum"
+ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+TENSOR_KERNELS = ("naive_qk", "naive_pv", "attn_fwd", "attn_fwd_fast", "matmul")  # tl.dot / cuBLAS on tensor cores
+CSV_FILES = ("ncu_copies.csv", "ncu_attention.csv", "ncu_matmul.csv")
+
+_CONFIG_RES = (
+    ("copy", re.compile(r"^copy n=(?P<n>\d+) (?P<dtype>fp16|bf16|fp32)$")),
+    ("copy_strided", re.compile(r"^copy_strided stride=(?P<stride>\d+) n=(?P<n>\d+) (?P<dtype>fp16|bf16|fp32)$")),
+    ("attention", re.compile(r"^(?P<variant>naive|tiled_fast|tiled) shape=(?P<B>\d+),(?P<H>\d+),(?P<N>\d+),(?P<D>\d+)"
+                             r" (?P<dtype>fp16|bf16|fp32)$")),
+    ("matmul", re.compile(r"^matmul size=(?P<M>\d+),(?P<N>\d+),(?P<K>\d+) (?P<dtype>fp16|bf16|fp32)$")),
+)
+
+
+def parse_config(label: str) -> dict:
+    """The recorder's run label as a dict: ``family`` (copy, copy_strided, attention, matmul), the
+    shape fields as ints, ``dtype`` and ``elem_bytes``. ValueError for a label it does not know."""
+    if not isinstance(label, str):
+        raise TypeError(f"config label is {type(label).__name__}; expected a str such as 'matmul size=256,256,256 fp16'")
+    for family, rx in _CONFIG_RES:
+        m = rx.match(label.strip())
+        if m:
+            d = {k: (v if k in ("dtype", "variant") else int(v)) for k, v in m.groupdict().items()}
+            return {"family": family, **d, "elem_bytes": ELEM_BYTES[d["dtype"]]}
+    raise ValueError(f"config label {label!r} is not one the recorder writes; expected e.g. 'copy n=16777216 fp32', "
+                     f"'copy_strided stride=8 n=16777216 fp32', 'naive shape=1,8,2048,64 fp16' or "
+                     f"'matmul size=1024,1024,1024 fp16'")
+
+
+# ---------------------------------------------------------------- evidence access
+def load_counters(store, filename: str):
+    """Tidy ncu frame of one recorded CSV, or None (with a printed note) when the set lacks it."""
+    from ..measure.ncu import parse_raw_csv
+
+    if filename not in CSV_FILES:
+        raise ValueError(f"filename {filename!r}; expected one of {CSV_FILES}")
+    if store is None or filename not in store.files():
+        print(f"No recorded {filename} in this checkout yet: its kernels appear here once the recorder "
+              f"(`python -m infralens_lab record`) has run on a GPU.")
+        return None
+    return parse_raw_csv(store.text(filename))
+
+
+def wide_counters(df) -> pd.DataFrame:
+    """One row per (config, kernel, launch), one column per metric (floats)."""
+    from ..measure.ncu import wide
+
+    return wide(df)
+
+
+def _col(w: pd.DataFrame, metric: str) -> pd.Series:
+    return w[metric].fillna(0.0) if metric in w.columns else pd.Series(0.0, index=w.index)
+
+
+def counter_flops(w: pd.DataFrame, tensor_flops_per_op: float | None) -> pd.DataFrame:
+    """Per launch: ``cuda_core_flops`` (fadd + fmul + 2·ffma + hadd + hmul + 2·hfma, thread
+    instructions), ``tensor_ops`` (the raw tensor counter), ``tensor_flops`` (ops × factor, NaN
+    when the factor is unknown) and ``flops`` (their sum)."""
+    out = w.copy()
+    out["cuda_core_flops"] = sum(FLOP_WEIGHTS[op] * _col(w, m) for op, m in FLOP_METRICS.items())
+    out["tensor_ops"] = _col(w, TENSOR_OPS)
+    f = math.nan if tensor_flops_per_op is None else float(tensor_flops_per_op)
+    out["tensor_flops"] = out["tensor_ops"] * f
+    out["flops"] = out["cuda_core_flops"] + out["tensor_flops"].fillna(0.0)
+    return out
+
+
+def tensor_op_check(matmul_df) -> pd.DataFrame:
+    """Per recorded matmul: M, N, K, the tensor counter summed over the run's kernels, the
+    nominal 2·M·N·K, and ``ops_over_2mnk``: 1 means the counter counts FLOPs (an FMA as two),
+    0.5 means it counts multiply-adds, ~0 means it did not see the tensor path at all."""
+    w = wide_counters(matmul_df)
+    rows = []
+    for cfg, g in w.groupby("config", sort=False):
+        c = parse_config(cfg)
+        nominal = 2 * c["M"] * c["N"] * c["K"]
+        ops = float(_col(g, TENSOR_OPS).sum())
+        rows.append({"config": cfg, "M": c["M"], "N": c["N"], "K": c["K"], "kernels": len(g),
+                     "tensor_ops": ops, "nominal_2MNK": nominal, "ops_over_2mnk": ops / nominal})
+    return pd.DataFrame(rows)
+
+
+def tensor_flops_per_op(check: pd.DataFrame) -> float | None:
+    """FLOPs one unit of the tensor counter stands for, read off :func:`tensor_op_check`: the
+    median ``ops_over_2mnk`` over the matmuls of at least 1024³ (cuBLAS may pad small
+    problems to its tile size, which inflates their counts), snapped to 1 (the counter counts
+    FLOPs) or 0.5 (it counts multiply-adds: 2 FLOPs each) when within 5%, else the measured ratio
+    as is; None when the counter saw (almost) nothing, i.e. it does not cover the tensor
+    instructions these kernels use."""
+    if check is None or check.empty:
+        return None
+    big = check[check["M"] * check["N"] * check["K"] >= 1024 ** 3]
+    r = float((big if len(big) else check)["ops_over_2mnk"].median())
+    if not r > 0.05:
+        return None
+    for snap in (1.0, 0.5):
+        if abs(r - snap) <= 0.05 * snap:
+            return 1.0 / snap
+    return 1.0 / r
+
+
+# ---------------------------------------------------------------- predictions
+def predicted(cfg: dict, kernel: str, grid_size: float | None = None) -> tr.Traffic | None:
+    """The traffic model's prediction for one kernel of a recorded run (None for a kernel the
+    model does not cover). For the tiled kernels BLOCK_M is read off the launch's grid size
+    (grid = ceil(N / BLOCK_M) × B·H), so the prediction uses the tile the GPU actually ran."""
+    fam = cfg["family"]
+    if fam == "copy":
+        return tr.copy_traffic(cfg["n"], cfg["elem_bytes"], 1)
+    if fam == "copy_strided":
+        return tr.copy_traffic(cfg["n"], cfg["elem_bytes"], cfg["stride"])  # n = output (useful) elements
+    if fam == "matmul":
+        return tr.matmul_traffic(cfg["M"], cfg["N"], cfg["K"], cfg["elem_bytes"])
+    B, H, N, D, e = cfg["B"], cfg["H"], cfg["N"], cfg["D"], cfg["elem_bytes"]
+    if kernel.startswith("naive_"):
+        return next((t for t in tr.attention_naive_traffic(B, H, N, D, e) if t.kernel == kernel), None)
+    if kernel.startswith("attn_fwd") and grid_size and grid_size > 0:
+        block_m = round(N * B * H / grid_size)
+        return tr.attention_tiled_traffic(B, H, N, D, e, block_m=max(block_m, 1))
+    return None
+
+
+# ---------------------------------------------------------------- the kernel table
+_NAIVE_NOTE = {
+    "naive_qk": "fusion: a tiled kernel computes QKᵀ tile by tile on chip and never writes S to DRAM",
+    "naive_softmax": "fusion: its whole job is reading S and writing P; fused into the tiled kernel it disappears",
+    "naive_pv": "fusion: reading P back from DRAM is what a flash kernel avoids",
+}
+
+
+def what_moves_it(kind: str, fraction: float, kernel: str) -> str:
+    """A sentence: what would raise this kernel's FLOP/s, given its bound and how close it is to
+    the roof (``fraction`` of the attainable rate, or of the bandwidth for a copy)."""
+    if kernel in _NAIVE_NOTE:
+        return _NAIVE_NOTE[kernel]
+    if kind == "memory":
+        if fraction >= 0.6:
+            return "at its memory roof: only a higher intensity helps (reuse on chip: tiling, fusion, less traffic)"
+        return "toward the memory roof first (coalescing, wider loads, more bytes in flight), then intensity"
+    if kind == "compute":
+        if fraction >= 0.6:
+            return "at its compute roof: fewer FLOPs (algorithm) or a faster unit (tensor cores, lower precision)"
+        return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
+    return "neither roof binds: more parallel work per launch, fewer launches, or hide latency (more warps, async loads)"
+
+
+def kernel_table(frames: list, ceilings, tensor_flop_factor: float | None) -> pd.DataFrame:
+    """One row per kernel (attention kernels by name; a matmul's kernels summed into one row per
+    size) from tidy ncu frames, with measured and predicted intensity, achieved FLOP/s, the roof it
+    is judged against (the measured fp16 tensor-core rate if it used tensor cores, else the fp32
+    rate; the measured copy bandwidth), its bound and what would move it. Copies are left out:
+    they do no floating-point work (see :func:`copy_table`)."""
+    rows = []
+    for df in frames:
+        if df is None:
+            continue
+        w = counter_flops(wide_counters(df), tensor_flop_factor)
+        for cfg_label, g in w.groupby("config", sort=False):
+            cfg = parse_config(cfg_label)
+            if cfg["family"] in ("copy", "copy_strided"):
+                continue
+            groups = [(f"matmul {cfg['M']}³", g)] if cfg["family"] == "matmul" else \
+                [(k, gg) for k, gg in g.groupby("kernel", sort=False)]
+            for label, gg in groups:
+                kernel = str(gg["kernel"].iloc[0]) if cfg["family"] != "matmul" else "matmul"
+                rows.append(_kernel_row(label, kernel, cfg, cfg_label, gg, ceilings, tensor_flop_factor))
+    return pd.DataFrame(rows)
+
+
+def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor) -> dict:
+    launches = len(g) if cfg["family"] != "matmul" else 1
+    t = float(_col(g, TIME).sum()) * 1e-9 / launches
+    dram = float((_col(g, DRAM_READ) + _col(g, DRAM_WRITE)).sum()) / launches
+    tensor = float(g["tensor_ops"].sum()) > 0
+    flops = float(g["flops"].sum()) / launches
+    grid = float(g[GRID].iloc[0]) if GRID in g.columns else None
+    pred = predicted(cfg, kernel, grid)
+    source = "counters"
+    if pred is not None and pred.flops > 0 and ((tensor and factor is None) or flops == 0):
+        # the tensor counter's unit is unknown, or the counters saw no FLOPs: use the model's count
+        source = "nominal (tensor counter unit unknown)" if tensor else "nominal (counters saw no FLOPs)"
+        flops = float(pred.flops)
+        tensor = tensor or kernel in TENSOR_KERNELS
+    roof_name = "fp16 tensor" if tensor else "fp32 CUDA core"
+    peak = ceilings.rate("fp16") if tensor else ceilings.rate("fp32")
+    group = {"attention": "attention naive" if kernel.startswith("naive_") else "attention tiled",
+             "matmul": "matmul fp16"}[cfg["family"]]
+    b = rl.classify(flops, dram, t, peak, ceilings.copy_bw) if flops > 0 and dram > 0 and t > 0 else None
+    return {
+        "label": label, "group": group, "kernel": kernel, "config": cfg_label,
+        "size": cfg["M"] if cfg["family"] == "matmul" else math.nan,
+        "time_us": t * 1e6, "dram_bytes": dram, "flops": flops, "flops_source": source,
+        "intensity": dram and flops / dram, "flops_per_s": flops / t if t else math.nan,
+        "predicted_bytes": pred.bytes if pred else math.nan, "predicted_flops": pred.flops if pred else math.nan,
+        "predicted_intensity": pred.intensity if pred else math.nan,
+        "roof": roof_name, "ridge": b.ridge if b else math.nan,
+        "attainable_per_s": b.attainable if b else math.nan,
+        "fraction_of_roof": b.fraction_of_roof if b else math.nan,
+        "bound": b.kind if b else "unknown",
+        "above_ridge": bool(b and b.intensity >= b.ridge),
+        "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel) if b else "",
+    }
+
+
+def copy_table(df, ceilings) -> pd.DataFrame:
+    """One row per recorded copy: stride, time, DRAM bytes read and written, useful bytes (what
+    the copy needs), measured and predicted read amplification, DRAM and useful bandwidth, the
+    fraction of the measured copy bandwidth reached, and the bound (a copy does no FLOPs, so it
+    is judged on bandwidth: memory-bound or latency-bound)."""
+    rows = []
+    w = wide_counters(df)
+    for cfg_label, g in w.groupby("config", sort=False):
+        cfg = parse_config(cfg_label)
+        if cfg["family"] not in ("copy", "copy_strided"):
+            continue
+        stride = cfg.get("stride", 1)
+        pred = predicted(cfg, str(g["kernel"].iloc[0]))
+        t = float(_col(g, TIME).mean()) * 1e-9
+        rd, wr = float(_col(g, DRAM_READ).mean()), float(_col(g, DRAM_WRITE).mean())
+        useful = pred.useful_bytes_read + pred.bytes_written
+        b = rl.classify(0, rd + wr, t, ceilings.rate("fp32"), ceilings.copy_bw)
+        rows.append({"label": f"copy stride {stride}", "kernel": str(g["kernel"].iloc[0]), "stride": stride,
+                     "time_us": t * 1e6, "dram_read_bytes": rd, "dram_write_bytes": wr, "useful_bytes": useful,
+                     "read_amplification": rd / pred.useful_bytes_read,
+                     "predicted_read_amplification": pred.bytes_read / pred.useful_bytes_read,
+                     "dram_TBps": (rd + wr) / t / 1e12, "useful_TBps": useful / t / 1e12,
+                     "fraction_of_copy_bw": b.fraction_of_roof, "bound": b.kind,
+                     "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, "copy")})
+    return pd.DataFrame(rows)
+
+
+def hierarchy_points(frames: list, tensor_flop_factor: float | None):
+    """Points for a hierarchical roofline: per kernel, its intensity against L1, L2 and DRAM
+    bytes at the same FLOP/s (``series`` joins them), or None when the recording lacks the
+    ``l1tex__t_bytes.sum`` / ``lts__t_bytes.sum`` counters."""
+    rows = []
+    for df in frames:
+        if df is None:
+            continue
+        w = counter_flops(wide_counters(df), tensor_flop_factor)
+        if L1_BYTES not in w.columns or L2_BYTES not in w.columns:
+            continue
+        for (cfg_label, kernel), g in w.groupby(["config", "kernel"], sort=False):
+            cfg = parse_config(cfg_label)
+            if cfg["family"] in ("copy", "copy_strided"):
+                continue
+            t = float(_col(g, TIME).sum()) * 1e-9
+            f = float(g["flops"].sum())
+            if not (t > 0 and f > 0):
+                continue
+            name = kernel if cfg["family"] != "matmul" else f"matmul {cfg['M']}³"
+            for level, col in (("L1", L1_BYTES), ("L2", L2_BYTES), ("DRAM", None)):
+                nbytes = float((_col(g, DRAM_READ) + _col(g, DRAM_WRITE)).sum()) if col is None else float(_col(g, col).sum())
+                if nbytes > 0:
+                    rows.append({"label": name if level == "DRAM" else "", "group": level, "series": name,
+                                 "intensity": f / nbytes, "flops_per_s": f / t, "bytes": nbytes})
+    return pd.DataFrame(rows) if rows else None
+
+
+def chart_roofs(ceilings, peaks=None):
+    """The roofs lab 02 draws: the measured copy bandwidth and fp32 / tf32 / fp16 matmul rates,
+    plus the datasheet's DRAM bandwidth and fp16 tensor peak (dashed) when ``peaks`` is given."""
+    from ..present.roofline import Roof, roofs_from
+
+    roofs = roofs_from(ceilings, None, ("fp32", "tf32", "fp16"))
+    if peaks is not None:
+        roofs += [Roof(f"{peaks.memory_kind} datasheet", peaks.bandwidth, "memory", "peak"),
+                  Roof("fp16 datasheet", peaks.fp16, "compute", "peak")]
+    return roofs
+
+
+def measured_ridges(ceilings) -> pd.DataFrame:
+    """Ridge point (FLOP/byte) of each measured matmul rate against the measured copy bandwidth."""
+    rows = [{"roof": f"{d} matmul", "rate_TFLOPs": getattr(ceilings, d) / 1e12,
+             "copy_bandwidth_TBps": ceilings.copy_bw / 1e12, "ridge_FLOP_per_byte": rl.ridge(getattr(ceilings, d),
+                                                                                           ceilings.copy_bw)}
+            for d in ("fp32", "tf32", "fp16", "bf16") if getattr(ceilings, d, None)]
+    return pd.DataFrame(rows)
+
+
+def tensor_counter_sentence(factor: float | None, check: pd.DataFrame | None) -> str:
+    """What the lab did with the tensor counter, in one sentence built from the evidence."""
+    if check is None or check.empty:
+        return "No recorded matmul counters: tensor-core FLOPs cannot be checked, so the nominal counts are used."
+    r = float(check["ops_over_2mnk"].median())
+    if factor is None:
+        return (f"sm__ops_path_tensor_src_fp16_dst_fp32.sum / (2·M·N·K) has median {r:.3g}: the counter did not see "
+                f"these kernels' tensor work, so tensor-core kernels are placed with the traffic model's nominal FLOPs.")
+    what = "FLOPs (a multiply-add counts two)" if factor == 1.0 else \
+        "multiply-adds (one per FMA), so it is doubled" if factor == 2.0 else f"work in units worth {factor:.3g} FLOPs"
+    return (f"sm__ops_path_tensor_src_fp16_dst_fp32.sum / (2·M·N·K) has median {r:.3g} over the recorded matmuls: "
+            f"the counter counts {what}; tensor-core FLOPs below are that counter × {factor:g}.")
+
+
+def counters_caption(store, *files: str) -> str:
+    """Provenance line for values computed from recorded ncu CSVs: the set's caption plus the files."""
+    return store.provenance.caption() + " · counters: recorded " + ", ".join(files)
+
+
+def ceilings_from(store):
+    """``(evidence, Ceilings)`` of the recorded ``ceilings`` record, or ``(None, None)`` with a note."""
+    from ..analysis.hardware import Ceilings
+
+    if store is None or "ceilings" not in store.names():
+        print("No recorded ceilings in this checkout yet: they appear here once the recorder has run on a GPU.")
+        return None, None
+    ev = store.load("ceilings")
+    return ev, Ceilings.from_evidence(ev)
+
+
+class _Capture:
+    """Stands in for an EvidenceWriter: keeps what the recorder writes, in memory."""
+
+    def __init__(self):
+        self.values: dict = {}
+
+    def write(self, name, values, units=None, notes=""):
+        self.values[name] = (values, dict(units or {}), notes)
+
+    def write_text(self, filename, text, kind="csv"):
+        self.values[filename] = (text, {}, "")
+
+
+def live_ceilings():
+    """On a GPU: the recorder's ``ceilings`` step run now (quick), as live evidence and Ceilings;
+    ``(None, None)`` in interpreter mode or if the step fails (the recorded ones are shown instead)."""
+    from ..analysis.hardware import Ceilings
+    from ..device import is_gpu
+    from ..evidence import live
+
+    if not is_gpu():
+        return None, None
+    from ..record import Recorder
+
+    cap = _Capture()
+    rec = Recorder(cap, quick=True, log=lambda msg: None)
+    rec.run("ceilings")
+    if rec.entries[-1]["status"] != "ok" or "ceilings" not in cap.values:
+        print(f"Measuring the ceilings live failed ({rec.entries[-1]['detail']}); showing the recorded ones.")
+        return None, None
+    values, units, notes = cap.values["ceilings"]
+    ev = live("ceilings", values, command="infralens_lab.record.Recorder(quick=True).run('ceilings')",
+              units=units, notes=notes)
+    return ev, Ceilings.from_evidence(ev)
+
+
+__all__ = ["CSV_FILES", "FLOP_METRICS", "FLOP_WEIGHTS", "TENSOR_OPS", "ceilings_from", "copy_table", "counter_flops",
+           "chart_roofs", "counters_caption", "hierarchy_points", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
+           "tensor_flops_per_op", "tensor_op_check", "what_moves_it", "wide_counters"]

@@ -1,0 +1,212 @@
+"""Lab 02 glue on synthetic ncu CSVs written in the recorder's layout (config blocks, header, units
+row, thousands separators): FLOP counting, the tensor-counter check, predictions, bounds, copies,
+the hierarchy view, and clear errors."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from infralens_lab.analysis import traffic as tr
+from infralens_lab.analysis.hardware import Ceilings
+from infralens_lab.labs_support import lab02
+from infralens_lab.measure.ncu import parse_raw_csv
+
+T = 1e12
+CEIL = Ceilings(gpu="NVIDIA H100 80GB HBM3", copy_bw=3.0 * T, fp32=50 * T, tf32=350 * T, fp16=600 * T, bf16=600 * T)
+
+
+def ncu_block(label: str, launches: list[tuple[str, dict]]) -> str:
+    """One recorder block: config line, command line, ==PROF== chatter, header, units, rows."""
+    metrics = sorted({m for _, vals in launches for m in vals})
+    head = ["ID", "Process ID", "Process Name", "Kernel Name"] + metrics
+    units = ["", "", "", ""] + ["ns" if m.startswith("gpu__time") else "" for m in metrics]
+    lines = [f"==INFRALENS== config: {label}", "==INFRALENS== command: ncu --csv ...",
+             "==PROF== Connected to process 4242", ",".join(f'"{h}"' for h in head), ",".join(f'"{u}"' for u in units)]
+    for i, (kernel, vals) in enumerate(launches):
+        cells = [str(i), "4242", "python3", kernel] + [f"{vals.get(m, 0):,.0f}" for m in metrics]
+        lines.append(",".join(f'"{c}"' for c in cells))
+    return "\n".join(lines) + "\n"
+
+
+def _launch(time_ns, read, write, tensor=0, ffma=0, fadd=0, fmul=0, grid=None, l1=None, l2=None):
+    d = {lab02.TIME: time_ns, lab02.DRAM_READ: read, lab02.DRAM_WRITE: write, lab02.TENSOR_OPS: tensor,
+         lab02.FLOP_METRICS["ffma"]: ffma, lab02.FLOP_METRICS["fadd"]: fadd, lab02.FLOP_METRICS["fmul"]: fmul}
+    if grid is not None:
+        d[lab02.GRID] = grid
+    if l1 is not None:
+        d[lab02.L1_BYTES], d[lab02.L2_BYTES] = l1, l2
+    return d
+
+
+def matmul_csv(ops_per_flop: float = 1.0, sizes=(256, 1024, 4096)) -> str:
+    blocks = []
+    for n in sizes:
+        flops = 2 * n ** 3
+        dram = 3 * n * n * 2
+        time_ns = max(flops / (500 * T), dram / (2.5 * T)) * 1e9 + 3000  # plus a fixed 3 us
+        blocks.append(ncu_block(f"matmul size={n},{n},{n} fp16",
+                                [("sm90_xmma_gemm_f16f16", _launch(time_ns, dram * 0.9, dram * 0.1,
+                                                                   tensor=flops * ops_per_flop, l1=dram * 40,
+                                                                   l2=dram * 8))]))
+    return "".join(blocks)
+
+
+def attention_csv(l1=True) -> str:
+    B, H, N, D = 1, 8, 2048, 64
+    naive = tr.attention_naive_traffic(B, H, N, D, 2)
+    launches = []
+    for t in naive:
+        tensor = t.flops if t.kernel != "naive_softmax" else 0
+        ffma = 0 if tensor else t.flops / 4
+        launches.append((t.kernel, _launch(t.bytes / (2.4 * T) * 1e9, t.bytes_read, t.bytes_written,
+                                           tensor=tensor, ffma=ffma, fadd=ffma, **({"l1": t.bytes * 3, "l2": t.bytes * 1.5}
+                                                                                    if l1 else {}))))
+    tiled = tr.attention_tiled_traffic(B, H, N, D, 2, block_m=128)
+    tile_launch = _launch(tiled.flops / (300 * T) * 1e9, tiled.bytes_read / 4, tiled.bytes_written,
+                          tensor=tiled.flops, ffma=1e6, grid=(N // 128) * B * H,
+                          **({"l1": tiled.bytes * 2, "l2": tiled.bytes} if l1 else {}))
+    return ncu_block(f"naive shape={B},{H},{N},{D} fp16", launches) + \
+        ncu_block(f"tiled shape={B},{H},{N},{D} fp16", [("attn_fwd", tile_launch)])
+
+
+def copies_csv() -> str:
+    n = 1 << 24
+    blocks = []
+    for s in (1, 8):
+        t = tr.copy_traffic(n, 4, s)
+        kernel = "copy_coalesced" if s == 1 else "copy_strided"
+        label = f"copy n={n} fp32" if s == 1 else f"copy_strided stride={s} n={n} fp32"
+        blocks.append(ncu_block(label, [(kernel, _launch(t.bytes / (2.7 * T) * 1e9, t.bytes_read, t.bytes_written))]))
+    return "".join(blocks)
+
+
+class FakeStore:
+    """The two RecordedStore methods lab02 reads, over in-memory CSVs."""
+
+    def __init__(self, texts: dict[str, str]):
+        self.texts = texts
+
+    def files(self):
+        return sorted(self.texts)
+
+    def names(self):
+        return []
+
+    def text(self, name):
+        return self.texts[name]
+
+
+# ---------------------------------------------------------------- tests
+def test_parse_config_labels_the_recorder_writes():
+    assert lab02.parse_config("matmul size=1024,512,256 fp16") == {
+        "family": "matmul", "M": 1024, "N": 512, "K": 256, "dtype": "fp16", "elem_bytes": 2}
+    c = lab02.parse_config("copy_strided stride=8 n=16777216 fp32")
+    assert (c["family"], c["stride"], c["n"], c["elem_bytes"]) == ("copy_strided", 8, 16777216, 4)
+    a = lab02.parse_config("tiled_fast shape=1,8,2048,64 fp16")
+    assert (a["variant"], a["N"], a["D"]) == ("tiled_fast", 2048, 64)
+    with pytest.raises(ValueError, match="'conv shape=1' is not one"):
+        lab02.parse_config("conv shape=1")
+    with pytest.raises(TypeError, match="int"):
+        lab02.parse_config(3)
+
+
+def test_counter_flops_counts_fma_twice():
+    w = pd.DataFrame({lab02.FLOP_METRICS["ffma"]: [10.0], lab02.FLOP_METRICS["fadd"]: [3.0],
+                      lab02.FLOP_METRICS["hfma"]: [5.0], lab02.FLOP_METRICS["hmul"]: [1.0],
+                      lab02.TENSOR_OPS: [100.0]})
+    out = lab02.counter_flops(w, 2.0)
+    assert out["cuda_core_flops"].iloc[0] == 2 * 10 + 3 + 2 * 5 + 1
+    assert out["tensor_flops"].iloc[0] == 200 and out["flops"].iloc[0] == 234
+    unknown = lab02.counter_flops(w, None)
+    assert math.isnan(unknown["tensor_flops"].iloc[0]) and unknown["flops"].iloc[0] == 34
+
+
+@pytest.mark.parametrize("ops_per_flop, factor", [(1.0, 1.0), (0.5, 2.0), (0.0, None), (0.8, 1.25)])
+def test_tensor_counter_unit_is_read_off_the_matmuls(ops_per_flop, factor):
+    check = lab02.tensor_op_check(parse_raw_csv(matmul_csv(ops_per_flop)))
+    assert list(check["M"]) == [256, 1024, 4096]
+    assert list(check["nominal_2MNK"]) == [2 * n ** 3 for n in (256, 1024, 4096)]
+    got = lab02.tensor_flops_per_op(check)
+    assert got == (None if factor is None else pytest.approx(factor))
+
+
+def test_predicted_reads_block_m_from_the_grid():
+    cfg = lab02.parse_config("tiled shape=1,8,2048,64 fp16")
+    t = lab02.predicted(cfg, "attn_fwd", grid_size=16 * 8)
+    assert t == tr.attention_tiled_traffic(1, 8, 2048, 64, 2, block_m=128)
+    assert lab02.predicted(cfg, "attn_fwd", grid_size=None) is None
+    naive = lab02.parse_config("naive shape=1,8,2048,64 fp16")
+    assert lab02.predicted(naive, "naive_pv").kernel == "naive_pv"
+    strided = lab02.parse_config("copy_strided stride=4 n=1024 fp32")
+    assert lab02.predicted(strided, "copy_strided") == tr.copy_traffic(1024, 4, 4)
+
+
+def test_kernel_table_places_and_classifies_kernels():
+    frames = [parse_raw_csv(attention_csv()), parse_raw_csv(matmul_csv(1.0))]
+    kt = lab02.kernel_table(frames, CEIL, 1.0).set_index("label")
+    assert list(kt.index) == ["naive_qk", "naive_softmax", "naive_pv", "attn_fwd", "matmul 256³", "matmul 1024³",
+                              "matmul 4096³"]
+    # the naive kernels were built at their predicted bytes: measured intensity equals predicted
+    for k in ("naive_qk", "naive_pv"):
+        assert kt.loc[k, "intensity"] == pytest.approx(kt.loc[k, "predicted_intensity"])
+        assert kt.loc[k, "roof"] == "fp16 tensor"
+    assert kt.loc["naive_softmax", "roof"] == "fp32 CUDA core"
+    assert kt.loc["naive_softmax", "bound"] == "memory"  # built at 2.4 of 3.0 TB/s: 80% of the roof
+    assert kt.loc["matmul 4096³", "bound"] == "compute" and kt.loc["matmul 4096³", "above_ridge"]
+    assert not kt.loc["matmul 256³", "above_ridge"]
+    # the 256³ matmul pays a fixed 3 us on a ~0.07 us job: far under both roofs
+    assert kt.loc["matmul 256³", "bound"] == "latency/launch"
+    assert kt.loc["attn_fwd", "intensity"] > kt.loc["naive_qk", "intensity"]
+    assert "fusion" in kt.loc["naive_softmax", "what_would_move_it"]
+    assert kt.loc["matmul 1024³", "flops"] == 2 * 1024 ** 3
+    assert set(kt["flops_source"]) == {"counters"}
+
+
+def test_kernel_table_falls_back_to_nominal_flops_when_the_counter_unit_is_unknown():
+    kt = lab02.kernel_table([parse_raw_csv(matmul_csv(0.0))], CEIL, None).set_index("label")
+    assert kt.loc["matmul 1024³", "flops"] == 2 * 1024 ** 3
+    assert kt.loc["matmul 1024³", "flops_source"].startswith("nominal")
+
+
+def test_copy_table_amplification_and_bound():
+    ct = lab02.copy_table(parse_raw_csv(copies_csv()), CEIL).set_index("stride")
+    assert ct.loc[1, "read_amplification"] == pytest.approx(1.0)
+    assert ct.loc[8, "read_amplification"] == pytest.approx(8.0)
+    assert ct.loc[8, "predicted_read_amplification"] == 8.0
+    # rel 1e-4: the CSV holds whole nanoseconds, so the built 2.7 TB/s comes back rounded
+    assert ct.loc[1, "bound"] == "memory" and ct.loc[1, "fraction_of_copy_bw"] == pytest.approx(0.9, rel=1e-4)
+    assert ct.loc[8, "useful_TBps"] < ct.loc[1, "useful_TBps"]
+
+
+def test_hierarchy_points_need_l1_and_l2_counters():
+    pts = lab02.hierarchy_points([parse_raw_csv(attention_csv(l1=True))], 1.0)
+    qk = pts[pts["series"] == "naive_qk"].set_index("group")
+    assert list(qk.index) == ["L1", "L2", "DRAM"]
+    assert qk.loc["L1", "intensity"] < qk.loc["L2", "intensity"] < qk.loc["DRAM", "intensity"]
+    assert qk["flops_per_s"].nunique() == 1
+    assert lab02.hierarchy_points([parse_raw_csv(attention_csv(l1=False))], 1.0) is None
+
+
+def test_load_counters_degrades_with_a_note(capsys):
+    assert lab02.load_counters(None, "ncu_matmul.csv") is None
+    assert "No recorded ncu_matmul.csv" in capsys.readouterr().out
+    store = FakeStore({"ncu_matmul.csv": matmul_csv()})
+    assert set(lab02.load_counters(store, "ncu_matmul.csv")["config"]) == {
+        "matmul size=256,256,256 fp16", "matmul size=1024,1024,1024 fp16", "matmul size=4096,4096,4096 fp16"}
+    with pytest.raises(ValueError, match="'ncu_other.csv'"):
+        lab02.load_counters(store, "ncu_other.csv")
+
+
+def test_ceilings_without_a_recording(capsys):
+    assert lab02.ceilings_from(None) == (None, None)
+    assert "No recorded ceilings" in capsys.readouterr().out
+    assert lab02.live_ceilings() == (None, None)  # interpreter mode: nothing measured live
+
+
+def test_what_moves_it_by_bound():
+    assert "tiling" in lab02.what_moves_it("memory", 0.9, "k")
+    assert "coalescing" in lab02.what_moves_it("memory", 0.3, "k")
+    assert "tensor" in lab02.what_moves_it("compute", 0.3, "k")
+    assert "fewer launches" in lab02.what_moves_it("latency/launch", 0.05, "k")
