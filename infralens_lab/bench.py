@@ -153,7 +153,9 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
             row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
                    "correct": err <= REL_ERR_OK[dtype_name], "config": None}
             if name == "tiled":
-                row["config"] = attention.tiled_config(D)
+                c = attention.tiled_config(D)
+                row["config"] = {"block_m": c["BLOCK_M"], "block_n": c["BLOCK_N"], "num_warps": c["num_warps"],
+                                 "num_stages": c["num_stages"]}
             elif name == "tiled_fast":
                 row["config"] = attention_fast.last_config()
                 row["tuning_ms"] = attention_fast.tuning_timings()
@@ -248,7 +250,8 @@ def format_table(result: dict) -> str:
         note = f"rel err {r['rel_err']:.1e}" + ("" if r["correct"] else " WRONG OUTPUT")
         cfg = r.get("config")
         if r["variant"] in ("tiled", "tiled_fast") and cfg:
-            note += f"; BM{cfg['BLOCK_M']} BN{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
+            note += f"; BM{cfg['block_m']} BN{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
+            note += f" maxnreg {cfg['maxnreg']}" if cfg.get("maxnreg") else ""
         lines.append(("attn", case, r["variant"], f"{r['median_ms']:.3f}", f"{r['tflops']:.1f} TFLOP/s", note))
     for r in result.get("skipped", []):
         case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")

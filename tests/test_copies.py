@@ -14,7 +14,8 @@ from infralens_lab.kernels.reference import copy_ref, copy_strided_ref
 DEV = torch_device()
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if is_gpu() else [])
 # Lengths: a single element, odd sizes, one short of / one past a block, several blocks.
-LENGTHS = [1, 7, 1000, copies.BLOCK - 1, copies.BLOCK + 1, 3 * copies.BLOCK + 5]
+# (copies.block_size(e) is 1024 for float32 and 2048 for 16-bit types.)
+LENGTHS = [1, 7, 1000, copies.BLOCK - 1, copies.BLOCK + 1, copies.block_size(2) + 1, 3 * copies.block_size(2) + 5]
 
 
 def _poisoned(n, dtype):

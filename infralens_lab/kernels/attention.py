@@ -261,9 +261,10 @@ def tiled_config(head_dim: int) -> dict:
     """
     if not is_gpu():
         return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1)
+    # Best of 16 configs per head dim on an H200 (docs/kernels_notes.md).
     if head_dim >= 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+        return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
 
 
 def attention_tiled(q, k, v, causal: bool = False, sm_scale: float | None = None,

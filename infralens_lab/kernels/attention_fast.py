@@ -21,6 +21,7 @@ Inputs as for :func:`.attention.attention_tiled`, except q, k, v must be contigu
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -120,25 +121,39 @@ def _set_block_shapes(nargs):
     nargs["desc_v"].block_shape = [bn, d]
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates, chosen per head dim by _prune.
+class Cand(NamedTuple):
+    """One autotuner candidate. ``maxnreg`` caps registers per thread (None: no cap)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    maxnreg: int | None = None
+
+
+# Candidates per head-dim group: the best few of the configs timed on an H200
+# (docs/kernels_notes.md). Cand(128, 64, 8, 2, 128) caps registers at 128 so that two
+# programs fit on one SM (registers and shared memory), letting one program's softmax
+# overlap the other's matmuls; it won at N = 16384.
 GPU_CANDIDATES = {
-    "small_d": [(128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (128, 128, 4, 3), (128, 128, 8, 3),
-                (64, 64, 4, 3)],
-    "d128": [(128, 64, 8, 3), (128, 64, 8, 4), (128, 64, 4, 3), (128, 128, 8, 2), (128, 128, 8, 3),
-             (64, 64, 4, 3)],
-    "short": [(64, 64, 4, 2)],  # N < 256: one config, nothing worth tuning
+    "small_d": [Cand(128, 128, 4, 3), Cand(128, 64, 8, 3), Cand(128, 64, 4, 4), Cand(64, 64, 4, 3)],
+    "d128": [Cand(128, 128, 8, 3), Cand(128, 128, 8, 2), Cand(128, 64, 8, 2, 128), Cand(64, 64, 4, 3)],
+    "short": [Cand(64, 64, 4, 2)],  # N < 256: one config, nothing worth tuning
 }
-INTERPRETER_CONFIG = (32, 16, 4, 1)  # BLOCK_M != BLOCK_N exercises the on-band sub-tiles
+INTERPRETER_CONFIG = Cand(32, 16, 4, 1)  # BLOCK_M != BLOCK_N exercises the on-band sub-tiles
 
 
-def _config(t, pre_hook=True):
-    bm, bn, w, s = t
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s,
-                         pre_hook=_set_block_shapes if pre_hook else None)
+def _config(c: Cand) -> triton.Config:
+    return triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n}, num_warps=c.num_warps,
+                         num_stages=c.num_stages, maxnreg=c.maxnreg, pre_hook=_set_block_shapes)
 
 
-_ALL = sorted({t for ts in GPU_CANDIDATES.values() for t in ts})
-CONFIGS = [_config(t) for t in _ALL]
+def _cand_of(c: triton.Config) -> Cand:
+    return Cand(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg)
+
+
+_ALL = sorted({c for cs in GPU_CANDIDATES.values() for c in cs}, key=lambda c: (*c[:4], c.maxnreg or 0))
+CONFIGS = [_config(c) for c in _ALL]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -147,8 +162,7 @@ def _prune(configs, named_args, **kwargs):
     n, d, causal = args["N_CTX"], args["HEAD_DIM"], args["CAUSAL"]
     group = "short" if n < 256 else ("d128" if d >= 128 else "small_d")
     wanted = set(GPU_CANDIDATES[group])
-    keep = [c for c in configs
-            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in wanted
+    keep = [c for c in configs if _cand_of(c) in wanted
             and (not causal or c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0)]
     return keep or configs[:1]
 
@@ -162,14 +176,13 @@ _tuned = triton.autotune(CONFIGS, key=["N_CTX", "HEAD_DIM", "CAUSAL"],
 
 
 def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None = None,
-                         out: torch.Tensor | None = None, config: tuple[int, int, int, int] | None = None
-                         ) -> torch.Tensor:
+                         out: torch.Tensor | None = None, config: tuple | None = None) -> torch.Tensor:
     """Tuned flash attention (``attn_fwd_fast``); returns O (B, H, N, D) in q's dtype.
 
-    ``config`` = (BLOCK_M, BLOCK_N, num_warps, num_stages) skips the autotuner (tests,
-    experiments); by default the GPU autotunes and the interpreter uses INTERPRETER_CONFIG.
-    Same HBM traffic model as ``attention_tiled`` with the chosen BLOCK_M (see
-    :func:`last_config`).
+    ``config`` = a :class:`Cand` or ``(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])``
+    skips the autotuner (tests, experiments); by default the GPU autotunes over
+    GPU_CANDIDATES and the interpreter runs INTERPRETER_CONFIG. Same HBM traffic model as
+    ``attention_tiled`` with the chosen BLOCK_M (see :func:`last_config`).
     """
     what = "attention_tiled_fast"
     B, H, N, D, scale = check_qkv(q, k, v, causal, sm_scale, what)
@@ -185,9 +198,9 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
     else:
         check_out(out, tuple(q.shape), q.dtype, q.device, what)
     if config is not None:
-        bm, bn, _, _ = config
-        if causal and bm % bn:
-            raise ValueError(f"{what}: config {config} has BLOCK_M % BLOCK_N != 0, which causal needs")
+        config = Cand(*config)
+        if causal and config.block_m % config.block_n:
+            raise ValueError(f"{what}: config {tuple(config)} has BLOCK_M % BLOCK_N != 0, which causal needs")
     elif not is_gpu():
         config = INTERPRETER_CONFIG
     rows = B * H * N
@@ -195,14 +208,14 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
     def desc(t, block_rows):
         return TensorDescriptor(t, shape=[rows, D], strides=[D, 1], block_shape=[block_rows, D])
 
-    bm0, bn0 = (config[0], config[1]) if config else (64, 64)  # the tuner's pre-hook resets these
+    bm0, bn0 = (config.block_m, config.block_n) if config else (64, 64)  # the tuner's pre-hook resets these
     dq, dk, dv, do = desc(q, bm0), desc(k, bn0), desc(v, bn0), desc(out, bm0)
     args = (dq, dk, dv, do, out, N, scale * LOG2E)
     if config is not None:
-        bm, bn, warps, stages = config
-        grid = (triton.cdiv(N, bm), B * H)
-        _with_flags[grid](*args, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn,
-                          num_warps=warps, num_stages=stages)
+        grid = (triton.cdiv(N, config.block_m), B * H)
+        extra = {} if config.maxnreg is None else {"maxnreg": config.maxnreg}
+        _with_flags[grid](*args, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                          num_warps=config.num_warps, num_stages=config.num_stages, **extra)
     else:
         def grid(meta):
             return (triton.cdiv(N, meta["BLOCK_M"]), B * H)
@@ -212,18 +225,18 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
 
 
 def last_config() -> dict | None:
-    """The config the autotuner picked last (BLOCK_M, BLOCK_N, num_warps, num_stages), if any."""
+    """The candidate the autotuner picked last, as a dict of :class:`Cand` fields, if any."""
     c = getattr(_tuned, "best_config", None)
-    if c is None:
-        return None
-    return {"BLOCK_M": c.kwargs["BLOCK_M"], "BLOCK_N": c.kwargs["BLOCK_N"],
-            "num_warps": c.num_warps, "num_stages": c.num_stages}
+    return None if c is None else _cand_of(c)._asdict()
+
+
+def _name(c: Cand) -> str:
+    return f"BM{c.block_m}-BN{c.block_n}-w{c.num_warps}-s{c.num_stages}" + (f"-r{c.maxnreg}" if c.maxnreg else "")
 
 
 def tuning_timings() -> dict[str, float]:
     """Median ms of every config the autotuner timed for its latest key (empty if none)."""
     out = {}
     for c, t in (getattr(_tuned, "configs_timings", None) or {}).items():
-        name = f"BM{c.kwargs['BLOCK_M']}-BN{c.kwargs['BLOCK_N']}-w{c.num_warps}-s{c.num_stages}"
-        out[name] = float(t[0] if isinstance(t, (list, tuple)) else t)
+        out[_name(_cand_of(c))] = float(t[0] if isinstance(t, (list, tuple)) else t)
     return out
