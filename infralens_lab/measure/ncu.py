@@ -39,7 +39,10 @@ SOL = ["sm__throughput.avg.pct_of_peak_sustained_elapsed",
        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"]
 OCCUPANCY = ["sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct"]
 FLOPS = [f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")]
-TENSOR = ["sm__ops_path_tensor_src_fp16_dst_fp32.sum", "sm__inst_executed_pipe_tensor.sum"]
+# sm__ops_path_tensor_src_fp16_dst_fp32 reads "n/a" on the H200 with ncu 2025.3.1 (and is left out of the
+# raw CSV); --query-metrics there lists sm__ops_path_tensor_src_fp16. Triton's tl.dot on Hopper issues GMMA.
+TENSOR = ["sm__ops_path_tensor_src_fp16.sum", "sm__inst_executed_pipe_tensor.sum",
+          "sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__inst_executed_pipe_tensor_op_hmma.sum"]
 STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "lg_throttle", "mio_throttle", "math_pipe_throttle",
                  "tex_throttle", "wait", "not_selected", "selected", "no_instructions", "dispatch_stall", "drain",
                  "membar", "branch_resolving", "sleeping", "misc", "imc_miss")
