@@ -167,3 +167,20 @@ def test_recorded_traces_before_after():
     assert derive("argmax", causes, column="idle_us", label="cause") in {"sync", "memcpy", "launch", "host", "unaccounted"}
     assert lab01.hot_kernel_name(tr_f) is not None
     assert lab01.kernel_regex(lab01.hot_kernel_name(tr_f))
+
+
+def test_idle_by_cause_on_a_real_h200_trace_excerpt():
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    tr = Trace(json.loads((data / "trace_bubble_excerpt.json").read_text()))
+    want = json.loads((data / "trace_bubble_excerpt.expected.json").read_text())
+    c = lab01.idle_by_cause(tr)
+    assert c["idle_us"].sum() == pytest.approx(sum(want["gap_us"]), abs=1e-3)  # every gap charged once
+    assert c["cause"].iloc[0] == "host"
+    g = lab01.gap_view(tr, top=3)
+    longest = sorted(want["gap_us"], reverse=True)[:3]
+    in_time_order = [x / 1e3 for x in want["gap_us"] if x in longest]  # gap_view lists them by start time
+    assert g["gap_ms"].tolist() == pytest.approx(in_time_order, abs=1e-5)
+    assert lab01.hot_kernel_name(tr) is not None

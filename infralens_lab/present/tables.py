@@ -161,8 +161,8 @@ def _frame_with(df, cols, what):
 ATTN_KERNELS = ("naive_qk", "naive_softmax", "naive_pv", "attn_fwd", "attn_fwd_fast")
 
 
-def _grid_size(df, config: str, kernel: str) -> float:
-    sub = df[(df["config"] == config) & (df["kernel"] == kernel) & (df["metric"] == "launch__grid_size")]
+def _grid_size(df, config: str, kernel: str, metric: str = "launch__grid_size") -> float:
+    sub = df[(df["config"] == config) & (df["kernel"] == kernel) & (df["metric"] == metric)]
     return float(sub["value"].mean()) if len(sub) else math.nan
 
 
@@ -185,7 +185,7 @@ def attention_kernels(ncu_df, stall_source=None):
     Columns: ``config, variant, kernel, time_us, pred_dram_read_mb, dram_read_mb,
     pred_dram_write_mb, dram_write_mb, pred_dram_mb, dram_mb, l2_hit_pct, sm_pct, memory_pct,
     achieved_occupancy_pct, theoretical_occupancy_pct, block_m`` (tiled kernels, read off the grid
-    size), and ``long_scoreboard_pct, dominant_stall, dominant_stall_pct`` when the CSV (or
+    size), ``flops`` (nominal, from the model), ``grid_blocks, block_threads`` (the launch), and ``long_scoreboard_pct, dominant_stall, dominant_stall_pct`` when the CSV (or
     ``stall_source``) holds the stall samples.
     """
     import pandas as pd
@@ -222,7 +222,9 @@ def attention_kernels(ncu_df, stall_source=None):
                "pred_dram_mb": model.bytes / MB, "dram_mb": (r.read_bytes + r.write_bytes) / MB,
                "l2_hit_pct": r.l2_hit_pct, "sm_pct": r.sm_pct, "memory_pct": r.memory_pct,
                "achieved_occupancy_pct": r.achieved_pct, "theoretical_occupancy_pct": r.theoretical_pct,
-               "block_m": block_m, "flops": model.flops}
+               "block_m": block_m, "flops": model.flops,
+               "grid_blocks": _grid_size(att, r.config, r.kernel),
+               "block_threads": _grid_size(att, r.config, r.kernel, "launch__block_size")}
         if len(samples):
             row.update(_stall_summary(samples, r.config, [r.kernel]))
         rows.append(row)
