@@ -22,7 +22,7 @@ def timeline(trace, ranges: Sequence[str] | None = None, min_gap_us: float = 50.
 
     ``ranges``: range names to draw, top to bottom (default: all but ``ProfilerStep#N``, in order of
     first appearance). ``window_ms``: ``(start, end)`` to zoom. ``label_gaps``: label at most this
-    many of the longest gaps. ``ax``: draw into an existing Axes.
+    many of the longest gaps (only those at least 1% of the time span wide, never overlapping). ``ax``: draw into an existing Axes.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -52,11 +52,18 @@ def timeline(trace, ranges: Sequence[str] | None = None, min_gap_us: float = 50.
                                (y[f"GPU stream {int(s)}"] - 0.4, 0.8), facecolors=color)
     gaps = trace.idle_gaps(min_gap_us) if len(gpu) else None
     if gaps is not None and len(gaps):
-        top = set(gaps.nlargest(label_gaps, "gap_us").index)
-        for i, g in gaps.iterrows():
-            ax.axvspan(g["start_us"] / 1e3, g["end_us"] / 1e3, color=GAP_COLOR, alpha=0.35, lw=0)
-            if i in top:
-                ax.text((g["start_us"] + g["end_us"]) / 2e3, len(rows) - 0.45, f"idle {g['gap_us'] / 1e3:.2f} ms\n{g['cause']}",
+        lo_ms, hi_ms = window_ms or (0.0, float(ev["end_us"].max()) / 1e3)
+        span = max(hi_ms - lo_ms, 1e-9)
+        placed: list[float] = []
+        for _, g in gaps.sort_values("gap_us", ascending=False).iterrows():
+            a, b = g["start_us"] / 1e3, g["end_us"] / 1e3
+            ax.axvspan(a, b, color=GAP_COLOR, alpha=0.35, lw=0)
+            mid = (a + b) / 2
+            # label only gaps wide enough to see, largest first, never two labels on top of each other
+            if (len(placed) < label_gaps and b - a >= 0.01 * span and lo_ms <= mid <= hi_ms
+                    and all(abs(mid - m) > 0.08 * span for m in placed)):
+                placed.append(mid)
+                ax.text(mid, len(rows) - 0.45, f"idle {g['gap_us'] / 1e3:.2f} ms\n{g['cause']}",
                         ha="center", va="bottom", fontsize=7, color="#9e0142")
     ax.set_yticks([y[r] for r in rows], rows)
     ax.set_ylim(-0.7, len(rows) + 0.6)
@@ -66,7 +73,8 @@ def timeline(trace, ranges: Sequence[str] | None = None, min_gap_us: float = 50.
     handles = [Patch(color=c, label=k.replace("gpu_", "")) for k, c in GPU_COLORS.items()]
     if gaps is not None and len(gaps):
         handles.append(Patch(color=GAP_COLOR, alpha=0.35, label=f"GPU idle > {min_gap_us:g} µs"))
-    ax.legend(handles=handles, loc="lower right", fontsize=7, ncol=len(handles), framealpha=0.9)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14 - 0.3 / max(len(rows), 2)),
+              fontsize=7, ncol=len(handles), frameon=False)
     if not len(gpu):
         ax.text(0.5, 0.02, "CPU-only trace: no GPU rows", transform=ax.transAxes, ha="center", fontsize=8)
     ax.set_title(title or "torch.profiler timeline")
