@@ -24,7 +24,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Sequence
 
 CONFIG_MARK = "==INFRALENS== config:"
@@ -193,8 +192,9 @@ def run_ncu(target_args: Sequence[str], kernel_regex: str, metrics: Sequence[str
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     cmd = ncu_command(target_args, kernel_regex, metrics, sections, launch_skip, launch_count, nvtx, ncu=ncu)
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    from .target import subprocess_env
+
+    root, env = subprocess_env()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     except subprocess.TimeoutExpired as exc:

@@ -9,7 +9,6 @@ summaries, returned as DataFrames by report name. Without ``nsys`` on PATH it ra
 """
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -58,8 +57,9 @@ def run_nsys(target_args: Sequence[str], timeout: float = 300.0, reports: Sequen
     nsys = shutil.which("nsys")
     if nsys is None:
         raise NsysUnavailable()
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    from .target import subprocess_env
+
+    root, env = subprocess_env()
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "infralens")
         for cmd in (profile_command(target_args, out, nsys), stats_command(out + ".nsys-rep", out, nsys, reports)):

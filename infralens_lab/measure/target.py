@@ -22,7 +22,9 @@ the CPU and copied, so every kernel the process launches is a matmul kernel.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
 DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
@@ -52,6 +54,13 @@ def launch_window(kernel: str, warmup: int, iters: int) -> tuple[str, int, int |
         return REGEX[kernel], 0, None
     k = sum(per.values())
     return REGEX[kernel], warmup * k, iters * k
+
+
+def subprocess_env() -> tuple[str, dict]:
+    """``(cwd, env)`` for running ``python -m infralens_lab target`` under a profiler: the folder holding
+    this package, also put on ``PYTHONPATH`` so the target imports it even when it is not installed."""
+    root = str(Path(__file__).resolve().parents[2])
+    return root, dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
 
 
 def _ints(text: str, n: int, what: str) -> tuple[int, ...]:
