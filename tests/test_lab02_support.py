@@ -210,3 +210,16 @@ def test_what_moves_it_by_bound():
     assert "coalescing" in lab02.what_moves_it("memory", 0.3, "k")
     assert "tensor" in lab02.what_moves_it("compute", 0.3, "k")
     assert "fewer launches" in lab02.what_moves_it("latency/launch", 0.05, "k")
+
+
+def test_check_kernels_passes_and_the_checker_catches_nan():
+    import torch
+
+    checks = lab02.check_kernels(seed=1)
+    assert list(checks["kernel"]) == ["copy_strided", "copy_strided", "naive", "tiled", "tiled_fast"]
+    assert checks["passed"].all(), checks[~checks["passed"]]
+    good = torch.randn(5)
+    bad = good.clone()
+    bad[3] = float("nan")  # one element a kernel forgot to write
+    assert lab02._passes(good, good.clone(), 0.0, 0.0)
+    assert not lab02._passes(bad, good, 1e-2, 1e-2)

@@ -288,6 +288,54 @@ def hierarchy_points(frames: list, tensor_flop_factor: float | None):
     return pd.DataFrame(rows) if rows else None
 
 
+def check_kernels(seed: int = 0) -> pd.DataFrame:
+    """Run the kernels this lab places on the chart on tiny inputs (Triton's interpreter on a CPU,
+    the GPU in gpu mode) and compare them with the torch references: fresh seeded random inputs,
+    an odd length for the copies, outputs poisoned with NaN beforehand so an element a kernel
+    skips cannot pass. One row per check: kernel, shape, dtype, tolerance, passed."""
+    import torch
+
+    from ..device import torch_device
+    from ..kernels import attention, copies, reference
+
+    dev = torch_device()
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    x = torch.randn(4099, generator=gen).to(dev)  # odd length: the last block is partly masked
+    for stride in (1, 8):
+        n_out = copies.strided_len(x.numel(), stride)
+        out = torch.full((n_out,), float("nan"), device=dev)
+        copies.copy_strided(x, stride, out=out)
+        ok = _passes(out, reference.copy_strided_ref(x, stride), 0.0, 0.0)
+        # tolerance 0: a copy moves bits, it computes nothing
+        rows.append({"kernel": "copy_strided", "shape": f"n={x.numel()}, stride={stride}", "dtype": "fp32",
+                     "atol": 0.0, "rtol": 0.0, "passed": ok, "note": ""})
+    B, H, N, D = 1, 2, 48, 32  # N not a multiple of the 32-row tiles: masks matter
+    q, k, v = (torch.randn(B, H, N, D, generator=gen).to(dev, torch.float16) for _ in range(3))
+    ref = reference.attention_ref(q.float(), k.float(), v.float())
+    for name, fn in attention.VARIANTS.items():
+        out = torch.full_like(q, float("nan"))
+        note = ""
+        try:
+            fn(q, k, v, out=out)
+        except Exception as exc:  # e.g. tiled_fast's TMA descriptors on a GPU older than Hopper
+            note = f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        # atol/rtol 2e-2: fp16 inputs and output (about 3 decimal digits), P rounded to fp16 in the naive path
+        rows.append({"kernel": name, "shape": f"B,H,N,D={B},{H},{N},{D}", "dtype": "fp16", "atol": 2e-2,
+                     "rtol": 2e-2, "passed": not note and _passes(out.float(), ref, 2e-2, 2e-2), "note": note})
+    return pd.DataFrame(rows)
+
+
+def _passes(got, want, atol: float, rtol: float) -> bool:
+    import torch
+
+    try:
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    except AssertionError:
+        return False
+    return True
+
+
 def chart_roofs(ceilings, peaks=None):
     """The roofs lab 02 draws: the measured copy bandwidth and fp32 / tf32 / fp16 matmul rates,
     plus the datasheet's DRAM bandwidth and fp16 tensor peak (dashed) when ``peaks`` is given."""
