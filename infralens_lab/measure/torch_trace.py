@@ -172,6 +172,14 @@ def _length(iv) -> float:
     return sum(b - a for a, b in iv)
 
 
+def _id(correlation, from_flow):
+    """The correlation id as an int: the event's own arg, else the one its ac2g flow names, else None."""
+    for v in (correlation, from_flow):
+        if v is not None and v == v:  # NaN != NaN: pandas fills missing args with NaN
+            return int(v)
+    return None
+
+
 # ---------------------------------------------------------------- the trace
 class Trace:
     """A parsed chrome trace (see module doc). ``events`` is a DataFrame of complete events with
@@ -198,7 +206,6 @@ class Trace:
         ev["start_us"] = ev["ts"] - self.t0
         ev["end_us"] = ev["start_us"] + ev["dur"]
         self.events = ev
-        self.notes: list[str] = []
         self._flows = flows
         self._attribute()
 
@@ -223,20 +230,16 @@ class Trace:
                 self.self_us[stack[-1]] -= min(r.dur, ev.at[stack[-1], "end_us"] - r.start_us)
             if r.cat in RUNTIME_CATS:
                 self.enclosing[i] = list(stack)
-                corr = r.correlation
-                if corr is None or corr != corr:
-                    corr = flow_src.get((r.pid, r.tid, round(r.ts, 3)))
-                if corr is not None and corr == corr:
-                    runtime_by_corr[int(corr)] = i
+                corr = _id(r.correlation, flow_src.get((r.pid, r.tid, round(r.ts, 3))))
+                if corr is not None:
+                    runtime_by_corr[corr] = i
             stack.append(i)
         flow_dst = {v["f"]: k for k, v in self._flows.items() if "f" in v}
         launcher = {}
         for i, r in zip(gpu.index, gpu.itertuples(index=False)):
-            corr = r.correlation
-            if corr is None or corr != corr:
-                corr = flow_dst.get((r.pid, r.tid, round(r.ts, 3)))
-            if corr is not None and corr == corr and int(corr) in runtime_by_corr:
-                launcher[i] = runtime_by_corr[int(corr)]
+            corr = _id(r.correlation, flow_dst.get((r.pid, r.tid, round(r.ts, 3))))
+            if corr in runtime_by_corr:
+                launcher[i] = runtime_by_corr[corr]
         self.launcher = launcher  # GPU event row -> runtime event row
 
     # -- tables
