@@ -89,11 +89,11 @@ def test_gap_view_hot_kernels_and_statement():
 def test_ranges_view_and_notes():
     r = lab01.ranges_view(_bubble()).set_index("range")
     assert list(r.index) == ["data", "forward", "log"]
-    assert r.loc["forward", "kernels_launched"] == 1.0 and r.loc["forward", "gpu_ms_per_step"] == pytest.approx(0.2)
+    assert r.loc["forward", "gpu_ops_launched"] == 1.0 and r.loc["forward", "gpu_ms_per_step"] == pytest.approx(0.2)
     assert r.loc["log", "cpu_ms_per_step"] == pytest.approx(0.5)
     notes = lab01.range_notes(_bubble(), "bubble")
-    assert any("'log' holds the CPU for 0.5 ms per step and launches no kernel" in n for n in notes)
-    assert any("'data' holds the CPU for 0.4 ms per step and launches no kernel" in n for n in notes)
+    assert any("'log' holds the CPU for 0.5 ms per step for 0.0 ms of GPU work" in n for n in notes)
+    assert any("'data' holds the CPU for 0.4 ms per step for 0.0 ms of GPU work" in n for n in notes)
     assert not any("'forward'" in n for n in notes)  # 0.1 ms CPU vs 0.2 ms GPU: within a factor 2
 
 
@@ -103,7 +103,7 @@ def test_live_cpu_trace_has_ranges_and_no_kernels():
     r = lab01.ranges_view(tr)
     assert {"data", "forward", "backward", "optimizer", "log"} <= set(r["range"])
     assert "cpu_ms_per_step" not in r.columns  # CPU-only: no timings shown
-    assert (r["per_step"] == 1.0).all() and (r["kernels_launched"] == 0).all()
+    assert (r["per_step"] == 1.0).all() and (r["gpu_ops_launched"] == 0).all()
     ops = lab01.ops_by_count(tr)
     assert len(ops) == 8 and ops["op"].str.startswith("aten::").all()
     assert lab01.hot_kernel_name(tr) is None and lab01.hot_kernels(tr).empty
@@ -124,7 +124,12 @@ def test_kernel_regex_and_commands():
         lab01.kernel_regex(" ")
     cmds = lab01.commands("void at::native::elementwise_kernel<128, 4>(int, Foo)")
     sol, full = cmds["ncu (speed of light of the hot kernel)"], cmds["ncu (everything, once the SOL says where to look)"]
-    assert "--kernel-name regex:elementwise_kernel" in sol and "--section SpeedOfLight" in sol
+    assert "--kernel-name-base demangled --kernel-name 'regex:^at::native::elementwise_kernel<128,\\ 4>'" in sol
+    assert "--section SpeedOfLight" in sol
+    assert lab01.demangled_regex("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(Params)") \
+        == "^cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
+    assert lab01.demangled_regex("sm90_xmma_gemm_f32f32") == "^sm90_xmma_gemm_f32f32"
+    assert lab01.demangled_regex("void f<(anonymous namespace)::Op>(int)") == "^f<\\(anonymous\\ namespace\\)::Op>"
     assert "--set full" in full and "--section" not in full and "--launch-count 1" in full
     assert sol.endswith("python -m infralens_lab target --kernel train_step --warmup 2 --iters 1")
     assert cmds["nsys (timeline)"].startswith("nsys profile --trace cuda,nvtx,osrt")

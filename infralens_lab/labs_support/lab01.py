@@ -55,7 +55,8 @@ def live_trace(version: str = "bubble"):
 
 
 def ranges_view(tr: Trace, with_times: bool | None = None) -> pd.DataFrame:
-    """The record_function ranges of a trace (step ranges left out), in order of first appearance.
+    """The record_function ranges of a trace (step ranges left out), in order of first appearance, with the
+    GPU operations (kernels, copies, memsets) launched inside them per step.
 
     ``with_times`` (default: only for traces with GPU events) adds CPU and device milliseconds per
     step; a CPU-only trace's timings are interpreter-speed noise, so by default it shows counts only.
@@ -65,7 +66,7 @@ def ranges_view(tr: Trace, with_times: bool | None = None) -> pd.DataFrame:
     order = list(dict.fromkeys(rng.sort_values("start_us")["name"]))
     t = tr.ranges().set_index("name").loc[order].reset_index()
     steps = max(1, tr.summary()["steps"])
-    out = pd.DataFrame({"range": t["name"], "per_step": t["count"] / steps, "kernels_launched": t["launches"] / steps})
+    out = pd.DataFrame({"range": t["name"], "per_step": t["count"] / steps, "gpu_ops_launched": t["launches"] / steps})
     if with_times if with_times is not None else tr.has_gpu:
         out["cpu_ms_per_step"] = t["cpu_total_us"] / steps / 1e3
         out["gpu_ms_per_step"] = t["device_us"] / steps / 1e3
@@ -189,15 +190,13 @@ def range_notes(tr: Trace, version: str) -> list[str]:
     for row in r.itertuples(index=False):
         if row.range not in ("data", "forward", "backward", "optimizer", "log"):
             continue
-        if row.kernels_launched == 0 and row.cpu_ms_per_step >= 0.1:
-            out.append(f"{version}: '{row.range}' holds the CPU for {row.cpu_ms_per_step:.1f} ms per step and launches "
-                       f"no kernel: the CPU is waiting (or working) while the GPU gets nothing new.")
-        elif row.gpu_ms_per_step > 2 * row.cpu_ms_per_step:
+        if row.gpu_ms_per_step > 2 * row.cpu_ms_per_step:
             out.append(f"{version}: '{row.range}' takes {row.cpu_ms_per_step:.1f} ms of CPU time per step but launches "
                        f"{row.gpu_ms_per_step:.1f} ms of GPU work: the CPU only queues it and runs ahead.")
-        elif row.cpu_ms_per_step > 2 * row.gpu_ms_per_step:
-            out.append(f"{version}: '{row.range}' takes {row.cpu_ms_per_step:.1f} ms of CPU time per step for "
-                       f"{row.gpu_ms_per_step:.1f} ms of GPU work: CPU time here is not GPU time.")
+        elif row.cpu_ms_per_step > 2 * row.gpu_ms_per_step and row.cpu_ms_per_step >= 0.1:
+            out.append(f"{version}: '{row.range}' holds the CPU for {row.cpu_ms_per_step:.1f} ms per step for "
+                       f"{row.gpu_ms_per_step:.1f} ms of GPU work: the CPU waits (or works) here while the GPU "
+                       f"gets little new from it.")
     return out or [f"{version}: every phase's CPU time is within a factor 2 of the GPU work it launched."]
 
 
@@ -212,18 +211,42 @@ def kernel_regex(name: str) -> str:
     return re.escape(base)
 
 
+def demangled_regex(name: str) -> str:
+    """A regex for ``--kernel-name-base demangled``: the kernel's demangled name up to its argument list,
+    escaped, anchored at the start, so ``cutlass::Kernel2<cutlass_80_simt_sgemm_...>`` picks that one
+    instantiation and not every ``Kernel2``."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"kernel name {name!r}; expected a non-empty string")
+    head = re.sub(r"^void\s+", "", name.strip())
+    depth, cut = 0, len(head)
+    for i, ch in enumerate(head):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            cut = i
+            break
+    return "^" + re.escape(head[:cut].strip())
+
+
 def commands(hot_kernel: str) -> dict:
     """The command lines a learner runs on their own GPU: nsys over the fixed step, then ncu on the
-    hot kernel only (speed of light first, then the full set)."""
-    rx = kernel_regex(hot_kernel)
-    full = N.ncu_command(TARGET, rx, sections=["SpeedOfLight"], launch_count=1, python="python")
-    i = full.index("--section")
-    full[i:i + 2] = ["--set", "full"]  # every section: ~40 replay passes, so only on the one kernel
+    hot kernel only (speed of light first, then the full set). Kernels are matched by their demangled
+    name (``--kernel-name-base demangled``), so a template instantiation is matched exactly."""
+    rx = demangled_regex(hot_kernel)
+
+    def ncu(*what):
+        cmd = N.ncu_command(TARGET, rx, sections=["SpeedOfLight"], launch_count=1, python="python")
+        i = cmd.index("--kernel-name")
+        cmd[i:i] = ["--kernel-name-base", "demangled"]
+        j = cmd.index("--section")
+        cmd[j:j + 2] = list(what)
+        return shlex.join(cmd)
+
     return {
         "nsys (timeline)": nsys.command_line(TARGET[:2] + ["--warmup", "2", "--iters", "3"], output="train_step"),
-        "ncu (speed of light of the hot kernel)": N.command_line(TARGET, rx, sections=["SpeedOfLight"],
-                                                                 launch_count=1, python="python"),
-        "ncu (everything, once the SOL says where to look)": shlex.join(full),
+        "ncu (speed of light of the hot kernel)": ncu("--section", "SpeedOfLight"),
+        # every section: ~40 replay passes, so only on the one kernel
+        "ncu (everything, once the SOL says where to look)": ncu("--set", "full"),
     }
 
 
