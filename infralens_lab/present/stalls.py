@@ -129,19 +129,24 @@ def copy_family_figure(table, title: str = "Strided copies: the sector model aga
         panels.append(("pred_useful_fraction", "useful_fraction", "useful bandwidth / coalesced",
                        "time: useful bandwidth"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.4))
+    is_coalesced = table["label"] == "coalesced" if "label" in table.columns else table["stride"] < 0
     for ax, (pred, meas, ylabel, head) in zip(axes, panels):
-        t = table.sort_values("stride")
+        t = table[~is_coalesced].sort_values("stride")  # the strided family is the line
         ax.plot(t["stride"], t[pred], "o--", mfc="white", color="#7f7f7f", label="predicted (sector model)")
         m = t[t[meas].notna()]
-        ax.plot(m["stride"], m[meas], "o-", color="#d62728", label="measured")
+        ax.plot(m["stride"], m[meas], "o-", color="#d62728", label="measured (strided)")
+        c = table[is_coalesced & table[meas].notna()]
+        if len(c):
+            ax.plot(c["stride"], c[meas], "*", ms=12, color="#1f77b4", label="measured (coalesced copy)")
+        ax.set_ylim(bottom=0)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(list(t["stride"]), [str(int(s)) for s in t["stride"]])
+        ax.set_xticks(sorted(set(table["stride"])), [str(int(v)) for v in sorted(set(table["stride"]))])
         ax.set_xlabel("stride (elements)", fontsize=_FONT)
         ax.set_ylabel(ylabel, fontsize=_FONT)
         ax.set_title(head, fontsize=_FONT + 1)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=_FONT)
-    axes[0].legend(fontsize=_FONT - 1)
+    axes[0].legend(fontsize=_FONT - 1, loc="lower right")
     fig.suptitle(title, fontsize=_FONT + 2)
     fig.tight_layout()
     return fig
