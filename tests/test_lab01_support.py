@@ -189,3 +189,13 @@ def test_idle_by_cause_on_a_real_h200_trace_excerpt():
     in_time_order = [x / 1e3 for x in want["gap_us"] if x in longest]  # gap_view lists them by start time
     assert g["gap_ms"].tolist() == pytest.approx(in_time_order, abs=1e-5)
     assert lab01.hot_kernel_name(tr) is not None
+
+
+def test_quiet_native_stderr_hides_descriptor_2_only_inside(capfd):
+    import os
+
+    with lab01._quiet_native_stderr():
+        os.write(2, b"native noise\n")
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "native noise" not in err and "after" in err

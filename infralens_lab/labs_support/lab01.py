@@ -9,6 +9,7 @@ microseconds, ``_ms`` milliseconds.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 
@@ -39,6 +40,27 @@ def store():
 
 
 # ---------------------------------------------------------------- live
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Send file descriptor 2 to /dev/null for the duration: the profiler's native library prints
+    timestamped ``profiler_start``/``profiler_stop`` lines there, which would make a notebook's
+    output differ on every run. Python-level errors still raise as usual."""
+    import os
+    import sys
+
+    fd = 2  # native code writes to descriptor 2 itself, whatever sys.stderr is (Jupyter replaces that)
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
+
+
 def live_trace(version: str = "bubble"):
     """Profile a few steps of the pipeline now; returns ``(Trace, Evidence)``.
 
@@ -48,7 +70,8 @@ def live_trace(version: str = "bubble"):
     if version not in VERSIONS:
         raise ValueError(f"version {version!r}; expected one of {VERSIONS}")
     step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
-    tr = profile(step, wait=1, warmup=1, active=3)
+    with _quiet_native_stderr():
+        tr = profile(step, wait=1, warmup=1, active=3)
     ev = evidence.live(f"trace_{version}_live", {"summary": tr.summary()},
                        f"infralens_lab.measure.torch_trace.profile(make_step({version!r}), wait=1, warmup=1, active=3)")
     return tr, ev
