@@ -12,9 +12,12 @@ Steps and the records they write: ``device`` (device facts); ``ceilings`` (torch
 bandwidth at 1 GiB, matmul FLOP/s for fp32 (TF32 off), tf32, fp16, bf16 at 8192³, and an fp16
 size sweep 256..8192); ``bench`` (:func:`infralens_lab.bench.record_into`); ``traces``
 (``trace_bubble``, ``trace_fixed``: trimmed chrome traces of :mod:`infralens_lab.workloads.pipeline`,
-and ``trace_summary``); ``memory`` (``memory_train``, ``memory_infer`` via
+and ``trace_summary``); ``step_times`` (wall-clock steps of both versions: synchronised per step
+from the first, warm-up included, and back to back); ``memory`` (``memory_train``, ``memory_infer`` via
 :func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
-``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run).
+``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
+counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
+fixed-pipeline training step, chosen from ``trace_fixed``).
 """
 from __future__ import annotations
 
@@ -30,16 +33,24 @@ from pathlib import Path
 
 from .measure import ncu as N
 
-STEPS = ("device", "ceilings", "bench", "traces", "memory", "ncu_copies", "ncu_copies_stalls", "ncu_attention",
-         "ncu_matmul")
+STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
+         "ncu_attention", "ncu_matmul", "ncu_train_step")
 COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
 ATTN_SHAPE = (1, 8, 2048, 64)
 MATMUL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 LAUNCH = ["launch__grid_size", "launch__block_size", "launch__registers_per_thread"]
+# bytes through L1/TEX and L2 (the hierarchical roofline's upper levels) and the peaks ncu knows for them
+HIERARCHY = ["l1tex__t_bytes.sum", "lts__t_bytes.sum"]
+HIERARCHY_PEAKS = ["l1tex__t_bytes.sum.peak_sustained", "lts__t_bytes.sum.peak_sustained",
+                   "sm__cycles_elapsed.avg.per_second", "lts__cycles_elapsed.avg.per_second"]
 COPY_METRICS = N.TIME + N.DRAM + N.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
-    + N.HIT_RATES + N.SOL + N.OCCUPANCY + LAUNCH
-ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + LAUNCH
-MATMUL_METRICS = N.TIME + N.DRAM + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + LAUNCH
+    + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH
+ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + HIERARCHY \
+    + LAUNCH
+MATMUL_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + HIERARCHY \
+    + HIERARCHY_PEAKS + LAUNCH
+TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH
+STEP_TIME_STEPS, STEP_TIME_BATCHED = 40, 30
 
 
 class Recorder:
@@ -50,6 +61,7 @@ class Recorder:
         self.entries: list[dict] = []
         self.lines: list[str] = []
         self.nvtx_ok: bool | None = None  # learned from the first ncu run: does NVTX filtering select kernels?
+        self.top_kernels: list[str] = []  # the fixed pipeline's kernels by device time, from step_traces
 
     def log(self, msg: str) -> None:
         self.lines.append(msg)
@@ -152,12 +164,44 @@ class Recorder:
             summary[version] = {**tr.summary(), "gaps": gaps.to_dict(orient="records"),
                                 "ranges": tr.ranges().to_dict(orient="records"),
                                 "top_kernels": tr.kernels(top=10).to_dict(orient="records")}
+        self.top_kernels = [k["name"] for k in summary["fixed"]["top_kernels"]]
         self.w.write("trace_summary", summary, units={"_us": "us"},
                      notes="Trace.summary(), idle_gaps(min_gap_us=50), ranges() and kernels(top=10) per version")
         b, f = summary["bubble"], summary["fixed"]
         return (f"{', '.join(sizes)}; GPU utilisation bubble {b.get('gpu_utilization', 0):.0%} vs fixed "
                 f"{f.get('gpu_utilization', 0):.0%}; mean step {b['mean_step_us'] / 1e3:.1f} vs "
                 f"{f['mean_step_us'] / 1e3:.1f} ms")
+
+    def step_step_times(self):
+        """Wall-clock step times: synchronised per step from the very first (warm-up visible), then
+        back to back with one synchronise at the end (throughput)."""
+        import torch
+
+        from .measure.timing import summarize
+        from .workloads.pipeline import make_step
+
+        out = {}
+        for version in ("bubble", "fixed"):
+            step = make_step(version)
+            per = []
+            for _ in range(STEP_TIME_STEPS):
+                t0 = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                per.append((time.perf_counter() - t0) * 1e3)
+            t0 = time.perf_counter()
+            for _ in range(STEP_TIME_BATCHED):
+                step()
+            torch.cuda.synchronize()
+            batched = (time.perf_counter() - t0) * 1e3 / STEP_TIME_BATCHED
+            t = summarize(per[10:], clock="cpu", note="perf_counter around step(); torch.cuda.synchronize()")
+            out[version] = {"per_step_sync_ms": per, "throughput_ms_per_step": batched,
+                            "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}
+        self.w.write("step_times", out, units={"_ms": "ms"},
+                     notes=f"{STEP_TIME_STEPS} steps each timed with a synchronize (warm-up included, median/p10/p90 "
+                           f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")
+        return "; ".join(f"{v}: median {o['median_ms']:.1f} ms synced, {o['throughput_ms_per_step']:.1f} ms/step "
+                         f"back to back" for v, o in out.items())
 
     # ------------------------------------------------------------ ncu
     def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:
@@ -166,12 +210,13 @@ class Recorder:
 
         blocks, failed, absent = [], [], set()
         metrics = list(metrics)
-        for label, kernel, args in configs:
+        for label, kernel, args, *regex in configs:
             per = LAUNCHES[kernel]
             count = None if per is None else sum(per.values())
             target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
             # first choice: only launches inside the target's NVTX range; fallback: count launches
-            attempts = [dict(kernel_regex=REGEX[kernel], launch_skip=0, launch_count=count, nvtx=True)]
+            attempts = [dict(kernel_regex=regex[0] if regex else REGEX[kernel], launch_skip=0, launch_count=count,
+                             nvtx=True)]
             regex, skip, cnt = launch_window(kernel, 1, 1)
             attempts.append(dict(kernel_regex=regex, launch_skip=skip, launch_count=cnt, nvtx=False))
             if self.nvtx_ok is False:
@@ -242,6 +287,14 @@ class Recorder:
         cfgs = [(f"matmul size={n},{n},{n} fp16", "matmul", ["--size", f"{n},{n},{n}", "--dtype", "fp16"]) for n in sizes]
         return self._ncu_file("ncu_matmul.csv", cfgs, MATMUL_METRICS)
 
+    def step_ncu_train_step(self):
+        """ncu on the hot kernels of one fixed-pipeline training step: the top 3 by device time in
+        ``trace_fixed`` (every kernel of a step would take minutes of replay)."""
+        if not self.top_kernels:
+            raise _Skip("no trace_fixed kernels to choose from (run the traces step first)")
+        rx = "|".join(N.short_name_regex(k) for k in self.top_kernels[:3])
+        return self._ncu_file("ncu_train_step.csv", [("train_step fixed", "train_step", [], rx)], TRAIN_STEP_METRICS)
+
 
 class _Skip(Exception):
     pass
@@ -272,8 +325,9 @@ def bundle(out: Path, path: Path, log_text: str) -> Path:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m infralens_lab record", description=__doc__.split("\n\n")[0],
                                  epilog="steps: " + ", ".join(STEPS) + ". Records: device, ceilings, bench, "
-                                 "trace_bubble, trace_fixed, trace_summary, memory_train, memory_infer, record_log; "
-                                 "files ncu_copies.csv, ncu_copies_stalls.csv, ncu_attention.csv, ncu_matmul.csv.")
+                                 "trace_bubble, trace_fixed, trace_summary, step_times, memory_train, memory_infer, record_log; "
+                                 "files ncu_copies.csv, ncu_copies_stalls.csv, ncu_attention.csv, ncu_matmul.csv, "
+                                 "ncu_train_step.csv.")
     ap.add_argument("--out", required=True, help="folder for the recorded set, e.g. data/recorded/<gpu-slug>")
     ap.add_argument("--quick", action="store_true", help="fewer strides, sizes and repeats (a smoke run)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of steps: {','.join(STEPS)}")

@@ -285,3 +285,13 @@ def test_target_rejects_bad_arguments(argv, capsys):
 def test_target_rejects_bad_counts(capsys):
     assert target.main(["--kernel", "copy", "--iters", "0"]) == 2
     assert "--iters is 0; expected an int >= 1" in capsys.readouterr().err
+
+
+def test_short_name_regex_strips_templates_and_namespaces():
+    from infralens_lab.measure.ncu import short_name_regex
+
+    assert short_name_regex("void at::native::vectorized_elementwise_kernel<4, at::native::F>(int, F)") \
+        == "vectorized_elementwise_kernel"
+    assert short_name_regex("attn_fwd_fast") == "attn_fwd_fast"
+    with pytest.raises(ValueError, match="non-empty string"):
+        short_name_regex("  ")

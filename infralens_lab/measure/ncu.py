@@ -49,6 +49,17 @@ STALLS = ["smsp__pcsamp_sample_count"] + [f"smsp__pcsamp_warps_issue_stalled_{r}
 _STALL_RE = re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+?)$")
 
 
+def short_name_regex(name: str) -> str:
+    """Regex for ``--kernel-name regex:`` matching a kernel as torch.profiler names it: its leading
+    identifier, escaped (ncu matches the short function name, without templates or arguments).
+    ``'void at::native::vectorized_elementwise_kernel<4, ...>(...)'`` -> ``'vectorized_elementwise_kernel'``."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"kernel name {name!r}; expected a non-empty string")
+    m = re.match(r"(?:void\s+)?([A-Za-z_][\w:]*)", name.strip())
+    base = m.group(1).split("::")[-1] if m else name.strip()
+    return re.escape(base)
+
+
 # ---------------------------------------------------------------- errors
 class NcuError(RuntimeError):
     """ncu could not give counters. ``message`` says what happened, ``fix`` what to do."""
