@@ -162,7 +162,8 @@ def test_bandwidth_figure_for_copies():
     try:
         texts = _texts(fig)
         assert "2.7" in texts and "0.55" in texts
-        assert any("3 TB/s (measured)" in t for t in texts) and any("3.35 TB/s (peak)" in t for t in texts)
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert any("3 TB/s (measured)" in t for t in legend) and any("3.35 TB/s (peak)" in t for t in legend)
         assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["stride 1", "stride 8"]
     finally:
         plt.close(fig)

@@ -27,7 +27,11 @@ TIME = "gpu__time_duration.sum"
 DRAM_READ, DRAM_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
 FLOP_WEIGHTS = {"fadd": 1, "fmul": 1, "ffma": 2, "hadd": 1, "hmul": 1, "hfma": 2}
 FLOP_METRICS = {op: f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in FLOP_WEIGHTS}
-TENSOR_OPS = "sm__ops_path_tensor_src_fp16_dst_fp32.sum"
+# tensor-core work: Nsight's "math ops executed in the tensor path" (the first name this ncu knows),
+# and the count of tensor-pipe instructions (warp-level; its FLOPs per instruction depend on the MMA shape)
+TENSOR_OPS_NAMES = ("sm__ops_path_tensor_src_fp16.sum", "sm__ops_path_tensor_src_fp16_dst_fp32.sum")
+TENSOR_OPS = TENSOR_OPS_NAMES[0]
+TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
 GRID = "launch__grid_size"
 L1_BYTES, L2_BYTES = "l1tex__t_bytes.sum", "lts__t_bytes.sum"
 ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -83,13 +87,23 @@ def _col(w: pd.DataFrame, metric: str) -> pd.Series:
     return w[metric].fillna(0.0) if metric in w.columns else pd.Series(0.0, index=w.index)
 
 
+def _tensor_ops(w: pd.DataFrame) -> pd.Series:
+    """The tensor-path op counter under the first name the recording has, else all NaN."""
+    for name in TENSOR_OPS_NAMES:
+        if name in w.columns:
+            return w[name]
+    return pd.Series(math.nan, index=w.index)
+
+
 def counter_flops(w: pd.DataFrame, tensor_flops_per_op: float | None) -> pd.DataFrame:
     """Per launch: ``cuda_core_flops`` (fadd + fmul + 2·ffma + hadd + hmul + 2·hfma, thread
-    instructions), ``tensor_ops`` (the raw tensor counter), ``tensor_flops`` (ops × factor, NaN
-    when the factor is unknown) and ``flops`` (their sum)."""
+    instructions), ``tensor_ops`` (the tensor-path op counter, 0 where absent), ``tensor_inst``
+    (tensor-pipe instructions), ``tensor_flops`` (ops × factor, NaN when the factor is unknown)
+    and ``flops`` (their sum)."""
     out = w.copy()
     out["cuda_core_flops"] = sum(FLOP_WEIGHTS[op] * _col(w, m) for op, m in FLOP_METRICS.items())
-    out["tensor_ops"] = _col(w, TENSOR_OPS)
+    out["tensor_ops"] = _tensor_ops(w).fillna(0.0)
+    out["tensor_inst"] = _col(w, TENSOR_INST)
     f = math.nan if tensor_flops_per_op is None else float(tensor_flops_per_op)
     out["tensor_flops"] = out["tensor_ops"] * f
     out["flops"] = out["cuda_core_flops"] + out["tensor_flops"].fillna(0.0)
@@ -97,17 +111,22 @@ def counter_flops(w: pd.DataFrame, tensor_flops_per_op: float | None) -> pd.Data
 
 
 def tensor_op_check(matmul_df) -> pd.DataFrame:
-    """Per recorded matmul: M, N, K, the tensor counter summed over the run's kernels, the
-    nominal 2·M·N·K, and ``ops_over_2mnk``: 1 means the counter counts FLOPs (an FMA as two),
-    0.5 means it counts multiply-adds, ~0 means it did not see the tensor path at all."""
+    """Per recorded matmul: M, N, K, its kernels, the nominal 2·M·N·K, and what the tensor counters
+    say: ``tensor_ops`` with ``ops_over_2mnk`` (1 means the op counter counts FLOPs, an FMA as two;
+    0.5 means it counts multiply-adds; NaN when the recording lacks it) and ``tensor_inst`` with
+    ``flops_per_inst`` (2·M·N·K per tensor-pipe instruction, which changes with the MMA shape the
+    library picked, so an instruction count is not a FLOP count)."""
     w = wide_counters(matmul_df)
+    has_ops = any(n in w.columns for n in TENSOR_OPS_NAMES)
     rows = []
     for cfg, g in w.groupby("config", sort=False):
         c = parse_config(cfg)
         nominal = 2 * c["M"] * c["N"] * c["K"]
-        ops = float(_col(g, TENSOR_OPS).sum())
+        ops = float(_tensor_ops(g).sum()) if has_ops else math.nan
+        inst = float(_col(g, TENSOR_INST).sum())
         rows.append({"config": cfg, "M": c["M"], "N": c["N"], "K": c["K"], "kernels": len(g),
-                     "tensor_ops": ops, "nominal_2MNK": nominal, "ops_over_2mnk": ops / nominal})
+                     "nominal_2MNK": nominal, "tensor_ops": ops, "ops_over_2mnk": ops / nominal,
+                     "tensor_inst": inst, "flops_per_inst": nominal / inst if inst else math.nan})
     return pd.DataFrame(rows)
 
 
@@ -118,7 +137,7 @@ def tensor_flops_per_op(check: pd.DataFrame) -> float | None:
     FLOPs) or 0.5 (it counts multiply-adds: 2 FLOPs each) when within 5%, else the measured ratio
     as is; None when the counter saw (almost) nothing, i.e. it does not cover the tensor
     instructions these kernels use."""
-    if check is None or check.empty:
+    if check is None or check.empty or check["ops_over_2mnk"].isna().all():
         return None
     big = check[check["M"] * check["N"] * check["K"] >= 1024 ** 3]
     r = float((big if len(big) else check)["ops_over_2mnk"].median())
@@ -164,6 +183,11 @@ def what_moves_it(kind: str, fraction: float, kernel: str) -> str:
     the roof (``fraction`` of the attainable rate, or of the bandwidth for a copy)."""
     if kernel in _NAIVE_NOTE:
         return _NAIVE_NOTE[kernel]
+    if kernel == "copy_strided" and kind == "memory":
+        return ("a layout that makes the reads contiguous: DRAM is busy, but most of every sector it moves is "
+                "thrown away")
+    if kernel in ("copy", "copy_coalesced") and kind == "memory":
+        return "nothing on this GPU: a copy near the memory roof is done; only moving fewer bytes (fusing it away) helps"
     if kind == "memory":
         if fraction >= 0.6:
             return "at its memory roof: only a higher intensity helps (reuse on chip: tiling, fusion, less traffic)"
@@ -202,7 +226,7 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor) -> dict:
     launches = len(g) if cfg["family"] != "matmul" else 1
     t = float(_col(g, TIME).sum()) * 1e-9 / launches
     dram = float((_col(g, DRAM_READ) + _col(g, DRAM_WRITE)).sum()) / launches
-    tensor = float(g["tensor_ops"].sum()) > 0
+    tensor = float(g["tensor_ops"].sum()) > 0 or float(g["tensor_inst"].sum()) > 0
     flops = float(g["flops"].sum()) / launches
     grid = float(g[GRID].iloc[0]) if GRID in g.columns else None
     pred = predicted(cfg, kernel, grid)
@@ -250,14 +274,64 @@ def copy_table(df, ceilings) -> pd.DataFrame:
         rd, wr = float(_col(g, DRAM_READ).mean()), float(_col(g, DRAM_WRITE).mean())
         useful = pred.useful_bytes_read + pred.bytes_written
         b = rl.classify(0, rd + wr, t, ceilings.rate("fp32"), ceilings.copy_bw)
-        rows.append({"label": f"copy stride {stride}", "kernel": str(g["kernel"].iloc[0]), "stride": stride,
+        kernel = str(g["kernel"].iloc[0])
+        rows.append({"label": kernel if cfg["family"] == "copy" else f"copy_strided ×{stride}", "kernel": kernel,
+                     "stride": stride,
                      "time_us": t * 1e6, "dram_read_bytes": rd, "dram_write_bytes": wr, "useful_bytes": useful,
                      "read_amplification": rd / pred.useful_bytes_read,
                      "predicted_read_amplification": pred.bytes_read / pred.useful_bytes_read,
                      "dram_TBps": (rd + wr) / t / 1e12, "useful_TBps": useful / t / 1e12,
                      "fraction_of_copy_bw": b.fraction_of_roof, "bound": b.kind,
-                     "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, "copy")})
+                     "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel)})
     return pd.DataFrame(rows)
+
+
+def kernel_notes(kt: pd.DataFrame) -> list[str]:
+    """Sentences read off a :func:`kernel_table`: the lowest-intensity kernel, where measured and
+    predicted intensity part ways (and which way), and where the matmuls cross the ridge."""
+    if kt is None or kt.empty:
+        return []
+    out = []
+    low = kt.loc[kt["intensity"].idxmin()]
+    out.append(f"Lowest intensity: {low['label']} at {low['intensity']:.3g} FLOP/byte ({low['bound']}-bound, "
+               f"{low['fraction_of_roof']:.0%} of its roof).")
+    ratio = kt["intensity"] / kt["predicted_intensity"]
+    for _, r in kt[ratio > 1.5].iterrows():
+        out.append(f"{r['label']}: measured intensity {r['intensity'] / r['predicted_intensity']:.2g}x the model's: "
+                   f"DRAM moved fewer bytes than the model charged it (re-reads or writes served by L2).")
+    for _, r in kt[ratio < 1 / 1.5].iterrows():
+        out.append(f"{r['label']}: measured intensity {r['predicted_intensity'] / r['intensity']:.2g}x below the "
+                   f"model's: DRAM moved more bytes than each operand once (tiles re-read from DRAM, not L2).")
+    mm = kt[kt["group"] == "matmul fp16"].sort_values("size")
+    if len(mm):
+        right = mm[mm["above_ridge"]]
+        out.append("Matmuls: " + ", ".join(f"{int(r['size'])}³ {r['bound']} ({r['fraction_of_roof']:.0%})"
+                                           for _, r in mm.iterrows())
+                   + (f"; the first at or right of the ridge is {int(right['size'].iloc[0])}³." if len(right)
+                      else "; none reaches the ridge."))
+    return out
+
+
+def copy_notes(ct: pd.DataFrame) -> list[str]:
+    """Sentences read off a :func:`copy_table`: where the sector model's read amplification holds
+    and where DRAM moved more, and whether DRAM saw fewer written bytes than the copy wrote."""
+    if ct is None or ct.empty:
+        return []
+    out = []
+    off = ct[ct["read_amplification"] > 1.25 * ct["predicted_read_amplification"]]
+    ok = ct[ct["read_amplification"] <= 1.25 * ct["predicted_read_amplification"]]
+    if len(ok):
+        out.append("The 32-byte sector model predicts the DRAM bytes read within 25% for: "
+                   + ", ".join(ok["label"]) + ".")
+    if len(off):
+        out.append("DRAM read more than the sector model for: " + ", ".join(
+            f"{r['label']} ({r['read_amplification']:.3g}x measured vs {r['predicted_read_amplification']:.3g}x "
+            f"predicted)" for _, r in off.iterrows()) + ": DRAM fetched more than one 32-byte sector per useful element.")
+    short = ct[ct["dram_write_bytes"] < 0.9 * ct["useful_bytes"] / 2]
+    if len(short):
+        out.append(f"{len(short)} of {len(ct)} copies wrote fewer bytes to DRAM than they stored: the last writes were "
+                   f"still in L2 when the kernel ended, so 'useful' bandwidth can exceed DRAM bandwidth.")
+    return out
 
 
 def hierarchy_points(frames: list, tensor_flop_factor: float | None):
@@ -358,17 +432,30 @@ def measured_ridges(ceilings) -> pd.DataFrame:
 
 
 def tensor_counter_sentence(factor: float | None, check: pd.DataFrame | None) -> str:
-    """What the lab did with the tensor counter, in one sentence built from the evidence."""
+    """What the lab did with the tensor counters, in sentences built from the evidence."""
     if check is None or check.empty:
         return "No recorded matmul counters: tensor-core FLOPs cannot be checked, so the nominal counts are used."
-    r = float(check["ops_over_2mnk"].median())
-    if factor is None:
-        return (f"sm__ops_path_tensor_src_fp16_dst_fp32.sum / (2·M·N·K) has median {r:.3g}: the counter did not see "
-                f"these kernels' tensor work, so tensor-core kernels are placed with the traffic model's nominal FLOPs.")
-    what = "FLOPs (a multiply-add counts two)" if factor == 1.0 else \
-        "multiply-adds (one per FMA), so it is doubled" if factor == 2.0 else f"work in units worth {factor:.3g} FLOPs"
-    return (f"sm__ops_path_tensor_src_fp16_dst_fp32.sum / (2·M·N·K) has median {r:.3g} over the recorded matmuls: "
-            f"the counter counts {what}; tensor-core FLOPs below are that counter × {factor:g}.")
+    parts = []
+    fpi = check["flops_per_inst"].dropna()
+    if len(fpi):
+        parts.append(f"2·M·N·K per tensor-pipe instruction ranges from {fpi.min():,.0f} to {fpi.max():,.0f} FLOPs over "
+                     f"the recorded matmuls: the instruction count depends on the MMA shape each kernel uses, so it "
+                     f"is not a FLOP count.")
+    if check["ops_over_2mnk"].isna().all():
+        parts.append("This recording has no tensor-path op counter (sm__ops_path_tensor_src_fp16*), so kernels that use "
+                     "tensor cores are placed with the traffic model's nominal FLOPs (2 per multiply-add); CUDA-core "
+                     "FLOPs still come from the counters.")
+    elif factor is None:
+        r = float(check["ops_over_2mnk"].median())
+        parts.append(f"The tensor-path op counter / (2·M·N·K) has median {r:.3g}: it did not see these kernels' tensor "
+                     f"work, so tensor-core kernels are placed with the traffic model's nominal FLOPs.")
+    else:
+        r = float(check["ops_over_2mnk"].median())
+        what = "FLOPs (a multiply-add counts two)" if factor == 1.0 else \
+            "multiply-adds (one per FMA), so it is doubled" if factor == 2.0 else f"units worth {factor:.3g} FLOPs"
+        parts.append(f"The tensor-path op counter / (2·M·N·K) has median {r:.3g} over the recorded matmuls: it counts "
+                     f"{what}; tensor-core FLOPs below are that counter × {factor:g}.")
+    return " ".join(parts)
 
 
 def counters_caption(store, *files: str) -> str:
@@ -423,6 +510,6 @@ def live_ceilings():
     return ev, Ceilings.from_evidence(ev)
 
 
-__all__ = ["CSV_FILES", "FLOP_METRICS", "FLOP_WEIGHTS", "TENSOR_OPS", "ceilings_from", "copy_table", "counter_flops",
-           "chart_roofs", "counters_caption", "hierarchy_points", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
+__all__ = ["CSV_FILES", "FLOP_METRICS", "FLOP_WEIGHTS", "TENSOR_INST", "TENSOR_OPS", "TENSOR_OPS_NAMES", "ceilings_from", "copy_table", "counter_flops",
+           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_points", "kernel_notes", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
            "tensor_flops_per_op", "tensor_op_check", "what_moves_it", "wide_counters"]

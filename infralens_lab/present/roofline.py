@@ -245,10 +245,10 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
         color = "black" if r.style == "measured" else "0.4"
         keep = xs * r.value <= top * 1.0001
         ax.plot(xs[keep], xs[keep] * r.value, "-" if r.style == "measured" else "--", color=color, lw=1.5)
-        # label along the slope: the fastest above its line, the next below, further along, and so on
-        # start where the line enters the axes (left edge or bottom edge), then step along it
-        x_lab = max(xlim[0], ylim[0] * 1.3 / r.value) * 10 ** (0.2 + 0.9 * (i // 2))
+        # label along the slope, where it is farthest from any kernel; the fastest roof above its line,
+        # the next below it, so that two close roofs do not share a label spot
         above = i % 2 == 0
+        x_lab = _quiet_spot(points, max(xlim[0], ylim[0] * 1.3 / r.value), top / r.value / 4.0, r.value, i)
         ax.annotate(r.text, (x_lab, x_lab * r.value), xytext=(0, 4 if above else -4), textcoords="offset points",
                     rotation=angle, rotation_mode="anchor", fontsize=_FONT, color=color,
                     va="bottom" if above else "top", ha="left")
@@ -266,6 +266,29 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
                 fontsize=_FONT - 1, color="0.35")
     _draw_points(ax, fig, points, label_points)
     return fig
+
+
+def _quiet_spot(points, lo: float, hi: float, bw: float, rank: int) -> float:
+    """An intensity in [lo, hi] (log-spaced candidates) for a memory-roof label: the one farthest, in
+    decades, from every kernel point, so the label does not sit on top of a kernel near the roof."""
+    import numpy as np
+
+    if not hi > lo:
+        return lo
+    cands = np.geomspace(lo, hi, 16)
+    if points is None or not len(points):
+        return float(cands[min(rank * 3, len(cands) - 1)])
+    px = np.log10(points["intensity"].to_numpy(dtype=float))
+    py = np.log10(points["flops_per_s"].to_numpy(dtype=float))
+    best, best_d = float(cands[0]), -1.0
+    for c in cands:
+        # the label covers about 1.2 decades of the line from its anchor: distance of every point to
+        # that segment, in decades (projection clipped to the segment's ends)
+        x0, t = np.log10(c), np.clip(((px - np.log10(c)) + (py - np.log10(c) - np.log10(bw))) / 2.0, 0.0, 1.2)
+        d = float(np.min(np.hypot(px - (x0 + t), py - (x0 + t + np.log10(bw)))))
+        if d > best_d + 1e-9:
+            best, best_d = float(c), d
+    return best
 
 
 def _slope_angle(ax) -> float:
@@ -357,18 +380,15 @@ def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: ban
         if has_useful:
             ax.text(r["useful_TBps"] + top * 0.01, y - h / 2, f"{r['useful_TBps']:.3g}", va="center",
                     fontsize=_FONT - 1)
-    for i, r in enumerate(sorted(mem, key=lambda r: r.value)):
+    for r in sorted(mem, key=lambda r: r.value):  # roofs go in the legend: text on the bars would hide values
         ax.axvline(r.value / 1e12, color="black" if r.style == "measured" else "0.4",
-                   ls="-" if r.style == "measured" else "--", lw=1.2)
-        ax.annotate(r.text, (r.value / 1e12, 1.0), xycoords=("data", "axes fraction"), xytext=(-3, -4 - 12 * i),
-                    textcoords="offset points", ha="right", va="top", fontsize=_FONT - 1,
-                    color="black" if r.style == "measured" else "0.35")
+                   ls="-" if r.style == "measured" else "--", lw=1.2, label=r.text)
     ax.set_yticks(ys, list(rows["label"]), fontsize=_FONT)
     ax.set_xlim(0, top * 1.15)
     ax.set_xlabel("bandwidth (TB/s, 1e12 byte/s)", fontsize=_FONT + 1)
     ax.set_title(title, fontsize=_FONT + 2)
     ax.tick_params(labelsize=_FONT)
-    ax.legend(fontsize=_FONT - 1, loc="lower right")
+    ax.legend(fontsize=_FONT - 1, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=2, frameon=False)
     ax.grid(True, axis="x", color="0.9")
     fig.tight_layout()
     return fig
