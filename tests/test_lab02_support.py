@@ -280,3 +280,32 @@ def test_notes_are_read_off_the_evidence():
     cn = lab02.copy_notes(lab02.copy_table(_real("ncu_copies.csv"), CEIL))
     assert "copy_strided ×16 (16x measured vs 8x predicted)" in cn[1]
     assert lab02.kernel_notes(pd.DataFrame()) == [] and lab02.copy_notes(None) == []
+
+
+@pytest.mark.parametrize("value, unit, expected", [
+    (1.98, "cycle/nsecond", 1.98e9), (1.98e9, "cycle/second", 1.98e9), (1.98, "GHz", 1.98e9),
+    (1980, "MHz", 1.98e9), (3.0, "Tbyte/second", 3e12), (1.98e6, "cycle/msecond", 1.98e9)])
+def test_per_second_units(value, unit, expected):
+    assert lab02.per_second(value, unit) == pytest.approx(expected)
+
+
+def test_per_cycle_units_and_errors():
+    assert lab02.per_cycle(5120, "byte/cycle") == 5120 and lab02.per_cycle(5, "Kbyte/cycle") == 5000
+    with pytest.raises(ValueError, match="'furlong/fortnight'"):
+        lab02.per_second(1, "furlong/fortnight")
+    with pytest.raises(ValueError, match="'byte'"):
+        lab02.per_cycle(1, "byte")
+
+
+def test_hierarchy_roofs_from_ncu_peaks():
+    text = ncu_block("matmul size=1024,1024,1024 fp16", [("gemm", {
+        "l1tex__t_bytes.sum.peak_sustained": 16896, "lts__t_bytes.sum.peak_sustained": 5632,
+        "sm__cycles_elapsed.avg.per_second": 1755, "lts__cycles_elapsed.avg.per_second": 1755})])
+    # the helper writes empty units; give them the units ncu prints
+    text = text.replace('"","","","","","","",""', '"","","","","byte/cycle","cycle/usecond","byte/cycle","cycle/usecond"')
+    df = parse_raw_csv(text)
+    roofs = {r.label: r for r in lab02.hierarchy_roofs([df])}
+    assert roofs["L1 (ncu peak)"].value == pytest.approx(16896 * 1755e6)
+    assert roofs["L2 (ncu peak)"].value == pytest.approx(5632 * 1755e6)
+    assert all(r.style == "peak" and r.kind == "memory" for r in roofs.values())
+    assert lab02.hierarchy_roofs([parse_raw_csv(matmul_csv())]) == []

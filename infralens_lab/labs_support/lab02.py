@@ -463,6 +463,57 @@ def counters_caption(store, *files: str) -> str:
     return store.provenance.caption() + " · counters: recorded " + ", ".join(files)
 
 
+_SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIME = {"second": 1.0, "msecond": 1e-3, "usecond": 1e-6, "nsecond": 1e-9, "s": 1.0, "ms": 1e-3, "us": 1e-6,
+         "ns": 1e-9}
+
+
+def per_second(value: float, unit: str) -> float:
+    """A rate as ncu prints it (``'cycle/nsecond'``, ``'cycle/second'``, ``'GHz'``, ``'Mbyte/second'``)
+    in events per second. ValueError naming the unit for anything else."""
+    u = (unit or "").strip()
+    m = re.fullmatch(r"([kKMGT]?)(?:hz|Hz|HZ)", u)
+    if m:
+        return value * _SI[m.group(1)]
+    m = re.fullmatch(r"([kKMGT]?)[a-z]+/([a-z]+)", u)
+    if m and m.group(2) in _TIME:
+        return value * _SI[m.group(1)] / _TIME[m.group(2)]
+    raise ValueError(f"rate unit {unit!r} is not understood; expected e.g. 'cycle/second', 'cycle/nsecond' or 'GHz'")
+
+
+def per_cycle(value: float, unit: str) -> float:
+    """A per-cycle amount as ncu prints it (``'byte/cycle'``, ``'Kbyte/cycle'``) in bytes per cycle."""
+    m = re.fullmatch(r"([kKMGT]?)byte/cycle", (unit or "").strip())
+    if not m:
+        raise ValueError(f"per-cycle unit {unit!r} is not understood; expected e.g. 'byte/cycle'")
+    return value * _SI[m.group(1)]
+
+
+def hierarchy_roofs(frames: list) -> list:
+    """L1 and L2 bandwidth roofs from the peaks Nsight Compute reports with the recorded matmuls:
+    ``l1tex__t_bytes.sum.peak_sustained`` (byte/cycle, all SMs) × ``sm__cycles_elapsed.avg.per_second``
+    and ``lts__t_bytes.sum.peak_sustained`` × ``lts__cycles_elapsed.avg.per_second``, at the clocks the
+    kernels ran at. They are ncu's peaks, not measured bandwidths, so they are drawn as ``peak``.
+    Empty when the recording lacks them."""
+    from ..present.roofline import Roof
+
+    pairs = (("L1", "l1tex__t_bytes.sum.peak_sustained", "sm__cycles_elapsed.avg.per_second"),
+             ("L2", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"))
+    roofs = []
+    for level, peak_m, clock_m in pairs:
+        for df in frames:
+            if df is None:
+                continue
+            peak, clock = df[df["metric"] == peak_m].dropna(subset=["value"]), df[df["metric"] == clock_m].dropna(
+                subset=["value"])
+            if len(peak) and len(clock):
+                bw = per_cycle(float(peak["value"].median()), str(peak["unit"].iloc[0])) * \
+                    per_second(float(clock["value"].median()), str(clock["unit"].iloc[0]))
+                roofs.append(Roof(f"{level} (ncu peak)", bw, "memory", "peak"))
+                break
+    return roofs
+
+
 def ceilings_from(store):
     """``(evidence, Ceilings)`` of the recorded ``ceilings`` record, or ``(None, None)`` with a note."""
     from ..analysis.hardware import Ceilings
@@ -511,5 +562,5 @@ def live_ceilings():
 
 
 __all__ = ["CSV_FILES", "FLOP_METRICS", "FLOP_WEIGHTS", "TENSOR_INST", "TENSOR_OPS", "TENSOR_OPS_NAMES", "ceilings_from", "copy_table", "counter_flops",
-           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_points", "kernel_notes", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
+           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_points", "hierarchy_roofs", "kernel_notes", "per_cycle", "per_second", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
            "tensor_flops_per_op", "tensor_op_check", "what_moves_it", "wide_counters"]
