@@ -309,3 +309,23 @@ def test_hierarchy_roofs_from_ncu_peaks():
     assert roofs["L2 (ncu peak)"].value == pytest.approx(5632 * 1755e6)
     assert all(r.style == "peak" and r.kind == "memory" for r in roofs.values())
     assert lab02.hierarchy_roofs([parse_raw_csv(matmul_csv())]) == []
+
+
+def test_hierarchy_drops_l1_for_kernels_that_bypass_it():
+    text = ncu_block("matmul size=1024,1024,1024 fp16", [("gemm", _launch(7000, 4e6, 1e5, tensor=2 * 1024 ** 3,
+                                                                          l1=1e3, l2=3e7))])
+    pts = lab02.hierarchy_points([parse_raw_csv(text)], 1.0)
+    assert list(pts["group"]) == ["L2", "DRAM"] and pts.attrs["l1_bypass"] == ["matmul 1024³"]
+
+
+def test_sweep_vs_ncu_pairs_sizes():
+    class Ev:
+        values = {"sweep": [{"M": 1024, "flops_per_s": 60e12, "median_ms": 0.035},
+                            {"M": 333, "flops_per_s": 1e12, "median_ms": 0.03}]}
+
+    kt = lab02.kernel_table([parse_raw_csv(matmul_csv(1.0))], CEIL, 1.0)
+    svn = lab02.sweep_vs_ncu(Ev(), kt)
+    assert list(svn["size"]) == [1024]  # 333 was not profiled
+    row = kt.set_index("size").loc[1024]
+    assert svn["ncu_over_timed"].iloc[0] == pytest.approx(row["flops_per_s"] / 60e12)
+    assert lab02.sweep_vs_ncu(None, kt) is None

@@ -337,8 +337,10 @@ def copy_notes(ct: pd.DataFrame) -> list[str]:
 def hierarchy_points(frames: list, tensor_flop_factor: float | None):
     """Points for a hierarchical roofline: per kernel, its intensity against L1, L2 and DRAM
     bytes at the same FLOP/s (``series`` joins them), or None when the recording lacks the
-    ``l1tex__t_bytes.sum`` / ``lts__t_bytes.sum`` counters."""
-    rows = []
+    ``l1tex__t_bytes.sum`` / ``lts__t_bytes.sum`` counters. A kernel whose L1/TEX bytes are under 1%
+    of its L2 bytes gets no L1 point (its loads bypass L1: TMA copies L2 -> shared memory); their
+    names are in ``attrs['l1_bypass']``."""
+    rows, bypass = [], []
     for df in frames:
         if df is None:
             continue
@@ -354,12 +356,21 @@ def hierarchy_points(frames: list, tensor_flop_factor: float | None):
             if not (t > 0 and f > 0):
                 continue
             name = kernel if cfg["family"] != "matmul" else f"matmul {cfg['M']}³"
+            l1, l2 = float(_col(g, L1_BYTES).sum()), float(_col(g, L2_BYTES).sum())
+            if l1 < 0.01 * l2:  # its loads go L2 -> shared memory by TMA and never pass the L1/TEX t-stage
+                bypass.append(name)
             for level, col in (("L1", L1_BYTES), ("L2", L2_BYTES), ("DRAM", None)):
                 nbytes = float((_col(g, DRAM_READ) + _col(g, DRAM_WRITE)).sum()) if col is None else float(_col(g, col).sum())
+                if level == "L1" and name in bypass:
+                    continue
                 if nbytes > 0:
                     rows.append({"label": name if level == "DRAM" else "", "group": level, "series": name,
                                  "intensity": f / nbytes, "flops_per_s": f / t, "bytes": nbytes})
-    return pd.DataFrame(rows) if rows else None
+    if not rows:
+        return None
+    out = pd.DataFrame(rows)
+    out.attrs["l1_bypass"] = bypass  # kernels drawn without an L1 point (L1 bytes < 1% of L2 bytes)
+    return out
 
 
 def check_kernels(seed: int = 0) -> pd.DataFrame:
@@ -408,6 +419,24 @@ def _passes(got, want, atol: float, rtol: float) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def sweep_vs_ncu(ceilings_ev, kt: pd.DataFrame) -> pd.DataFrame | None:
+    """The recorder's timed fp16 matmul sweep (CUDA events, no profiler) beside the same sizes under
+    Nsight Compute: TFLOP/s both ways and their ratio, so the two measurements check each other."""
+    sweep = (ceilings_ev.values.get("sweep") or []) if ceilings_ev is not None else []
+    if not sweep or kt is None or kt.empty:
+        return None
+    mm = kt[kt["group"] == "matmul fp16"].set_index("size")
+    rows = []
+    for r in sweep:
+        n = r.get("M")
+        if n in mm.index:
+            ncu_rate = float(mm.loc[n, "flops_per_s"])
+            rows.append({"size": n, "timed_TFLOPs": r["flops_per_s"] / 1e12, "ncu_TFLOPs": ncu_rate / 1e12,
+                         "ncu_over_timed": ncu_rate / r["flops_per_s"], "timed_median_ms": r.get("median_ms"),
+                         "ncu_time_ms": float(mm.loc[n, "time_us"]) / 1e3})
+    return pd.DataFrame(rows) if rows else None
 
 
 def chart_roofs(ceilings, peaks=None):
@@ -562,5 +591,5 @@ def live_ceilings():
 
 
 __all__ = ["CSV_FILES", "FLOP_METRICS", "FLOP_WEIGHTS", "TENSOR_INST", "TENSOR_OPS", "TENSOR_OPS_NAMES", "ceilings_from", "copy_table", "counter_flops",
-           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_points", "hierarchy_roofs", "kernel_notes", "per_cycle", "per_second", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
+           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_points", "hierarchy_roofs", "kernel_notes", "per_cycle", "per_second", "sweep_vs_ncu", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
            "tensor_flops_per_op", "tensor_op_check", "what_moves_it", "wide_counters"]

@@ -206,7 +206,8 @@ class _Placer:
 
 def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofline",
                     xlim: tuple[float, float] | None = None, ylim: tuple[float, float] | None = None,
-                    label_points: bool = True, figsize: tuple[float, float] = (10, 6.5)):
+                    label_points: bool = True, figsize: tuple[float, float] = (10, 6.5),
+                    xlabel: str = "arithmetic intensity (FLOP / byte of DRAM traffic)"):
     """A log-log roofline: attainable FLOP/s against arithmetic intensity (FLOP/byte).
 
     ``points``: DataFrame with ``label``, ``intensity`` (FLOP/byte), ``flops_per_s`` (FLOP/s),
@@ -216,7 +217,8 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
     to leave a point unlabelled). ``roofs``: :class:`Roof`
     objects, at least one memory and one compute. Each memory roof is drawn up to the highest
     compute roof and each compute roof from its ridge with the fastest memory roof, both
-    labelled with their values; the ridge of the fastest pair is marked. Returns the Figure.
+    labelled with their values; the ridge of the fastest pair is marked. ``xlabel`` names the bytes
+    the intensities count (DRAM by default). Returns the Figure.
     """
     import matplotlib.pyplot as plt
     import numpy as np
@@ -234,7 +236,7 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
     fastest_mem = max(r.value for r in roofs if r.kind == "memory")
     mem_roofs = sorted((r for r in roofs if r.kind == "memory"), key=lambda r: -r.value)
     comp_roofs = sorted((r for r in roofs if r.kind == "compute"), key=lambda r: -r.value)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte of DRAM traffic)", fontsize=_FONT + 1)
+    ax.set_xlabel(xlabel, fontsize=_FONT + 1)
     ax.set_ylabel("achieved rate (FLOP/s)", fontsize=_FONT + 1)
     ax.set_title(title, fontsize=_FONT + 2)
     ax.tick_params(labelsize=_FONT)
