@@ -116,3 +116,13 @@ def test_quiet_profiler_chatter_drops_only_usdt_lines(capfd):
     err = capfd.readouterr().err
     assert "a real warning" in err
     assert "USDT" not in err
+
+
+def test_allocator_slack_needs_the_reserved_row():
+    with_reserved = pd.concat([MEASURED, pd.DataFrame({"category": [lab03.RESERVED], "bytes": [16000],
+                                                       "how": ["x"]})], ignore_index=True)
+    t = lab03.allocator_slack({"fp32": with_reserved, "bf16": MEASURED})
+    assert list(t["run"]) == ["fp32"]
+    assert t["slack_MiB"].iloc[0] * lab03.MiB == pytest.approx(3000)
+    assert t["slack_pct_of_allocated"].iloc[0] == pytest.approx(100 * 3000 / 13000)
+    assert lab03.allocator_slack({"fp32": MEASURED}) is None

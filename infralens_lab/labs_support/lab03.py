@@ -227,6 +227,24 @@ def kv_crossover_context(model: str, batch: int, dtype: str = "bf16") -> float:
     return ledger.param_count(m) * ledger.DTYPE_BYTES[dtype] / per_token
 
 
+RESERVED = "reserved (peak)"
+
+
+def allocator_slack(runs: dict) -> pd.DataFrame | None:
+    """Per recorded run that carries a ``reserved (peak)`` row (the CUDA caching allocator's segments,
+    ``torch.cuda.max_memory_reserved``): peak allocated, peak reserved and their difference (bytes
+    the allocator held but no tensor used: rounding, cached free blocks, fragmentation), in MiB.
+    None when no run has the row."""
+    rows = []
+    for run, df in runs.items():
+        cats = dict(zip(df["category"], df["bytes"]))
+        if RESERVED in cats and "peak" in cats:
+            rows.append({"run": run, "peak_allocated_MiB": cats["peak"] / MiB, "peak_reserved_MiB": cats[RESERVED] / MiB,
+                         "slack_MiB": (cats[RESERVED] - cats["peak"]) / MiB,
+                         "slack_pct_of_allocated": 100 * (cats[RESERVED] - cats["peak"]) / cats["peak"]})
+    return pd.DataFrame(rows) if rows else None
+
+
 def recorded_memory(store, which: str = "train"):
     """The recorded GPU measurement (``memory_train`` or ``memory_infer``) as
     ``(evidence, {run: measured DataFrame})`` with one run per precision (train) or dtype (infer),
@@ -251,7 +269,7 @@ def recorded_memory(store, which: str = "train"):
     return ev, {r: from_evidence(ev, r) for r in runs}
 
 
-__all__ = ["GB", "LIVE_BATCH", "LIVE_SEQ", "MiB", "WHAT_IF", "in_mib", "inference_scaling", "kv_crossover_context",
+__all__ = ["GB", "RESERVED", "allocator_slack", "LIVE_BATCH", "LIVE_SEQ", "MiB", "WHAT_IF", "in_mib", "inference_scaling", "kv_crossover_context",
            "ledger_rows", "live_config", "live_training", "measure_live_inference", "measure_live_step", "moments_table",
            "quiet_profiler_chatter", "peak_over_steady", "reconcile", "recorded_memory",
            "scaling", "scaling_view", "step_moments", "what_if"]
