@@ -329,3 +329,14 @@ def test_sweep_vs_ncu_pairs_sizes():
     row = kt.set_index("size").loc[1024]
     assert svn["ncu_over_timed"].iloc[0] == pytest.approx(row["flops_per_s"] / 60e12)
     assert lab02.sweep_vs_ncu(None, kt) is None
+
+
+def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
+    from infralens_lab.quiz import judge, question
+
+    kt = lab02.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, None)
+    assert judge(question("lab02.q4"), "matmul 256³", evidence=kt[kt["fraction_of_roof"].notna()])[0] == "correct"
+    smallest = int(kt[(kt["group"] == "matmul fp16") & kt["above_ridge"]]["size"].min())
+    assert judge(question("lab02.q5"), smallest, evidence=kt)[0] == "correct"
+    assert judge(question("lab02.q3"), 600 / 3.0, evidence=CEIL.versus_datasheet())[0] == "correct"
+    assert judge(question("lab02.q2"), 5 / 6)[0] == "correct"

@@ -126,3 +126,16 @@ def test_allocator_slack_needs_the_reserved_row():
     assert t["slack_MiB"].iloc[0] * lab03.MiB == pytest.approx(3000)
     assert t["slack_pct_of_allocated"].iloc[0] == pytest.approx(100 * 3000 / 13000)
     assert lab03.allocator_slack({"fp32": MEASURED}) is None
+
+
+def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
+    from infralens_lab.quiz import judge, question
+
+    table = lab03.scaling()
+    assert judge(question("lab03.q5"), 1, evidence=table)[0] == "correct"
+    assert judge(question("lab03.q5"), 0, evidence=table)[0] == "wrong"
+    moments = lab03.moments_table(MEASURED)
+    assert judge(question("lab03.q3"), 13000 / 3012, evidence=moments)[0] == "correct"
+    assert judge(question("lab03.q2"), "activations", evidence=lab03.ledger_rows(MEASURED))[0] == "correct"
+    assert judge(question("lab03.q2"), "weights", evidence=lab03.ledger_rows(MEASURED))[0] == "wrong"
+    assert judge(question("lab03.q6"), round(lab03.kv_crossover_context("llama2-7b", 8)))[0] == "correct"
