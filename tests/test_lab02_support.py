@@ -340,3 +340,10 @@ def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
     assert judge(question("lab02.q5"), smallest, evidence=kt)[0] == "correct"
     assert judge(question("lab02.q3"), 600 / 3.0, evidence=CEIL.versus_datasheet())[0] == "correct"
     assert judge(question("lab02.q2"), 5 / 6)[0] == "correct"
+
+
+def test_hierarchy_notes():
+    pts = lab02.hierarchy_points([parse_raw_csv(attention_csv(l1=True))], 1.0)
+    notes = lab02.hierarchy_notes(pts)
+    assert notes[0] == "naive_qk: bytes per DRAM byte: L2 1.5x, L1 3x"
+    assert lab02.hierarchy_notes(None) == []

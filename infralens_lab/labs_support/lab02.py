@@ -543,6 +543,24 @@ def hierarchy_roofs(frames: list) -> list:
     return roofs
 
 
+def hierarchy_notes(points: pd.DataFrame | None) -> list[str]:
+    """Sentences read off :func:`hierarchy_points`: per kernel, how many bytes L2 (and L1) moved per
+    DRAM byte (on-chip reuse), and which kernels have no L1 point."""
+    if points is None or points.empty:
+        return []
+    out = []
+    for name, g in points.groupby("series", sort=False):
+        b = dict(zip(g["group"], g["bytes"]))
+        if "DRAM" not in b or "L2" not in b:
+            continue
+        parts = [f"L2 {b['L2'] / b['DRAM']:.2g}x"] + ([f"L1 {b['L1'] / b['DRAM']:.2g}x"] if "L1" in b else [])
+        out.append(f"{name}: bytes per DRAM byte: " + ", ".join(parts))
+    if points.attrs.get("l1_bypass"):
+        out.append("No L1 point (L1/TEX bytes under 1% of L2 bytes: loads copied L2 -> shared memory by TMA): "
+                   + ", ".join(points.attrs["l1_bypass"]))
+    return out
+
+
 def ceilings_from(store):
     """``(evidence, Ceilings)`` of the recorded ``ceilings`` record, or ``(None, None)`` with a note."""
     from ..analysis.hardware import Ceilings
@@ -591,5 +609,5 @@ def live_ceilings():
 
 
 __all__ = ["CSV_FILES", "FLOP_METRICS", "FLOP_WEIGHTS", "TENSOR_INST", "TENSOR_OPS", "TENSOR_OPS_NAMES", "ceilings_from", "copy_table", "counter_flops",
-           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_points", "hierarchy_roofs", "kernel_notes", "per_cycle", "per_second", "sweep_vs_ncu", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
+           "chart_roofs", "counters_caption", "copy_notes", "hierarchy_notes", "hierarchy_points", "hierarchy_roofs", "kernel_notes", "per_cycle", "per_second", "sweep_vs_ncu", "kernel_table", "measured_ridges", "tensor_counter_sentence", "live_ceilings", "load_counters", "parse_config", "predicted",
            "tensor_flops_per_op", "tensor_op_check", "what_moves_it", "wide_counters"]
