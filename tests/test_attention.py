@@ -100,6 +100,30 @@ def test_fast_fixed_config(causal):
     _check("tiled_fast", *_qkv((1, 2, 70, 32), torch.float16), causal, config=(32, 16, 4, 1))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_fast_steeply_growing_scores(causal):
+    # Logits that grow along the row: key j is scaled by 0.5 + j/64 and the keys of the fourth
+    # 16-key tile by 6 more, so a row's running max grows a little from some tiles and by far
+    # more than 8 (log2 units: alpha = exp2(m_old - m_new) < 2**-8) at the jump. This checks
+    # the online-softmax rescale under stress, and would check a conditional rescale with a
+    # threshold of 8 taking both ways (tried and not adopted: docs/kernels_notes.md, run 3).
+    # Usual float16 tolerance: rounding P keeps 2**-11 relative whatever its scale, and
+    # O = acc / l_i divides the reference max back out.
+    B, H, N, D, BN = 1, 2, 100, 32, 16
+    q, k, v = _qkv((B, H, N, D), torch.float16)
+    ramp = 0.5 + torch.arange(N, device=DEV, dtype=torch.float32) / 64
+    ramp[3 * BN:4 * BN] *= 6
+    k = (k.float() * ramp[None, None, :, None]).to(torch.float16)
+    # The input really has both kinds of growth (log2 units, per BN-key tile, worst row).
+    s = scores_ref(q.float(), k.float()) * attention_fast.LOG2E
+    if causal:
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    tile_max = torch.stack([s[..., j:j + BN].amax(-1) for j in range(0, N, BN)], -1).cummax(-1).values
+    growth = (tile_max[..., 1:] - tile_max[..., :-1]).amax((0, 1, 2))
+    assert (growth > 8).any() and ((growth > 0) & (growth <= 8)).any()
+    _check("tiled_fast", q, k, v, causal, config=(32, BN, 4, 1))
+
+
 @pytest.mark.skipif(not is_gpu(), reason="the tuned configs are GPU configs")
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("group", ["small_d", "d128"])
