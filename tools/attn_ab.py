@@ -1,7 +1,7 @@
 """A/B timing of the fast attention forward, config by config, in one process (GPU only).
 
-Usage, from the repo root: ``PYTHONPATH=. python3 tools/attn_ab.py [--old MODULE] [--rounds R]``. For each case (B, H, N, D,
-dtype, causal) and each autotuner candidate of its head-dim group, times
+Usage, from the repo root: ``PYTHONPATH=. python3 tools/attn_ab.py [--old MODULE] [--rounds R]``.
+For each case (B, H, N, D, dtype, causal) and each autotuner candidate of its head-dim group, times
 ``attention_fast.attention_tiled_fast`` (and, with ``--old``, the same function of another
 module, e.g. a copy of the previous kernel saved as ``infralens_lab.kernels._attention_fast_old``)
 against SDPA's default backend. Rounds interleave the variants so that clock drift hits them
