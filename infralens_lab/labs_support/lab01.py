@@ -132,30 +132,49 @@ def recorded_traces(st) -> dict | None:
     return out
 
 
-def step_window(tr: Trace) -> tuple[float, float, int]:
-    """``(start_us, end_us, steps)``: from the first profiled step's start to the later of the last
-    step's end and the last GPU event's end (work the CPU queued is done only then)."""
+def step_gpu_work(tr: Trace) -> pd.DataFrame:
+    """Per profiled step: the GPU work its CPU side launched (kernels, copies, memsets whose launch call
+    falls inside the step's ``ProfilerStep`` range, on any thread), summed (``gpu_work_us``), and when
+    the last of it finished (``gpu_end_us``). GPU work left over from steps before the window, which a
+    CPU running ahead leaves queued, is not charged to any profiled step."""
     ev = tr.events
-    steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")]
+    steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
     if steps.empty:
         raise ValueError("trace has no ProfilerStep ranges; expected one from torch_trace.profile")
-    busy = tr.busy()
-    end = max(float(steps["end_us"].max()), busy[-1][1] if busy else 0.0)
-    return float(steps["start_us"].min()), end, len(steps)
+    launched = [(float(ev.at[rt, "start_us"]), float(ev.at[g, "dur"]), float(ev.at[g, "end_us"]))
+                for g, rt in tr.launcher.items()]
+    rows = []
+    for st in steps.itertuples(index=False):
+        mine = [(d, e) for t, d, e in launched if st.start_us <= t < st.end_us]
+        rows.append({"step": st.name, "cpu_start_us": st.start_us, "cpu_end_us": st.end_us, "gpu_ops": len(mine),
+                     "gpu_work_us": sum(d for d, _ in mine),
+                     "gpu_end_us": max((e for _, e in mine), default=float("nan"))})
+    return pd.DataFrame(rows)
 
 
 def compare(traces: dict) -> pd.DataFrame:
-    """Before/after table, one row per version: time per step (step start to queued work done, see
-    :func:`step_window`), the CPU's step-range time, GPU busy time and utilisation, and idle gaps."""
+    """Before/after table, one row per version.
+
+    ``period_ms``: steady-state time per step, the spacing between the moments successive profiled
+    steps' GPU work finished (``(last gpu_end - first gpu_end) / (steps - 1)`` of :func:`step_gpu_work`);
+    a step is done when its GPU work is, whether or not the CPU has moved on. ``cpu_step_ms``: time the
+    CPU spent inside the step range. ``gpu_work_ms``: GPU time of the work each step launched.
+    ``gpu_util_pct``: GPU busy share of the profiled window (``Trace.summary``). Then the idle gaps.
+    """
     rows = []
     for v, (tr, _) in traces.items():
-        start, end, steps = step_window(tr)
+        w = step_gpu_work(tr)
+        n = len(w)
+        if n < 2 or w["gpu_end_us"].isna().any():
+            raise ValueError(f"{v}: need at least two profiled steps that launched GPU work; got {n} steps, "
+                             f"{int(w['gpu_end_us'].notna().sum())} with GPU work")
         s = tr.summary()
         gaps = tr.idle_gaps()
-        row = {"version": v, "steps": steps, "period_ms": (end - start) / steps / 1e3,
-               "cpu_step_ms": s["mean_step_us"] / 1e3, "gpu_busy_ms": s.get("gpu_busy_us", 0.0) / steps / 1e3,
-               "gpu_util_pct": 100 * (s.get("gpu_busy_us", 0.0) / (end - start)),
-               "idle_gaps_per_step": len(gaps) / steps, "idle_ms_per_step": float(gaps["gap_us"].sum()) / steps / 1e3,
+        row = {"version": v, "steps": n,
+               "period_ms": (w["gpu_end_us"].iloc[-1] - w["gpu_end_us"].iloc[0]) / (n - 1) / 1e3,
+               "cpu_step_ms": s["mean_step_us"] / 1e3, "gpu_work_ms": w["gpu_work_us"].mean() / 1e3,
+               "gpu_util_pct": 100 * (s.get("gpu_utilization") or 0.0),
+               "idle_gaps_per_step": len(gaps) / n, "idle_ms_per_step": float(gaps["gap_us"].sum()) / n / 1e3,
                "largest_gap_ms": float(gaps["gap_us"].max()) / 1e3 if len(gaps) else 0.0,
                "main_idle_cause": idle_by_cause(tr)["cause"].iloc[0] if len(gaps) else "none"}
         rows.append(row)
@@ -186,14 +205,14 @@ def gap_view(tr: Trace, top: int = 8) -> pd.DataFrame:
 
 
 def hot_kernels(tr: Trace, top: int = 5) -> pd.DataFrame:
-    """Kernels by total GPU time: name (shortened to 70 characters), launches per step, ms per step, %."""
+    """Kernels by total GPU time in the trace: name (shortened to 70 characters), launches, total ms and
+    share of all kernel time. Counts cover every kernel in the trace, including work a CPU running ahead
+    queued before the profiled window, so they need not divide evenly by the number of steps."""
     k = tr.kernels()
     if k.empty:
         return k
-    steps = max(1, tr.summary()["steps"])
     out = pd.DataFrame({"kernel": [n if len(n) <= 70 else n[:67] + "..." for n in k["name"]],
-                        "launches_per_step": k["count"] / steps, "ms_per_step": k["total_us"] / steps / 1e3,
-                        "pct_of_kernel_time": k["pct"]})
+                        "launches": k["count"], "total_ms": k["total_us"] / 1e3, "pct_of_kernel_time": k["pct"]})
     return out.head(top)
 
 
@@ -346,12 +365,32 @@ def step_times(st) -> tuple[pd.DataFrame, str] | None:
     for v, d in ev.values.items():
         sync = d["per_step_sync_ms"]
         rows.append({"version": v, "first_step_ms": sync[0], "steady_median_ms": d["median_ms"],
-                     "p10_ms": d["p10_ms"], "p90_ms": d["p90_ms"], "sum_of_synced_ms_per_step": sum(sync[10:]) / len(sync[10:]),
-                     "throughput_ms_per_step": d["throughput_ms_per_step"]})
+                     "p10_ms": d["p10_ms"], "p90_ms": d["p90_ms"], "synced_mean_ms": sum(sync[10:]) / len(sync[10:]),
+                     "back_to_back_ms": d["throughput_ms_per_step"]})
     return pd.DataFrame(rows), ev.caption()
 
 
+def step_time_notes(table: pd.DataFrame) -> list[str]:
+    """Sentences from :func:`step_times`'s table: warm-up, spread, and what a per-step sync costs."""
+    out = []
+    for r in table.itertuples(index=False):
+        out.append(f"{r.version}: first step {r.first_step_ms:.1f} ms, steady median {r.steady_median_ms:.1f} ms "
+                   f"(p10-p90 {r.p10_ms:.1f}-{r.p90_ms:.1f}); timed with a sync after every step the mean is "
+                   f"{r.synced_mean_ms:.1f} ms, run back to back {r.back_to_back_ms:.1f} ms per step "
+                   f"({100 * (r.synced_mean_ms / r.back_to_back_ms - 1):+.0f}% for the synced timing).")
+    return out
+
+
 # ---------------------------------------------------------------- the statement
+def _meaning(reason: str) -> str:
+    from ..analysis.stalls import explain
+
+    try:
+        return explain(reason).meaning
+    except ValueError:
+        return "no explanation on file"
+
+
 def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFrame | None = None,
                          counters: dict | None = None) -> str:
     """The bottleneck statement, every number taken from the tables passed in."""
@@ -373,11 +412,13 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
         lines.append(f"What is left is GPU work: the hottest kernel ({h['kernel']}) takes {h['pct_of_kernel_time']:.0f}% "
                      f"of kernel time, so it is the one to hand to Nsight Compute.")
     if counters:
+        from .lab04 import sol_verdict
+
         c = counters
-        bound = "memory" if c["memory_pct"] > c["sm_pct"] else "compute (SM)"
-        lines.append(f"Why it takes that long: speed of light puts it at {c['memory_pct']:.0f}% of peak memory "
-                     f"throughput and {c['sm_pct']:.0f}% of SM throughput, so it leans {bound}-bound"
-                     + (f"; its warps mostly stall on {c['dominant_stall']}." if c.get("dominant_stall") else "."))
+        lines.append(f"Why it takes that long: its speed of light ({c['memory_pct']:.0f}% of peak memory throughput, "
+                     f"{c['sm_pct']:.0f}% of SM throughput) reads {sol_verdict(c['sm_pct'], c['memory_pct'])}"
+                     + (f"; besides issuing, its sampled warps are most often in '{c['dominant_stall']}' "
+                        f"({_meaning(c['dominant_stall'])})." if c.get("dominant_stall") else "."))
     return "\n".join(lines)
 
 

@@ -100,12 +100,13 @@ def copies_correctness(n_in: int = LIVE_COPY_N_IN, seed: int = 0):
 
 
 def attention_correctness(shapes=LIVE_ATTN_SHAPES, seed: int = 0):
-    """Run every attention variant now on small fp32 inputs (odd N, causal and not), outputs poisoned
-    with NaN, and compare with :func:`infralens_lab.kernels.reference.attention_ref`.
+    """Run every attention variant now on small fp16 inputs (odd N, causal and not), outputs poisoned
+    with NaN, and compare with :func:`infralens_lab.kernels.reference.attention_ref` (fp32 math).
 
-    ``within_tol`` uses ``torch.testing.assert_close`` with atol = rtol = 1e-4: the kernels and the
-    reference both accumulate in fp32 but sum in different orders (tiles, online softmax), which
-    moves results by a few ulps of values of order 1, far below 1e-4. Returns ``(table, Evidence)``.
+    fp16 runs in both modes (the interpreter and a GPU; a GPU refuses fp32 attention). ``within_tol``
+    uses ``torch.testing.assert_close`` with atol=3e-3, rtol=2e-3: the kernels round P to fp16 before
+    the P·V matmul and round the output to fp16, two roundings of 2**-11 relative on values below about
+    5 for these randn draws (2.5e-3), while both accumulate in fp32. Returns ``(table, Evidence)``.
     """
     import torch
 
@@ -115,18 +116,18 @@ def attention_correctness(shapes=LIVE_ATTN_SHAPES, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     rows = []
     for B, H, n_ctx, D, causal in shapes:
-        q, k, v = (torch.randn(B, H, n_ctx, D, generator=g).to(torch_device()) for _ in range(3))
+        q, k, v = (torch.randn(B, H, n_ctx, D, generator=g).to(torch_device(), torch.float16) for _ in range(3))
         ref = reference.attention_ref(q, k, v, causal=causal)
         for name, fn in attention.VARIANTS.items():
             out = torch.full_like(q, float("nan"))
             try:
                 got = fn(q, k, v, causal=causal, out=out)
-                torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(got, ref, atol=3e-3, rtol=2e-3)
                 ok = True
             except AssertionError:
                 ok = False
-            rows.append({"variant": name, "shape (B,H,N,D)": f"{B},{H},{n_ctx},{D}", "causal": causal,
-                         "within_tol": ok})
+            rows.append({"variant": name, "shape (B,H,N,D)": f"{B},{H},{n_ctx},{D}", "dtype": "fp16",
+                         "causal": causal, "within_tol": ok})
     ev = evidence.live("attention_correctness", rows, "infralens_lab.labs_support.lab04.attention_correctness()")
     return pd.DataFrame(rows), ev
 
