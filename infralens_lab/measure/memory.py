@@ -174,11 +174,19 @@ def measure_training_step(config: GPTConfig | None = None, batch: int = 8, seq: 
     opt.step()
     opt.zero_grad(set_to_none=True)
     params = list(model.parameters())
+    reserved = []  # CUDA only: the caching allocator's peak reserved segments, per phase
+
+    def phase(fn):
+        out = run_phase(fn, dev)
+        if dev.type == "cuda":
+            reserved.append(torch.cuda.max_memory_reserved(dev))
+        return out
+
     with SavedTensors(params) as saved:
-        (logits, loss), f_end, f_peak = run_phase(forward, dev)
-    _, b_end, b_peak = run_phase(loss.backward, dev)
+        (logits, loss), f_end, f_peak = phase(forward)
+    _, b_end, b_peak = phase(loss.backward)
     grads = storage_bytes(p.grad for p in params)
-    _, s_end, s_peak = run_phase(opt.step, dev)
+    _, s_end, s_peak = phase(opt.step)
     del logits, loss
     weights = storage_bytes(params)
     states = storage_bytes(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
@@ -196,6 +204,9 @@ def measure_training_step(config: GPTConfig | None = None, batch: int = 8, seq: 
         ("activations (live after forward)", f_end, f"live bytes after forward ({live}); includes logits"),
         ("peak", weights + states + excess, f"weights + optimizer states + highest excess in the step ({live})"),
     ]
+    if reserved:
+        rows.append(("reserved (peak)", max(reserved), "torch.cuda.max_memory_reserved over the step's phases: "
+                                                      "segments the caching allocator held, free or not"))
     meta = {"kind": "train", "config": asdict(cfg), "batch": batch, "seq": seq, "precision": precision,
             "optimizer": "adamw", "optimizer_impl": "foreach" if dev.type == "cuda" else "forloop",
             "device": dev.type}
