@@ -1,1 +1,12 @@
 """Per-lab glue: the setups, tables and figure inputs one notebook needs, so its cells stay thin."""
+
+
+def check_on(qid: str, answer, ev):
+    """``quiz.check(qid, answer, evidence=ev)``, or a note instead when the evidence is not there."""
+    from ..quiz import check
+
+    if ev is None:
+        print(f"{qid}: this question is checked against recorded evidence, which is missing here; "
+              f"it cannot be marked until the recording exists.")
+        return None
+    return check(qid, answer, evidence=ev)

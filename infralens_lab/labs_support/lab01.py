@@ -16,6 +16,7 @@ import shlex
 import pandas as pd
 
 from .. import evidence
+from . import check_on  # noqa: F401  (re-exported: notebooks call lab01.check_on)
 from ..device import is_gpu
 from ..measure import ncu as N
 from ..measure import nsys
@@ -243,14 +244,8 @@ def range_notes(tr: Trace, version: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- layer 2: the hot kernel
-def kernel_regex(name: str) -> str:
-    """A regex for ncu's ``--kernel-name regex:`` matching kernel ``name`` (its leading identifier,
-    escaped; templates and argument lists are left out because ncu matches the short name)."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"kernel name {name!r}; expected a non-empty string")
-    m = re.match(r"(?:void\s+)?([A-Za-z_][\w:]*)", name.strip())
-    base = m.group(1).split("::")[-1] if m else name.strip()
-    return re.escape(base)
+# ncu matches the short function name: the leading identifier of torch.profiler's kernel name, escaped
+kernel_regex = N.short_name_regex
 
 
 def demangled_regex(name: str) -> str:
@@ -420,14 +415,3 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
                      + (f"; besides issuing, its sampled warps are most often in '{c['dominant_stall']}' "
                         f"({_meaning(c['dominant_stall'])})." if c.get("dominant_stall") else "."))
     return "\n".join(lines)
-
-
-def check_on(qid: str, answer, ev):
-    """``quiz.check(qid, answer, evidence=ev)``, or a note instead when the evidence is not there."""
-    from ..quiz import check
-
-    if ev is None:
-        print(f"{qid}: this question is checked against recorded evidence, which is missing here; "
-              f"it cannot be marked until the recording exists.")
-        return None
-    return check(qid, answer, evidence=ev)
