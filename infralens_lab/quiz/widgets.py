@@ -67,8 +67,10 @@ def feedback_for(q: Question, answer: Any, evidence: Any = None) -> str:
 
 def _build(q: Question, ipywidgets, evidence: Any):
     if q.kind == "choice":
-        picker = ipywidgets.RadioButtons(options=[(f"{k}) {v}", k) for k, v in q.options.items()],
-                                         value=None, layout=ipywidgets.Layout(width="auto"))
+        # option letters only: the full option texts are shown above the widget, and long labels
+        # wrap onto the next radio button in JupyterLab
+        picker = ipywidgets.RadioButtons(options=[(k, k) for k in q.options], value=None,
+                                         orientation="horizontal", layout=ipywidgets.Layout(width="auto"))
     else:
         placeholder = "a number" if q.kind == "number" else " / ".join(q.vocabulary)
         picker = ipywidgets.Text(value="", placeholder=placeholder)
