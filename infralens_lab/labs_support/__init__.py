@@ -10,3 +10,14 @@ def check_on(qid: str, answer, ev):
               f"it cannot be marked until the recording exists.")
         return None
     return check(qid, answer, evidence=ev)
+
+
+def store():
+    """The recorded reference set, or None (after printing why) when there is none."""
+    from .. import evidence
+
+    try:
+        return evidence.reference()
+    except evidence.EvidenceError as exc:
+        print(f"No recorded evidence: {exc}")
+        return None

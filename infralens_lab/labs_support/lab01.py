@@ -16,7 +16,7 @@ import shlex
 import pandas as pd
 
 from .. import evidence
-from . import check_on  # noqa: F401  (re-exported: notebooks call lab01.check_on)
+from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab01.check_on and lab01.store)
 from ..device import is_gpu
 from ..measure import ncu as N
 from ..measure import nsys
@@ -29,15 +29,6 @@ CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, voc
 CPU_BATCH = 2
 TRAIN_STEP_FILE = "ncu_train_step.csv"
 TARGET = ["--kernel", "train_step", "--warmup", "2", "--iters", "1"]
-
-
-def store():
-    """The recorded reference set, or None (after printing why)."""
-    try:
-        return evidence.reference()
-    except evidence.EvidenceError as exc:
-        print(f"No recorded evidence: {exc}")
-        return None
 
 
 # ---------------------------------------------------------------- live

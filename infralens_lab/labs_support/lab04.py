@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import evidence
-from . import check_on  # noqa: F401  (re-exported: notebooks call lab04.check_on)
+from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab04.check_on and lab04.store)
 from ..analysis import stalls as stall_info
 from ..analysis import traffic
 from ..device import is_gpu
@@ -35,15 +35,6 @@ VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttl
 
 
 # ---------------------------------------------------------------- recorded set
-def store():
-    """The recorded reference set, or None (after printing why) when there is none."""
-    try:
-        return evidence.reference()
-    except evidence.EvidenceError as exc:
-        print(f"No recorded evidence: {exc}")
-        return None
-
-
 def file_caption(st, *files: str, extra: str = "") -> str:
     """The recorded set's provenance line plus the files a table came from (and formulas, if any)."""
     cap = st.provenance.caption() + " · files " + ", ".join(files)
