@@ -343,6 +343,17 @@ def test_site_renders_offline_in_chromium(chromium, fixture_site, artifacts_dir)
                     widths = _images_loaded(page)
                     assert all(w > 0 for w in widths), f"{built.name}: images that did not decode: {widths}"
                     page.screenshot(path=str(shots / f"{built.stem}.png"), full_page=False)
+                    if widths:
+                        page.locator("main img").first.scroll_into_view_if_needed()
+                        page.screenshot(path=str(shots / f"{built.stem}_figure.png"))
+                    static = page.locator(".infralens-static-widget")
+                    if static.count():
+                        static.first.scroll_into_view_if_needed()
+                        summary = static.first.locator("details summary")
+                        if summary.count():  # the explanation opens on click, and says something
+                            summary.click()
+                            assert static.first.locator("details").inner_text().strip() != summary.inner_text().strip()
+                        page.screenshot(path=str(shots / f"{built.stem}_selfcheck.png"))
                 ctx.close()
                 assert refused == [], f"the labs site tried the network: {refused}"
         finally:
