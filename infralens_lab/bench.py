@@ -9,8 +9,15 @@ correctness check on the very inputs it times:
   second; for strided copies the sector model's predicted fraction of the coalesced
   bandwidth is printed next to the measured fraction.
 * **attention** forward, TFLOP/s = ``4*B*H*N^2*D / time`` (halved when causal), for naive,
-  tiled, tiled_fast, torch SDPA with its default choice and with each backend that runs.
+  tiled, tiled_fast, torch SDPA with its default choice and with each backend that runs, and
+  ``naive_torch``: the three lines of eager PyTorch a learner writes first
+  (``softmax(q @ k.T * scale) @ v``, every intermediate in HBM in the input dtype).
   The relative error (Frobenius) of each output against SDPA's default is printed.
+* **the naive floor**: naive attention must move the bytes of S and P through HBM
+  (``analysis.traffic.attention_naive_traffic``); at the torch ``copy_`` bandwidth measured
+  in the same run that takes at least ``bytes / bandwidth``. The table prints that floor over
+  tiled_fast's time: the largest ``tiled_fast / naive`` ratio any bandwidth-efficient naive
+  allows on this GPU.
 
 Times are medians of CUDA-event timings after warm-up (``triton.testing.do_bench``, which
 also flushes L2 between repeats). It prints ONE table, titled with the GPU name, and can
@@ -24,7 +31,7 @@ import datetime as _dt
 import json
 import sys
 
-from .analysis.traffic import attention_flops, sector_model
+from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
 
 COPY_BYTES = 1 << 30
@@ -112,6 +119,21 @@ def _sdpa(backend):
     return run
 
 
+def naive_torch(q, k, v, causal):
+    """Eager PyTorch attention as first written: scores, softmax and P @ V, each a tensor in HBM.
+
+    Everything stays in the input dtype (torch's softmax computes in float32 inside and rounds
+    its output); the causal mask is built per call, as eager code does.
+    """
+    import torch
+
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
 def _rel_err(o, ref) -> float:
     d = (o.float() - ref.float()).norm().item()
     return d / max(ref.float().norm().item(), 1e-30)
@@ -131,12 +153,13 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
         flops = attention_flops(B, H, N, D, causal)
         ref = _sdpa(None)(q, k, v, causal)
         variants = [("sdpa_default", _sdpa(None))] + [(f"sdpa_{b}", _sdpa(b)) for b in SDPA_BACKENDS]
-        variants += [(name, fn) for name, fn in attention.VARIANTS.items()]
+        variants += [(name, fn) for name, fn in attention.VARIANTS.items()] + [("naive_torch", naive_torch)]
         for name, fn in variants:
             case = {"shape": list(shape), "dtype": dtype_name, "causal": causal, "variant": name}
-            if name == "naive":
+            if name in ("naive", "naive_torch"):
                 e = q.element_size()
-                need = B * H * N * N * (4 + e) + 4 * q.numel() * e
+                # naive: S in float32 and P; naive_torch: up to three N x N tensors alive at once
+                need = B * H * N * N * ((4 + e) if name == "naive" else 3 * e) + 4 * q.numel() * e
                 free = torch.cuda.mem_get_info()[0]
                 if need > 0.9 * free:
                     skipped.append({**case, "reason": f"needs {need / 2**30:.1f} GiB for S and P, "
@@ -178,12 +201,12 @@ def compute_ratios(copy_rows: list[dict], attn_rows: list[dict]) -> list[dict]:
     """The ratios the targets are stated in, from rows measured in the same run."""
     out = []
 
-    def add(name, num, den, key, target):
+    def add(name, num, den, key, target, note=None):
         if num is None or den is None:
             return
         value = num[key] / den[key]
         out.append({"name": name, "value": value, "target": target,
-                    "met": None if target is None else bool(value >= target)})
+                    "met": None if target is None else bool(value >= target), "note": note})
 
     for dt in ("float32", "float16"):
         add(f"coalesced / copy_ ({dt})", _find(copy_rows, variant="coalesced", dtype=dt),
@@ -202,9 +225,33 @@ def compute_ratios(copy_rows: list[dict], attn_rows: list[dict]) -> list[dict]:
             target = TARGETS["tiled_fast / sdpa"] if (v == "tiled_fast" and main) else None
             add(f"{v} / sdpa_default @ {label}", _find(attn_rows, variant=v, **sel), sdpa, "tflops", target)
         if shape == (4, 16, 4096, 64) and dt == "float16" and not causal:
-            add(f"tiled_fast / naive @ {label}", _find(attn_rows, variant="tiled_fast", **sel),
-                _find(attn_rows, variant="naive", **sel), "tflops", TARGETS["tiled_fast / naive"])
+            fast = _find(attn_rows, variant="tiled_fast", **sel)
+            for naive in ("naive", "naive_torch"):
+                add(f"tiled_fast / {naive} @ {label}", fast, _find(attn_rows, variant=naive, **sel), "tflops",
+                    TARGETS["tiled_fast / naive"])
+            floor = naive_floor(shape, dt, causal, copy_rows)
+            if fast is not None and floor is not None:
+                add(f"naive floor / tiled_fast @ {label}", {"ms": floor["ms"]}, {"ms": fast["median_ms"]}, "ms",
+                    None, note=floor["note"])
     return out
+
+
+def naive_floor(shape, dtype_name: str, causal: bool, copy_rows: list[dict]) -> dict | None:
+    """Least time naive attention can take: its modelled HBM bytes at this run's copy_ bandwidth.
+
+    Bytes from :func:`analysis.traffic.attention_naive_traffic` (S written and read as float32,
+    P written and read in the input dtype, Q, K, V read, O written); bandwidth = torch
+    ``copy_``'s useful TB/s for the same dtype measured in this run. None without that row.
+    """
+    copy = _find(copy_rows, variant="torch_copy_", dtype=dtype_name)
+    if copy is None:
+        return None
+    e = {"float16": 2, "bfloat16": 2, "float32": 4}[dtype_name]
+    nbytes = sum(t.bytes for t in attention_naive_traffic(*shape, e, causal=causal))
+    ms = nbytes / (copy["useful_tbps"] * 1e12) * 1e3
+    return {"ms": ms, "bytes": nbytes,
+            "note": f"{nbytes / 1e9:.1f} GB at copy_'s {copy['useful_tbps']:.2f} TB/s = {ms:.2f} ms: "
+                    f"the most any bandwidth-efficient naive allows"}
 
 
 def run_benchmark(quick: bool = False) -> dict:
@@ -257,7 +304,9 @@ def format_table(result: dict) -> str:
         case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")
         lines.append(("attn", case, r["variant"], "-", "skipped", r["reason"]))
     for r in result.get("ratios", []):
-        note = "" if r["target"] is None else (f"target >= {r['target']:g}: " + ("met" if r["met"] else "NOT met"))
+        note = r.get("note") or ""
+        if r["target"] is not None:
+            note = f"target >= {r['target']:g}: " + ("met" if r["met"] else "NOT met")
         lines.append(("ratio", r["name"], "", "", f"{r['value']:.2f}x", note))
     head = ("section", "case", "variant", "median ms", "rate", "note")
     widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]

@@ -234,3 +234,11 @@ def test_fast_refuses_non_contiguous_and_misaligned():
     with pytest.raises(ValueError, match="BLOCK_M % BLOCK_N != 0"):
         attention.attention_tiled_fast(q, k, v, causal=True, config=(32, 64, 4, 1))
 
+
+
+@pytest.mark.parametrize("block_m", [16, 48])
+def test_fast_refuses_block_m_that_cannot_split(block_m):
+    # Each program keeps two halves of BLOCK_M // 2 rows; tl.dot needs power-of-two tiles of >= 16.
+    q, k, v = _good()
+    with pytest.raises(ValueError, match=f"BLOCK_M = {block_m}, expected a power of two >= 32"):
+        attention.attention_tiled_fast(q, k, v, config=(block_m, 16, 4, 1))

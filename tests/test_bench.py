@@ -22,8 +22,9 @@ def _synthetic():
     shape = [4, 16, 4096, 64]
     attn = [dict(shape=shape, dtype="float16", causal=False, variant=v, median_ms=ms, tflops=t, rel_err=1e-3,
                  correct=True, config=None) for v, ms, t in
-            [("sdpa_default", 0.16, 400.0), ("naive", 2.5, 25.0), ("tiled", 0.2, 320.0), ("tiled_fast", 0.17, 380.0)]]
-    attn[-1]["config"] = {"block_m": 128, "block_n": 64, "num_warps": 4, "num_stages": 3, "maxnreg": 128}
+            [("sdpa_default", 0.16, 400.0), ("naive", 2.5, 25.0), ("tiled", 0.2, 320.0), ("tiled_fast", 0.17, 380.0),
+             ("naive_torch", 8.0, 5.0)]]
+    attn[3]["config"] = {"block_m": 128, "block_n": 64, "num_warps": 4, "num_stages": 3, "maxnreg": 128}
     skipped = [dict(shape=[1, 16, 16384, 128], dtype="float16", causal=False, variant="naive",
                     reason="needs 24.0 GiB for S and P, 10.0 GiB free")]
     result = {"meta": {"gpu": "NVIDIA Test GPU 80GB", "torch": "2.x", "triton": "3.6.0",
@@ -41,7 +42,30 @@ def test_ratios_from_rows():
     assert fast["value"] == pytest.approx(0.95) and fast["target"] == 0.85 and fast["met"] is True
     assert r["tiled / sdpa_default @ 4x16x4096x64 float16"]["target"] is None
     assert r["tiled_fast / naive @ 4x16x4096x64 float16"]["value"] == pytest.approx(15.2)
+    assert r["tiled_fast / naive_torch @ 4x16x4096x64 float16"]["value"] == pytest.approx(76.0)
+    assert r["tiled_fast / naive_torch @ 4x16x4096x64 float16"]["met"] is True
     assert "coalesced / copy_ (float16)" not in r  # no float16 rows, no ratio
+    # the naive floor needs a float16 torch copy_ row; this result has float32 copies only
+    assert not any(name.startswith("naive floor") for name in r)
+
+
+def test_naive_floor_is_model_bytes_over_copy_bandwidth():
+    # (4,16,4096,64) fp16: S 4 B written + read, P 2 B written + read per score (12 B x 4*16*4096^2
+    # = 12.885 GB), plus Q, K, V read and O written (4 x 33.6 MB); at 4.0 TB/s that is 3.255 ms.
+    copies = [{"variant": "torch_copy_", "dtype": "float16", "useful_tbps": 4.0}]
+    floor = bench.naive_floor((4, 16, 4096, 64), "float16", False, copies)
+    scores = 4 * 16 * 4096 ** 2
+    nbytes = 12 * scores + 4 * 4 * 16 * 4096 * 64 * 2
+    assert floor["bytes"] == nbytes
+    assert floor["ms"] == pytest.approx(nbytes / 4.0e12 * 1e3)
+    assert "4.00 TB/s" in floor["note"]
+    assert bench.naive_floor((4, 16, 4096, 64), "float16", False, []) is None
+    attn = [dict(shape=[4, 16, 4096, 64], dtype="float16", causal=False, variant="tiled_fast", median_ms=0.65,
+                 tflops=423.0)]
+    r = {x["name"]: x for x in bench.compute_ratios(copies, attn)}
+    row = r["naive floor / tiled_fast @ 4x16x4096x64 float16"]
+    assert row["value"] == pytest.approx(floor["ms"] / 0.65) and row["target"] is None
+    assert row["note"] == floor["note"]
 
 
 def test_format_table_is_one_table():
@@ -50,7 +74,7 @@ def test_format_table_is_one_table():
     assert lines[0].startswith("InfraLens bench on NVIDIA Test GPU 80GB")
     assert lines[1].split() == ["section", "case", "variant", "median", "ms", "rate", "note"]
     assert set(lines[2].replace(" ", "")) == {"-"}
-    assert len(lines) == 3 + 3 + 4 + 1 + len(_synthetic()["ratios"])
+    assert len(lines) == 3 + 3 + 5 + 1 + len(_synthetic()["ratios"])
     assert any("copy_strided s=8" in ln and "0.88 TB/s" in ln and "(model 0.22x)" in ln and "WRONG OUTPUT" in ln
                for ln in lines)
     assert any("tiled_fast" in ln and "380.0 TFLOP/s" in ln and "BM128 BN64 w4 s3 maxnreg 128" in ln for ln in lines)
@@ -79,3 +103,17 @@ def test_bench_refuses_in_interpreter(capsys):
     assert "timings mean nothing" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="interpreter mode"):
         bench.run_benchmark(quick=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_torch_is_attention(causal):
+    # Plain torch, so it runs on the CPU too: fresh random inputs, odd N, against the float32 reference.
+    import torch
+
+    from infralens_lab.kernels.reference import attention_ref
+
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=g) for _ in range(3))
+    # fp32 inputs and fp32 math in both: only summation order differs
+    torch.testing.assert_close(bench.naive_torch(q, k, v, causal), attention_ref(q, k, v, causal=causal),
+                               atol=1e-5, rtol=1e-5)

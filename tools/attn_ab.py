@@ -3,9 +3,9 @@
 Usage, from the repo root: ``PYTHONPATH=. python3 tools/attn_ab.py [--old MODULE] [--rounds R]``.
 For each case (B, H, N, D, dtype, causal) and each autotuner candidate of its head-dim group, times
 ``attention_fast.attention_tiled_fast`` (and, with ``--old``, the same function of another
-module, e.g. a copy of the previous kernel saved as ``infralens_lab.kernels._attention_fast_old``)
-against SDPA's default backend. Rounds interleave the variants so that clock drift hits them
-alike; a time is the median over rounds of ``triton.testing.do_bench`` medians (ms, CUDA
+module, e.g. a copy of the previous kernel saved as ``infralens_lab.kernels._attention_fast_old``,
+over that module's own candidates) against SDPA's default backend. Rounds interleave the
+variants so that clock drift hits them alike; a time is the median over rounds of ``triton.testing.do_bench`` medians (ms, CUDA
 events, L2 flushed), the spread is (max - min) / median over rounds. Every output is checked
 against SDPA (relative Frobenius error) before timing. TFLOP/s = 4*B*H*N^2*D / time (halved
 for causal). A tuning tool, not evidence: the labs use the recorder's numbers.
@@ -44,10 +44,10 @@ def run_case(case, mods: dict, rounds: int) -> list[tuple]:
     group = "d128" if D >= 128 else "small_d"
     fns = {("sdpa_default", "-"): lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
     errs = {("sdpa_default", "-"): 0.0}
-    for cand in attention_fast.GPU_CANDIDATES[group]:
-        if causal and cand.block_m % cand.block_n:
-            continue
-        for label, mod in mods.items():
+    for label, mod in mods.items():
+        for cand in mod.GPU_CANDIDATES[group]:
+            if causal and cand.block_m % cand.block_n:
+                continue
             out = torch.full_like(q, float("nan"))
             fn = (lambda m=mod, c=cand, o=out: m.attention_tiled_fast(q, k, v, causal=causal, out=o, config=c))
             fn()

@@ -10,6 +10,14 @@ What it changes against the teaching kernel ``attn_fwd`` (:mod:`.attention`), ea
   in flight while the tensor cores work on this one.
 * **exp2 with log2(e) folded into the scale**: ``exp(x*s) == exp2(x * s*log2(e))``, one
   multiply-add and a native ``ex2`` per score instead of a multiply, a subtract and ``exp``.
+* **Two half tiles per program**: a program owns BLOCK_M query rows as two halves with a
+  running max, sum and accumulator each, and orders its loop body QK^T(half 0), QK^T(half 1),
+  softmax(half 0), P V(half 0), softmax(half 1), P V(half 1). A P V product only adds into a
+  loop-carried accumulator, so Triton 3.6 issues it asynchronously (``wgmma`` without an
+  immediate wait), and half 1's softmax runs on the CUDA cores while half 0's P V runs on the
+  tensor cores. A QK^T result is waited for at once, so with one tile per program nothing
+  overlaps inside the program; this is the overlap FlashAttention-3 gets from warp
+  specialization, which Triton 3.6 does not offer on Hopper (docs/kernels_notes.md, run 4).
 * **Causal split in two stages**: the off-band tiles (entirely below the diagonal) run a loop
   with no mask at all; only the BLOCK_M/BLOCK_N on-band tiles pay for the mask.
 * **Autotuned** tile sizes, warps and stages per (N, D, causal, dtype). In interpreter mode
@@ -35,76 +43,60 @@ LOG2E = math.log2(math.e)  # 1.4426950408889634
 
 
 @triton.jit
-def _fast_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, N_CTX, qk_scale,
-                BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, KEY_MASK: tl.constexpr):
-    # Stream the K/V tiles with keys [lo, hi) past the Q tile held on chip.
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([kv_row0 + start_n, 0])  # TMA: HBM -> SRAM, BLOCK_N x D
-        qk = tl.dot(q, k.T)  # raw scores, float32 registers
-        if CAUSAL_MASK or KEY_MASK:
-            cols = start_n + offs_n
-            keep = cols[None, :] < N_CTX
-            if CAUSAL_MASK:
-                keep = keep & (offs_m[:, None] >= cols[None, :])
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            qk = qk - m_ij[:, None]
-        else:
-            # No mask: fold the scale into the max and into one fused multiply-add.
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_ij[:, None]
-        p = tl.math.exp2(qk)  # base-2 exponent; log2(e) is already inside qk_scale
-        alpha = tl.math.exp2(m_i - m_ij)  # rescale factor for what was accumulated so far
-        l_ij = tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = desc_v.load([kv_row0 + start_n, 0])  # TMA: HBM -> SRAM, BLOCK_N x D
-        acc = tl.dot(p.to(q.dtype), v, acc)  # P stays in registers; float32 accumulate
-        l_i = l_i * alpha + l_ij
-        m_i = m_ij
-    return acc, l_i, m_i
+def _online_softmax(qk, m_i, l_i, acc, offs_m, cols, N_CTX, qk_scale,
+                    CAUSAL_MASK: tl.constexpr, KEY_MASK: tl.constexpr):
+    # One half tile's online-softmax update: scores (float32 registers) -> probabilities P,
+    # new running max and sum, accumulator rescaled to the new max.
+    if CAUSAL_MASK or KEY_MASK:
+        keep = cols[None, :] < N_CTX
+        if CAUSAL_MASK:
+            keep = keep & (offs_m[:, None] >= cols[None, :])
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        qk = qk - m_ij[:, None]
+    else:
+        # No mask: fold the scale into the max and into one fused multiply-add.
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_ij[:, None]
+    p = tl.math.exp2(qk)  # base-2 exponent; log2(e) is already inside qk_scale
+    alpha = tl.math.exp2(m_i - m_ij)  # rescale factor for what was accumulated so far
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    return p, m_ij, l_i, acc
 
 
 @triton.jit
-def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
-                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
-    start_m = tl.program_id(0)
-    off_bh = tl.program_id(1)
-    row0 = off_bh * N_CTX  # first row of this (batch, head) in the (B*H*N, D) views
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+def _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, kv_row0, lo, hi, offs_m0, offs_m1,
+                N_CTX, qk_scale, BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, KEY_MASK: tl.constexpr):
+    # Stream the K/V tiles with keys [lo, hi) past the two half Q tiles held on chip. The order
+    # of the statements is the optimisation: both QK^T products first, then half 0's softmax
+    # and P V, then half 1's softmax. A P V product only adds into a loop-carried accumulator,
+    # so Triton leaves it running asynchronously on the tensor cores, and half 1's softmax
+    # (exp2 on the CUDA cores) runs while half 0's P V is still being computed.
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        k = desc_k.load([kv_row0 + start_n, 0])  # TMA: HBM -> SRAM, BLOCK_N x D, shared by both halves
+        qk0 = tl.dot(q0, k.T)  # raw scores of half 0, float32 registers
+        qk1 = tl.dot(q1, k.T)
+        p0, m0, l0, acc0 = _online_softmax(qk0, m0, l0, acc0, offs_m0, cols, N_CTX, qk_scale,
+                                           CAUSAL_MASK, KEY_MASK)
+        v = desc_v.load([kv_row0 + start_n, 0])  # TMA: HBM -> SRAM, BLOCK_N x D
+        acc0 = tl.dot(p0.to(q0.dtype), v, acc0)  # P stays in registers; float32 accumulate; async
+        p1, m1, l1, acc1 = _online_softmax(qk1, m1, l1, acc1, offs_m1, cols, N_CTX, qk_scale,
+                                           CAUSAL_MASK, KEY_MASK)
+        acc1 = tl.dot(p1.to(q0.dtype), v, acc1)
+    return acc0, l0, m0, acc1, l1, m1
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max (log2 units)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # output accumulator, registers
-    q = desc_q.load([row0 + start_m * BLOCK_M, 0])  # Q tile: HBM -> SRAM once, reused throughout
 
-    if CAUSAL:
-        # Stage 1, off-band: keys [0, start_m*BLOCK_M) are below the diagonal for every row of
-        # this block, so no mask (and all of them are < N_CTX).
-        acc, l_i, m_i = _fast_inner(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, start_m * BLOCK_M, offs_m,
-                                    N_CTX, qk_scale, BLOCK_N, False, False)
-        # Stage 2, on-band: the BLOCK_M keys on the diagonal, masked (BLOCK_M % BLOCK_N == 0).
-        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
-        acc, l_i, m_i = _fast_inner(acc, l_i, m_i, q, desc_k, desc_v, row0, start_m * BLOCK_M, hi, offs_m,
-                                    N_CTX, qk_scale, BLOCK_N, True, not EVEN_N)
-    else:
-        if EVEN_N:
-            acc, l_i, m_i = _fast_inner(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, N_CTX, offs_m,
-                                        N_CTX, qk_scale, BLOCK_N, False, False)
-        else:
-            n_full = (N_CTX // BLOCK_N) * BLOCK_N
-            acc, l_i, m_i = _fast_inner(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, n_full, offs_m,
-                                        N_CTX, qk_scale, BLOCK_N, False, False)
-            # The ragged last K/V tile: keys >= N_CTX belong to the next head; mask them.
-            acc, l_i, m_i = _fast_inner(acc, l_i, m_i, q, desc_k, desc_v, row0, n_full, N_CTX, offs_m,
-                                        N_CTX, qk_scale, BLOCK_N, False, True)
-
-    acc = acc / l_i[:, None]
-    o = acc.to(desc_o.dtype)
+@triton.jit
+def _store_half(desc_o, o_ptr, acc, l_i, row0, first, offs_m, N_CTX, HEAD_DIM: tl.constexpr,
+                EVEN_M: tl.constexpr):
+    # Rows offs_m (the first is `first`) of this head's output: O = acc / l.
+    o = (acc / l_i[:, None]).to(desc_o.dtype)
     if EVEN_M:
-        desc_o.store([row0 + start_m * BLOCK_M, 0], o)  # registers -> SRAM -> HBM by TMA
+        desc_o.store([row0 + first, 0], o)  # registers -> SRAM -> HBM by TMA
     else:
         # A ragged last query block must not spill into the next head's rows.
         offs_d = tl.arange(0, HEAD_DIM)
@@ -112,17 +104,66 @@ def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
         tl.store(o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], o, mask=offs_m[:, None] < N_CTX)
 
 
+@triton.jit
+def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+    # One program: BLOCK_M query rows of one (batch, head), kept as two halves of BLOCK_M // 2
+    # rows with a running max, sum and accumulator each.
+    HALF: tl.constexpr = BLOCK_M // 2
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    row0 = off_bh * N_CTX  # first row of this (batch, head) in the (B*H*N, D) views
+    offs_m0 = start_m * BLOCK_M + tl.arange(0, HALF)
+    offs_m1 = offs_m0 + HALF
+
+    m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)  # running max (log2 units)
+    m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
+    l0 = tl.zeros([HALF], dtype=tl.float32)  # running sum of exp2
+    l1 = tl.zeros([HALF], dtype=tl.float32)
+    acc0 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)  # output accumulators, registers
+    acc1 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+    q0 = desc_q.load([row0 + start_m * BLOCK_M, 0])  # Q tiles: HBM -> SRAM once, reused throughout
+    q1 = desc_q.load([row0 + start_m * BLOCK_M + HALF, 0])
+
+    if CAUSAL:
+        # Stage 1, off-band: keys [0, start_m*BLOCK_M) are below the diagonal for every row of
+        # this block, so no mask (and all of them are < N_CTX).
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+                                                 0, start_m * BLOCK_M, offs_m0, offs_m1, N_CTX, qk_scale,
+                                                 BLOCK_N, False, False)
+        # Stage 2, on-band: the BLOCK_M keys on the diagonal, masked (BLOCK_M % BLOCK_N == 0).
+        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+                                                 start_m * BLOCK_M, hi, offs_m0, offs_m1, N_CTX, qk_scale,
+                                                 BLOCK_N, True, not EVEN_N)
+    else:
+        n_full = N_CTX if EVEN_N else (N_CTX // BLOCK_N) * BLOCK_N
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+                                                 0, n_full, offs_m0, offs_m1, N_CTX, qk_scale,
+                                                 BLOCK_N, False, False)
+        if not EVEN_N:
+            # The ragged last K/V tile: keys >= N_CTX belong to the next head; mask them.
+            acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+                                                     n_full, N_CTX, offs_m0, offs_m1, N_CTX, qk_scale,
+                                                     BLOCK_N, False, True)
+
+    _store_half(desc_o, o_ptr, acc0, l0, row0, start_m * BLOCK_M, offs_m0, N_CTX, HEAD_DIM, EVEN_M)
+    _store_half(desc_o, o_ptr, acc1, l1, row0, start_m * BLOCK_M + HALF, offs_m1, N_CTX, HEAD_DIM, EVEN_M)
+
+
 def _set_block_shapes(nargs):
     """Autotuner pre-hook: a descriptor's block shape must match the config's tile sizes."""
     bm, bn, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["HEAD_DIM"]
-    nargs["desc_q"].block_shape = [bm, d]
-    nargs["desc_o"].block_shape = [bm, d]
+    nargs["desc_q"].block_shape = [bm // 2, d]  # Q and O move in half tiles
+    nargs["desc_o"].block_shape = [bm // 2, d]
     nargs["desc_k"].block_shape = [bn, d]
     nargs["desc_v"].block_shape = [bn, d]
 
 
 class Cand(NamedTuple):
-    """One autotuner candidate. ``maxnreg`` caps registers per thread (None: no cap)."""
+    """One autotuner candidate: ``block_m`` query rows per program (two halves of block_m // 2),
+    ``block_n`` keys per K/V tile. ``maxnreg`` caps registers per thread (None: no cap)."""
 
     block_m: int
     block_n: int
@@ -131,16 +172,15 @@ class Cand(NamedTuple):
     maxnreg: int | None = None
 
 
-# Candidates per head-dim group: the best few of the configs timed on an H200
-# (docs/kernels_notes.md). Cand(128, 64, 8, 2, 128) caps registers at 128 so that two
-# programs fit on one SM (registers and shared memory), letting one program's softmax
-# overlap the other's matmuls; it won at N = 16384.
+# Candidates per head-dim group: the best of the configs timed on an H100 (docs/kernels_notes.md,
+# run 4). With D = 128, BLOCK_N = 128 spills (two 64 x 128 score tiles and two accumulators
+# live at once), so only BLOCK_N = 64 remains.
 GPU_CANDIDATES = {
-    "small_d": [Cand(128, 128, 4, 3), Cand(128, 64, 8, 3), Cand(128, 64, 4, 4), Cand(64, 64, 4, 3)],
-    "d128": [Cand(128, 128, 8, 3), Cand(128, 128, 8, 2), Cand(128, 64, 8, 2, 128), Cand(64, 64, 4, 3)],
-    "short": [Cand(64, 64, 4, 2)],  # N < 256: one config, nothing worth tuning
+    "small_d": [Cand(128, 128, 4, 2), Cand(128, 128, 4, 3), Cand(128, 64, 4, 3), Cand(256, 128, 8, 2)],
+    "d128": [Cand(128, 64, 4, 2), Cand(256, 64, 8, 3), Cand(256, 64, 8, 4)],
+    "short": [Cand(128, 64, 4, 2)],  # N < 256: one config, nothing worth tuning
 }
-INTERPRETER_CONFIG = Cand(32, 16, 4, 1)  # BLOCK_M != BLOCK_N exercises the on-band sub-tiles
+INTERPRETER_CONFIG = Cand(32, 16, 4, 1)  # halves of 16 rows; BLOCK_M != BLOCK_N exercises the on-band sub-tiles
 
 
 def _config(c: Cand) -> triton.Config:
@@ -199,6 +239,9 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
         check_out(out, tuple(q.shape), q.dtype, q.device, what)
     if config is not None:
         config = Cand(*config)
+        if config.block_m < 32 or config.block_m & (config.block_m - 1):
+            raise ValueError(f"{what}: config {tuple(config)} has BLOCK_M = {config.block_m}, expected a power "
+                             f"of two >= 32 (two halves of at least 16 rows, what tl.dot needs)")
         if causal and config.block_m % config.block_n:
             raise ValueError(f"{what}: config {tuple(config)} has BLOCK_M % BLOCK_N != 0, which causal needs")
     elif not is_gpu():
@@ -209,7 +252,7 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
         return TensorDescriptor(t, shape=[rows, D], strides=[D, 1], block_shape=[block_rows, D])
 
     bm0, bn0 = (config.block_m, config.block_n) if config else (64, 64)  # the tuner's pre-hook resets these
-    dq, dk, dv, do = desc(q, bm0), desc(k, bn0), desc(v, bn0), desc(out, bm0)
+    dq, dk, dv, do = desc(q, bm0 // 2), desc(k, bn0), desc(v, bn0), desc(out, bm0 // 2)
     args = (dq, dk, dv, do, out, N, scale * LOG2E)
     if config is not None:
         grid = (triton.cdiv(N, config.block_m), B * H)
