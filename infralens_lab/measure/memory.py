@@ -259,6 +259,8 @@ def measure_inference(config: GPTConfig | None = None, batch: int = 4, context: 
     ]
     meta = {"kind": "infer", "config": asdict(cfg), "batch": batch, "context": context, "prompt": prompt,
             "new_tokens": new_tokens, "dtype": dtype, "device": dev.type}
+    if dev.type == "cpu":  # SDPA's CPU kernel takes scratch per thread: the prefill peak depends on it
+        meta["cpu_threads"] = torch.get_num_threads()
     return _frame(rows, meta)
 
 
@@ -283,6 +285,9 @@ def _explain(category: str, meta: dict) -> str:
     if category == "activations" and meta.get("kind") == "infer":
         why = ("estimate: the largest set of tensors an eager forward holds at once during the prefill "
                "(no activations are kept for backward in inference)")
+        if meta.get("cpu_threads"):
+            why += (f"; on a CPU, SDPA's attention kernel also allocates scratch per thread "
+                    f"({meta['cpu_threads']} threads here), so the measured peak grows with the thread count")
     elif category == "activations" and meta.get("precision", "").startswith("amp"):
         why += ("; under autocast the residual stream and LayerNorm inputs stay fp32 (4 B) while matmul "
                 "inputs are 16-bit (2 B), and the same LayerNorm output is cast once per Linear (q and kv)")
