@@ -129,6 +129,10 @@ def test_copy_family_object_and_quiz_evidence(capsys):
     assert gaps[1] == "DRAM read per useful byte: within 15% of the model at stride 8"  # 8.25 vs 8
     with pytest.raises(ValueError, match="no copy config labelled 'stride 4'"):
         fam.stalls_for("stride 4")
+    # 60/30/10 -> 50/30(lg_throttle)/20: long scoreboard tops both, lg_throttle grew from nothing
+    assert lab04.stall_shift(fam) == [
+        "long_scoreboard is the largest reason in every copy: 60% of samples at coalesced, 50% at stride 8",
+        "grew most from coalesced to stride 8: lg_throttle (0% to 30%)"]
     occ = lab04.occupancy_table(fam, None)
     assert occ["kernel"].tolist() == ["copy coalesced", "copy stride 8"]
 
@@ -309,6 +313,14 @@ def test_tables_on_real_h200_csvs():
         s = fam.stalls_for(label)
         assert s["share"].sum() == pytest.approx(1.0)
         assert derive("dominant_stall", s) == t.set_index("label").loc[label, "dominant_stall"]
+    # In this recording (an earlier copy kernel with several vectors per thread) the load/store queue
+    # filled at most strides: the top reason changes along the family, as the table's column says.
+    shift = lab04.stall_shift(fam)
+    assert shift[0] == ("the largest reason changes along the family: coalesced long_scoreboard, stride 1 "
+                        "long_scoreboard, stride 2 lg_throttle, stride 4 lg_throttle, stride 8 long_scoreboard, "
+                        "stride 16 lg_throttle, stride 32 lg_throttle")
+    assert shift[0].endswith(", ".join(f"{lab} {d}" for lab, d in zip(t["label"], t["dominant_stall"])))
+    assert shift[1].startswith("grew most from coalesced to stride 32: lg_throttle (")
     gaps = lab04.model_gaps(fam)
     assert gaps[0] == "sectors per request: every row matches the model"
     assert any(g.startswith("DRAM read per useful byte: about twice the model at stride 16, stride 32") for g in gaps)
@@ -328,3 +340,17 @@ def test_sol_verdict():
     assert lab04.sol_verdict(20.0, 72.0) == "memory-bound: 72% of its peak"
     assert lab04.sol_verdict(85.0, 40.0) == "compute (SM)-bound: 85% of its peak"
     assert lab04.sol_verdict(24.0, 12.0).startswith("latency-bound: neither memory (12%) nor SM (24%)")
+
+
+def test_stall_shift_when_the_top_reason_changes():
+    counters, _ = _copy_csvs()
+    samples = {"copy n=1000000 fp32": {"long_scoreboard": 80, "selected": 20},
+               "copy_strided stride=8 n=1000000 fp32": {"lg_throttle": 50, "long_scoreboard": 40, "selected": 10}}
+    stalls = "".join(_block(label, [(k, {"gpu__time_duration.sum": t, **{
+        f"smsp__pcsamp_warps_issue_stalled_{r}": v for r, v in samples[label].items()}})])
+        for label, (k, _rd, _sec, _req, t, _occ) in COUNTERS.items())
+    fam = lab04._family(counters, stalls, None, "cap", "scap", "recorded")
+    assert lab04.stall_shift(fam) == [
+        "the largest reason changes along the family: coalesced long_scoreboard, stride 8 lg_throttle",
+        "grew most from coalesced to stride 8: lg_throttle (0% to 50%)"]
+    assert lab04.stall_shift(lab04._family(counters, None, None, "cap", None, "recorded")) == []

@@ -210,6 +210,33 @@ def recorded_copy_family(st) -> CopyFamily | None:
     return _family(st.text(COPY_FILES[0]), stalls_text, bench_rows, cap, scap, "recorded")
 
 
+def stall_shift(fam: CopyFamily, top: int = 3) -> list[str]:
+    """How the sampled stall mix moves along the copy family, from the first row (the coalesced copy)
+    to the last (the largest stride): whether one reason tops every copy, and the reasons whose share
+    grew most (by more than one point). Read off the samples; [] without stall samples."""
+    if fam.breakdown is None:
+        return []
+    labels = list(fam.table["label"])
+    shares = {lab: fam.stalls_for(lab).set_index("reason")["share"] for lab in labels}
+    first, last = labels[0], labels[-1]
+    a, b = shares[first], shares[last]
+    tops = [shares[lab].index[0] for lab in labels]
+    if len(set(tops)) == 1:
+        r = tops[0]
+        lines = [f"{r} is the largest reason in every copy: {a.get(r, 0.0):.0%} of samples at {first}, "
+                 f"{b.get(r, 0.0):.0%} at {last}"]
+    else:
+        lines = ["the largest reason changes along the family: "
+                 + ", ".join(f"{lab} {r}" for lab, r in zip(labels, tops))]
+    reasons = a.index.union(b.index)
+    grew = (b.reindex(reasons, fill_value=0.0) - a.reindex(reasons, fill_value=0.0)).sort_values(ascending=False)
+    grew = grew[grew > 0.01].head(top)
+    if len(grew):
+        lines.append(f"grew most from {first} to {last}: "
+                     + ", ".join(f"{r} ({a.get(r, 0.0):.0%} to {b.get(r, 0.0):.0%})" for r in grew.index))
+    return lines
+
+
 def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> CopyFamily | None:
     """On a GPU with ncu: profile the coalesced copy and a few strides now (counters and stall samples,
     one ncu run each, as the recorder does). Elsewhere, or if ncu fails, None after a note."""
