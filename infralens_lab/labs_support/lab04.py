@@ -220,7 +220,7 @@ def stall_shift(fam: CopyFamily, top: int = 3) -> list[str]:
     shares = {lab: fam.stalls_for(lab).set_index("reason")["share"] for lab in labels}
     first, last = labels[0], labels[-1]
     a, b = shares[first], shares[last]
-    tops = [shares[lab].index[0] for lab in labels]
+    tops = list(fam.table["dominant_stall"])  # tables.copy_family's top reason per row, same samples
     if len(set(tops)) == 1:
         r = tops[0]
         lines = [f"{r} is the largest reason in every copy: {a.get(r, 0.0):.0%} of samples at {first}, "
