@@ -66,6 +66,7 @@ class Probes:
     is_root: callable = None
     counter_probe: callable = None  # runs ncu once on a tiny kernel; returns its output text
     recordings: callable = None
+    default_reference: callable = None  # -> (slug or None, why): the set the labs use
 
     def __post_init__(self):
         if self.params_text is None:
@@ -76,6 +77,10 @@ class Probes:
             from .evidence import recordings
 
             self.recordings = recordings
+        if self.default_reference is None:
+            from .evidence import default_reference
+
+            self.default_reference = default_reference
 
 
 @dataclass
@@ -208,7 +213,15 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
         if not have:
             checks.append(Check("recorded", "problem", "no recorded evidence sets", FIX_NO_RECORDED))
         else:
-            checks.append(Check("recorded", "ok", f"recorded evidence from: {', '.join(have)}"))
+            slug, why = p.default_reference()
+            if slug is None or slug not in have:
+                checks.append(Check("recorded", "problem",
+                                    f"recorded sets: {', '.join(have)}; no usable reference ({why})",
+                                    f"Name one of {have} in data/recorded/DEFAULT or set "
+                                    "INFRALENS_REFERENCE_GPU=<slug>."))
+            else:
+                checks.append(Check("recorded", "ok",
+                                    f"recorded evidence from: {', '.join(have)}; labs use {slug} ({why})"))
 
     for name, fn in [("mode", mode_check), ("gpu", gpu_check), ("versions", versions_check),
                      ("ncu", ncu_check), ("nsys", nsys_check), ("counters", counters_check),

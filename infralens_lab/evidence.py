@@ -339,20 +339,46 @@ def recordings(root: str | Path | None = None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file())
 
 
-def reference(gpu: str | None = None, root: str | Path | None = None) -> RecordedStore:
-    """The recorded reference set: ``gpu`` (a slug), else ``$INFRALENS_REFERENCE_GPU``, else
-    the first recorded set by name."""
+DEFAULT_FILE = "DEFAULT"  # data/recorded/DEFAULT: the committed choice of reference set (one slug)
+
+
+def default_reference(root: str | Path | None = None) -> tuple[str | None, str]:
+    """The reference set the labs use and why: ``(slug, reason)``.
+
+    Order: ``$INFRALENS_REFERENCE_GPU``; else the slug committed in ``data/recorded/DEFAULT``;
+    else the only recorded set when there is exactly one. Adding a set therefore changes nothing
+    until it is chosen. ``slug`` is None when none can be chosen (the reason says why).
+    """
     root = Path(root) if root is not None else data_root()
     have = recordings(root)
-    want = gpu or os.environ.get(REFERENCE_ENV)
+    env = os.environ.get(REFERENCE_ENV, "").strip()
+    if env:
+        return env, f"${REFERENCE_ENV}={env}"
+    default = root / DEFAULT_FILE
+    if default.is_file():
+        slug = default.read_text().strip()
+        return slug, f"committed default ({default})"
+    if len(have) == 1:
+        return have[0], "the only recorded set"
+    if not have:
+        return None, f"no recorded evidence under {root}"
+    return None, (f"{len(have)} recorded sets ({', '.join(have)}) and no {default} naming the default; "
+                  f"write one slug into it or set {REFERENCE_ENV}")
+
+
+def reference(gpu: str | None = None, root: str | Path | None = None) -> RecordedStore:
+    """The recorded reference set: ``gpu`` (a slug), else :func:`default_reference`."""
+    root = Path(root) if root is not None else data_root()
+    have = recordings(root)
+    want, why = (gpu, "asked for") if gpu else default_reference(root)
     if want:
         if want not in have:
-            raise EvidenceError(f"no recorded set for GPU {want!r} under {root}; recorded sets: {have}")
+            raise EvidenceError(f"no recorded set for GPU {want!r} under {root} ({why}); recorded sets: {have}")
         return RecordedStore(root / want)
     if not have:
         raise EvidenceError(f"no recorded evidence under {root}; record some on a GPU with "
                             f"`python -m infralens_lab record --out {root}/<gpu-slug>`")
-    return RecordedStore(root / have[0])
+    raise EvidenceError(f"cannot choose a reference set: {why}")
 
 
 def load(name: str, gpu: str | None = None) -> Evidence:

@@ -28,7 +28,8 @@ def probes(facts=H100, tools=("ncu", "nsys", "nvidia-smi"), params="RmProfilingA
                    params_text=lambda: params,
                    is_root=lambda: root,
                    counter_probe=lambda: counter_output,
-                   recordings=lambda: list(recorded))
+                   recordings=lambda: list(recorded),
+                   default_reference=lambda: ((recorded[0], "committed default") if recorded else (None, "none")))
     for k, v in over.items():
         setattr(p, k, v)
     return p
@@ -42,7 +43,8 @@ def test_healthy_gpu_machine_has_no_problems():
     r = run(probes())
     assert r.problems == []
     assert [c.name for c in r.checks] == ["mode", "gpu", "versions", "ncu", "nsys", "counters", "widgets", "recorded"]
-    assert r.by_name("mode").status == "ok" and r.by_name("recorded").detail == "recorded evidence from: nvidia-h200"
+    assert r.by_name("mode").status == "ok" and r.by_name("recorded").detail.startswith(
+        "recorded evidence from: nvidia-h200; labs use nvidia-h200")
     assert r.by_name("gpu").detail == "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 50 MiB L2, 80 GiB, driver 580.159"
     assert r.by_name("ncu").detail == "Nsight Compute 2025.3.1"
     assert r.by_name("counters").detail == "readable by all users (RmProfilingAdminOnly=0)"
@@ -176,3 +178,14 @@ def test_package_doctor_can_be_called_twice(capsys):
     second = infralens_lab.doctor(verbose=False)
     assert [c.name for c in first.checks] == [c.name for c in second.checks]
     assert capsys.readouterr().out == ""
+
+
+def test_doctor_names_the_reference_set_and_flags_an_unusable_default():
+    r = run(probes(recorded=("nvidia-h100-80gb-hbm3", "nvidia-h200"),
+                   default_reference=lambda: ("nvidia-h200", "committed default (data/recorded/DEFAULT)")))
+    assert r.by_name("recorded").status == "ok"
+    assert "labs use nvidia-h200 (committed default" in r.by_name("recorded").detail
+    r = run(probes(recorded=("nvidia-h100-80gb-hbm3", "nvidia-h200"),
+                   default_reference=lambda: ("nvidia-a100", "$INFRALENS_REFERENCE_GPU=nvidia-a100")))
+    bad = r.by_name("recorded")
+    assert bad.status == "problem" and "nvidia-a100" in bad.detail and "INFRALENS_REFERENCE_GPU" in bad.fix

@@ -198,12 +198,13 @@ def root(tmp_path, monkeypatch):
     _record(r / "nvidia-h200")
     _record(r / "nvidia-h100-80gb-hbm3", replace(PROV, gpu="NVIDIA H100 80GB HBM3", gpu_slug="nvidia-h100-80gb-hbm3"))
     (r / "not-a-set").mkdir()
+    (r / evidence.DEFAULT_FILE).write_text("nvidia-h100-80gb-hbm3\n")
     return r
 
 
 def test_reference_selection(root, monkeypatch):
     assert evidence.recordings(root) == ["nvidia-h100-80gb-hbm3", "nvidia-h200"]
-    assert evidence.reference(root=root).gpu == "NVIDIA H100 80GB HBM3"  # first by name
+    assert evidence.reference(root=root).gpu == "NVIDIA H100 80GB HBM3"  # the committed default
     assert evidence.reference("nvidia-h200", root=root).gpu == "NVIDIA H200"
     monkeypatch.setenv(evidence.REFERENCE_ENV, "nvidia-h200")
     assert evidence.reference(root=root).gpu == "NVIDIA H200"
@@ -249,3 +250,39 @@ def test_live_wraps_values_with_current_provenance():
     assert p["gpu"] == device.facts().name and p["mode"] == device.mode() and p["command"] == "labs/00: check"
     assert len(p["date_utc"]) == 20 and p["date_utc"].endswith("Z")
     assert f"`labs/00: check`" in ev.caption()
+
+
+# ---------------------------------------------------------------- which set is the reference
+def _two_sets(tmp_path):
+    for slug in ("nvidia-a", "nvidia-b"):
+        w = evidence.EvidenceWriter(tmp_path / slug, command="test")
+        w.write("device", {"name": slug})
+        w.close()
+    return tmp_path
+
+
+def test_default_reference_is_the_committed_choice_not_the_first_by_name(tmp_path, monkeypatch):
+    monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
+    root = _two_sets(tmp_path)
+    (root / evidence.DEFAULT_FILE).write_text("nvidia-b\n")
+    slug, why = evidence.default_reference(root)
+    assert slug == "nvidia-b" and "committed default" in why
+    assert evidence.reference(root=root).folder.name == "nvidia-b"
+    monkeypatch.setenv(evidence.REFERENCE_ENV, "nvidia-a")
+    assert evidence.reference(root=root).folder.name == "nvidia-a"
+    assert evidence.REFERENCE_ENV in evidence.default_reference(root)[1]
+
+
+def test_two_sets_and_no_default_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
+    root = _two_sets(tmp_path)
+    with pytest.raises(evidence.EvidenceError, match="DEFAULT"):
+        evidence.reference(root=root)
+    (root / evidence.DEFAULT_FILE).write_text("nvidia-zz")
+    with pytest.raises(evidence.EvidenceError, match="nvidia-zz"):
+        evidence.reference(root=root)
+
+
+def test_the_committed_default_names_a_committed_set():
+    slug, why = evidence.default_reference(evidence.data_root())
+    assert slug in evidence.recordings(), (slug, why)
