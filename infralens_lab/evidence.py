@@ -357,7 +357,7 @@ def default_reference(root: str | Path | None = None) -> tuple[str | None, str]:
     default = root / DEFAULT_FILE
     if default.is_file():
         slug = default.read_text().strip()
-        return slug, f"committed default ({default})"
+        return slug, f"committed default ({root.parent.name}/{root.name}/{DEFAULT_FILE})"
     if len(have) == 1:
         return have[0], "the only recorded set"
     if not have:
