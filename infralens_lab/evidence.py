@@ -405,3 +405,19 @@ def get(name: str, live: Callable[[], Any] | None = None, command: str | None = 
 def live(name: str, values: Any, command: str, units: dict[str, str] | None = None, notes: str = "") -> Evidence:
     """Wrap values measured just now (any mode) as live evidence."""
     return Evidence(name, _jsonable(values), current_provenance(command), dict(units or {}), notes)
+
+
+def load_all(name: str, root: str | Path | None = None) -> dict[str, Evidence]:
+    """Record ``name`` from every recorded set that has it, keyed by GPU name, the default set first.
+
+    For side-by-side views (:mod:`infralens_lab.analysis.compare`); sets without the record are left out.
+    """
+    root = Path(root) if root is not None else data_root()
+    first = default_reference(root)[0]
+    out: dict[str, Evidence] = {}
+    for slug in sorted(recordings(root), key=lambda s: s != first):
+        store = RecordedStore(root / slug)
+        if name in store.names():
+            ev = store.load(name)
+            out[ev.provenance.gpu] = ev
+    return out

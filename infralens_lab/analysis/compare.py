@@ -1,0 +1,114 @@
+"""The same measurements on several GPUs, side by side.
+
+Pure functions over the values of recorded (or live) records, keyed by GPU name: each returns a
+DataFrame with one column group per GPU, so a lab can show how an H100 and an H200 (and the
+learner's own GPU, when live) treat the same kernels. Only comparisons that teach are here:
+
+- :func:`ceilings` — measured copy bandwidth and matmul rates, and the ridge points they imply
+  (same SM count and tensor cores, different HBM: the ridge moves, the compute roof doesn't);
+- :func:`copy_family` — useful bandwidth of the strided copies and their fraction of the
+  coalesced copy on each GPU (the fraction is a property of the access pattern, the bandwidth of
+  the memory);
+- :func:`attention_vs_sdpa` — our attention kernels against SDPA's default on each GPU, as
+  TFLOP/s and as a ratio measured in one run on that GPU (never across GPUs).
+
+Inputs are the ``values`` of the ``ceilings`` / ``bench`` records (``Evidence.values``), so the
+functions run on a laptop from the committed sets.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from .hardware import Ceilings
+
+T = 1e12
+
+
+def _need(values: Any, keys: tuple[str, ...], record: str, gpu: str) -> None:
+    if not isinstance(values, Mapping) or any(k not in values for k in keys):
+        seen = sorted(values) if isinstance(values, Mapping) else type(values).__name__
+        raise ValueError(f"{record} values for {gpu!r} have {seen}; expected the keys {list(keys)} "
+                         f"(the recorder's `{record}` record)")
+
+
+def ceilings(by_gpu: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Measured ceilings per GPU, one row per GPU.
+
+    Columns: ``gpu``, ``copy_TB_s`` (torch ``copy_``, bytes read + written per second),
+    ``fp32_TFLOP_s`` (TF32 off), ``tf32_TFLOP_s``, ``fp16_TFLOP_s``, ``bf16_TFLOP_s`` (cuBLAS at
+    8192³), and the ridge points ``ridge_bf16_FLOP_per_B`` and ``ridge_fp32_FLOP_per_B`` = rate /
+    bandwidth: the arithmetic intensity above which a kernel at that precision can be compute-bound.
+    """
+    rows = []
+    for gpu, values in by_gpu.items():
+        _need(values, ("copy", "matmul"), "ceilings", gpu)
+        c = Ceilings.from_values(values, gpu=gpu)
+        row = {"gpu": gpu, "copy_TB_s": c.copy_bw / T}
+        for d in ("fp32", "tf32", "fp16", "bf16"):
+            row[f"{d}_TFLOP_s"] = getattr(c, d) / T if getattr(c, d) else None
+        for d in ("bf16", "fp32"):
+            row[f"ridge_{d}_FLOP_per_B"] = getattr(c, d) / c.copy_bw if getattr(c, d) else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def copy_family(by_gpu: Mapping[str, Mapping[str, Any]], dtype: str = "float32") -> pd.DataFrame:
+    """The bench's copy family per GPU: one row per variant and stride.
+
+    Columns: ``variant``, ``stride``, then per GPU ``<gpu> useful TB/s`` (useful bytes read +
+    written per second) and ``<gpu> x coalesced`` (that bandwidth over the same run's
+    ``coalesced`` copy). Rows missing on a GPU stay empty.
+    """
+    frames = []
+    for gpu, values in by_gpu.items():
+        _need(values, ("copies",), "bench", gpu)
+        df = pd.DataFrame([r for r in values["copies"] if r.get("dtype") == dtype])
+        if df.empty:
+            raise ValueError(f"bench values for {gpu!r} have no {dtype} copies; dtypes there: "
+                             f"{sorted({r.get('dtype') for r in values['copies']})}")
+        base = df.loc[df["variant"] == "coalesced", "useful_tbps"]
+        if base.empty:
+            raise ValueError(f"bench values for {gpu!r} lack the coalesced {dtype} row the fractions need")
+        df = df[["variant", "stride", "useful_tbps"]].rename(columns={"useful_tbps": f"{gpu} useful TB/s"})
+        df[f"{gpu} x coalesced"] = df[f"{gpu} useful TB/s"] / float(base.iloc[0])
+        frames.append(df.set_index(["variant", "stride"]))
+    out = pd.concat(frames, axis=1).reset_index()
+    return out.sort_values(["variant", "stride"], key=lambda s: s.map(_variant_order) if s.name == "variant" else s,
+                           kind="stable").reset_index(drop=True)
+
+
+def _variant_order(v: str) -> int:
+    return {"torch_copy_": 0, "coalesced": 1, "strided": 2}.get(v, 3)
+
+
+def _shape_label(row: Mapping[str, Any]) -> str:
+    shape = "x".join(str(s) for s in row["shape"])
+    causal = " causal" if row.get("causal") else ""
+    return f"{shape} {row['dtype']}{causal}"
+
+
+def attention_vs_sdpa(by_gpu: Mapping[str, Mapping[str, Any]], variants: tuple[str, ...] = ("tiled", "tiled_fast"),
+                      reference: str = "sdpa_default") -> pd.DataFrame:
+    """Attention TFLOP/s against SDPA's default, per GPU and case.
+
+    One row per (case, variant) where ``variant`` is in ``variants`` and the same case has a
+    ``reference`` row on that GPU. Columns: ``case`` (B x H x N x D, dtype, causal), ``variant``,
+    then per GPU ``<gpu> TFLOP/s`` and ``<gpu> x SDPA`` (the variant's rate over SDPA's, both timed
+    in the same run on that GPU). Only rows the bench marked correct are used.
+    """
+    frames = []
+    for gpu, values in by_gpu.items():
+        _need(values, ("attention",), "bench", gpu)
+        rows = [r for r in values["attention"] if r.get("correct", True) and r.get("tflops")]
+        ref = {_shape_label(r): r["tflops"] for r in rows if r["variant"] == reference}
+        out = [{"case": _shape_label(r), "variant": r["variant"], f"{gpu} TFLOP/s": r["tflops"],
+                f"{gpu} x SDPA": r["tflops"] / ref[_shape_label(r)]}
+               for r in rows if r["variant"] in variants and _shape_label(r) in ref]
+        if out:
+            frames.append(pd.DataFrame(out).set_index(["case", "variant"]))
+    if not frames:
+        raise ValueError(f"no GPU has both {reference!r} and one of {list(variants)} in its bench record")
+    return pd.concat(frames, axis=1).reset_index()

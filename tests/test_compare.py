@@ -1,0 +1,75 @@
+"""Side-by-side comparisons across recorded GPUs, on the committed set and a synthetic second GPU."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from infralens_lab import evidence
+from infralens_lab.analysis import compare
+
+H200 = evidence.reference("nvidia-h200")
+CEIL, BENCH = H200.load("ceilings").values, H200.load("bench").values
+
+
+def _slower_memory(values, factor):
+    """A second GPU with the same compute and `factor` times the memory bandwidth (test data only)."""
+    v = copy.deepcopy(values)
+    if "copy" in v:
+        v["copy"]["bandwidth_bytes_per_s"] *= factor
+    for r in v.get("copies", []):
+        r["useful_tbps"] *= factor
+    return v
+
+
+def test_ceilings_ridge_is_rate_over_bandwidth():
+    df = compare.ceilings({"H200": CEIL, "slow": _slower_memory(CEIL, 0.5)})
+    h, s = df.iloc[0], df.iloc[1]
+    assert h["ridge_bf16_FLOP_per_B"] == pytest.approx(h["bf16_TFLOP_s"] / h["copy_TB_s"])
+    # same compute roof, half the bandwidth: the ridge doubles
+    assert s["bf16_TFLOP_s"] == pytest.approx(h["bf16_TFLOP_s"])
+    assert s["ridge_bf16_FLOP_per_B"] == pytest.approx(2 * h["ridge_bf16_FLOP_per_B"])
+    assert 100 < h["ridge_bf16_FLOP_per_B"] < 300  # recorded H200: ~700 TFLOP/s over ~4.2 TB/s
+
+
+def test_copy_family_fractions_are_per_gpu():
+    df = compare.copy_family({"H200": BENCH, "slow": _slower_memory(BENCH, 0.7)})
+    assert list(df["variant"])[:2] == ["torch_copy_", "coalesced"]
+    coal = df[df["variant"] == "coalesced"].iloc[0]
+    assert coal["H200 x coalesced"] == pytest.approx(1.0) and coal["slow x coalesced"] == pytest.approx(1.0)
+    s8 = df[(df["variant"] == "strided") & (df["stride"] == 8)].iloc[0]
+    assert s8["slow useful TB/s"] == pytest.approx(0.7 * s8["H200 useful TB/s"])
+    assert s8["slow x coalesced"] == pytest.approx(s8["H200 x coalesced"])  # a property of the pattern
+    assert s8["H200 x coalesced"] < 0.5
+
+
+def test_attention_vs_sdpa_uses_each_gpus_own_sdpa():
+    df = compare.attention_vs_sdpa({"H200": BENCH})
+    row = df[(df["variant"] == "tiled_fast") & (df["case"] == "4x16x4096x128 float16")].iloc[0]
+    sdpa = next(r["tflops"] for r in BENCH["attention"]
+                if r["variant"] == "sdpa_default" and r["shape"] == [4, 16, 4096, 128]
+                and r["dtype"] == "float16" and not r["causal"])
+    assert row["H200 x SDPA"] == pytest.approx(row["H200 TFLOP/s"] / sdpa)
+    assert set(df["variant"]) <= {"tiled", "tiled_fast"}
+
+
+@pytest.mark.parametrize("fn, values, match", [
+    (compare.ceilings, {"copy": {}}, r"have \['copy'\]; expected the keys \['copy', 'matmul'\]"),
+    (compare.copy_family, {"attention": []}, r"expected the keys \['copies'\]"),
+    (compare.attention_vs_sdpa, {"attention": []}, "no GPU has both 'sdpa_default'"),
+])
+def test_bad_records_are_named(fn, values, match):
+    with pytest.raises(ValueError, match=match):
+        fn({"X": values})
+
+
+def test_copy_family_without_the_dtype():
+    with pytest.raises(ValueError, match="no bfloat16 copies; dtypes there"):
+        compare.copy_family({"H200": BENCH}, dtype="bfloat16")
+
+
+def test_load_all_keys_by_gpu_default_first(tmp_path, monkeypatch):
+    monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
+    got = evidence.load_all("bench")
+    assert list(got)[0] == H200.gpu and got[H200.gpu].values == BENCH
+    assert evidence.load_all("no_such_record") == {}
