@@ -11,7 +11,7 @@ Phases are found without clocks: at each boundary (before forward, backward, opt
 after the step) the function allocates and frees one small *marker* block whose size is unique
 (:data:`MARKER_BASE` + 512·i bytes). :func:`timeline` finds the markers, drops them, and labels
 every other event with its phase, so the curve of allocated bytes can be drawn per phase on a
-laptop. Markers cost two events and 1 MiB each and are never counted.
+laptop. Markers cost two events and ~400 KB each and are never counted.
 
 GPU only (the history is the CUDA allocator's); on a CPU :func:`record_step_timeline` raises a
 ``RuntimeError`` saying so. :func:`timeline` and :func:`phase_peaks` are pure and run anywhere.
@@ -24,7 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-MARKER_BASE = 1 << 20  # bytes; marker i allocates MARKER_BASE + 512 * i (a multiple of the allocator's 512-B rounding)
+MARKER_BASE = 777 * 512  # bytes; marker i allocates MARKER_BASE + 512*i: multiples of the allocator's 512-B
+# rounding, under 1 MiB so they come from the small pool, whose blocks are split to the exact size
 PHASES = ("forward", "backward", "optimizer")
 _KEEP = ("alloc", "free_completed", "segment_alloc", "segment_free")
 
