@@ -111,6 +111,7 @@ def test_ranges_view_and_notes():
     assert not any("'forward'" in n for n in notes)  # 0.1 ms CPU vs 0.2 ms GPU: within a factor 2
 
 
+@pytest.mark.skipif(is_gpu(), reason="interpreter-mode behaviour; on a GPU see test_live_gpu_trace_has_kernels")
 def test_live_cpu_trace_has_ranges_and_no_kernels():
     tr, ev = lab01.live_trace("bubble")
     assert not tr.has_gpu and ev.source == "live"
@@ -123,6 +124,16 @@ def test_live_cpu_trace_has_ranges_and_no_kernels():
     assert lab01.hot_kernel_name(tr) is None and lab01.hot_kernels(tr).empty
     with pytest.raises(ValueError, match="version 'slow'"):
         lab01.live_trace("slow")
+
+
+@pytest.mark.skipif(not is_gpu(), reason="needs a GPU")
+def test_live_gpu_trace_has_kernels():
+    tr, ev = lab01.live_trace("bubble")
+    assert tr.has_gpu and ev.source == "live"
+    assert lab01.hot_kernel_name(tr) and not lab01.hot_kernels(tr).empty
+    r = lab01.ranges_view(tr)
+    assert {"data", "forward", "backward", "optimizer", "log"} <= set(r["range"])
+    assert (r.set_index("range").loc[["forward", "backward"], "gpu_ops_launched"] > 0).all()
 
 
 @pytest.mark.skipif(is_gpu(), reason="interpreter-mode behaviour; on a GPU time_step really times")
