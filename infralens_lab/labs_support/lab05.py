@@ -8,9 +8,6 @@ milliseconds, ``_us`` microseconds.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pandas as pd
 
 from .. import evidence
@@ -132,22 +129,26 @@ def launch_table(ev, traces: dict) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- compile
 def live_compile(width: int | None = None, blocks: int | None = None, batch: int | None = None) -> dict:
-    """:func:`infralens_lab.measure.overlap.compile_study` on this CPU with the CPU sizes, compiling
-    into a fresh temporary Inductor cache, so the first call pays the whole compile every run (no cache
-    from an earlier run changes what the cell shows)."""
+    """:func:`infralens_lab.measure.overlap.compile_study` on this CPU with the CPU sizes (Inductor,
+    compiling in this process: one compile thread, no worker pool to start on a small machine; and
+    one torch thread while it runs, so the generated kernels do not use OpenMP, whose thread team
+    waiting on a busy shared CPU turned ~0.1 ms forwards into ~90 ms ones in our runs).
+    Inductor's on-disk cache is left as it is: a later run may find this run's kernels there and show
+    a shorter first call; what the lab prints from it (counts; times as seconds of wall time) does not
+    depend on that."""
+    import torch._inductor.config as inductor_config
+
     cfg = dict(M.BLOCKNET_CPU)
     cfg.update({k: v for k, v in (("width", width), ("blocks", blocks), ("batch", batch)) if v is not None})
-    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="lab05_inductor_") as d:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = d
-        try:
-            vals = M.compile_study("cpu", repeats=20, **cfg)
-        finally:
-            if old is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
-    return vals
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with inductor_config.patch(compile_threads=1):
+            return M.compile_study("cpu", repeats=20, **cfg)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def compile_counts(vals: dict) -> pd.DataFrame:
