@@ -165,3 +165,18 @@ def test_recorder_knows_the_overlap_step():
 
     assert "overlap" in record.STEPS and hasattr(record.Recorder, "step_overlap")
     assert set(M.RECORDS) >= {"overlap_h2d", "trace_pipeline_d2", "compile_study", "fusion"}
+
+
+def test_derived_questions_mark_against_the_notebooks_evidence():
+    from infralens_lab.quiz import check
+
+    copies = lab05.copy_table({"exposed": (_copy_steps(False), None), "double_buffered": (_copy_steps(True), None)})
+    assert check("lab05.q2", 1.0, evidence=copies).correct
+    assert not check("lab05.q2", 0.5, evidence=copies).correct
+    pipe = lab05.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3500)})
+    assert check("lab05.q4", 0.75, evidence=pipe).correct  # (5 - 3.5) / 2
+    assert not check("lab05.q4", 0.2, evidence=pipe).correct
+    counts = pd.DataFrame({"variant": ["compiled", "compiled_breaks"], "graph_calls_per_forward": [1, 6]})
+    assert check("lab05.q6", 6, evidence=counts).correct and not check("lab05.q6", 1, evidence=counts).correct
+    ev = lab05.amdahl_evidence(pd.DataFrame({"mode": ["pinned"], "period_ms": [1.0], "exposed_copy_ms_per_step": [0.6]}))
+    assert check("lab05.q7", 2.5, evidence=ev).correct and not check("lab05.q7", 1.6, evidence=ev).correct
