@@ -34,7 +34,7 @@ from pathlib import Path
 from .measure import ncu as N
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
-         "ncu_attention", "ncu_matmul", "ncu_train_step")
+         "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap")
 COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
 ATTN_SHAPE = (1, 8, 2048, 64)
 MATMUL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -202,6 +202,10 @@ class Recorder:
                            f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")
         return "; ".join(f"{v}: median {o['median_ms']:.1f} ms synced, {o['throughput_ms_per_step']:.1f} ms/step "
                          f"back to back" for v, o in out.items())
+
+    def step_overlap(self):
+        overlap = _optional("infralens_lab.measure.overlap", "record_into")
+        return overlap.record_into(self.w, quick=self.quick, log=self.log)
 
     # ------------------------------------------------------------ ncu
     def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:

@@ -1,0 +1,180 @@
+"""Overlap, pipeline periods, launch counts and Amdahl bounds: pure maths on traces and timings.
+
+Everything here reads intervals (start, end) in microseconds, or a parsed
+:class:`~infralens_lab.measure.torch_trace.Trace`, and returns plain numbers or DataFrames; nothing
+runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measure.torch_trace`'s
+(one owner), so a gap there and an overlap here are measured the same way.
+
+* :func:`hidden_fraction`: the share of one set of intervals covered by another (copy time hidden
+  under compute; stage-0 time hidden under stage 1). 1.0 = fully hidden, 0.0 = fully exposed.
+* :func:`copy_overlap`: that fraction for a GPU trace: host-to-device memcpy time under kernels.
+* :func:`pipeline_metrics`: a two-stage pipeline's period (the spacing of stage-1 completions in steady
+  state), each stage's mean time, the two predictions (``s0 + s1`` serialised, ``max(s0, s1)``
+  overlapped), the overlap score ``(s0 + s1 - period) / min(s0, s1)`` clipped to [0, 1], and which
+  prediction the period is closer to.
+* :func:`launches_per_step`: per ``ProfilerStep`` range, the kernel launch calls the CPU made, the GPU
+  events they produced, the CPU ops dispatched, the CPU time of the step and the GPU busy time.
+* :func:`amdahl`: the best speedup of a whole when a fraction ``f`` of it gets ``s`` times faster.
+* :func:`elementwise_chain_traffic`: a model (not a measurement) of the DRAM bytes an elementwise
+  chain moves eagerly (every op reads and writes the whole tensor) and fused (read once, write once).
+"""
+from __future__ import annotations
+
+import math
+
+from ..measure.torch_trace import RUNTIME_CATS, _length, _subtract, _union
+from .traffic import Traffic
+
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                "cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchCooperativeKernel")
+GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
+VERDICT_MARGIN = 0.25  # a period counts as "serialised" or "overlapped" when within 25% of min(s0, s1) of it
+
+
+def _check_intervals(iv, what: str) -> list[tuple[float, float]]:
+    out = []
+    for k, pair in enumerate(iv):
+        try:
+            a, b = float(pair[0]), float(pair[1])
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"{what}[{k}] is {pair!r}; expected a (start_us, end_us) pair of numbers") from None
+        if not (math.isfinite(a) and math.isfinite(b)) or b < a:
+            raise ValueError(f"{what}[{k}] is ({a}, {b}); expected finite start <= end")
+        out.append((a, b))
+    return out
+
+
+def hidden_us(hidden, under) -> float:
+    """Length (µs) of the union of ``hidden`` that lies inside the union of ``under``."""
+    h = _union(_check_intervals(hidden, "hidden"))
+    u = _union(_check_intervals(under, "under"))
+    return _length(h) - _length(_subtract(h, u))
+
+
+def hidden_fraction(hidden, under) -> float | None:
+    """Share (0..1) of the time covered by ``hidden`` intervals during which some ``under`` interval
+    also runs; None when ``hidden`` covers no time. Overlapping intervals within one set count once."""
+    total = _length(_union(_check_intervals(hidden, "hidden")))
+    return None if total <= 0 else hidden_us(hidden, under) / total
+
+
+def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
+    """Host-to-device copy time hidden under kernels in a GPU ``trace``: ``copy_us`` (union of memcpy
+    events whose name contains ``copy_kind``), ``hidden_us``, ``exposed_us``, ``fraction`` (hidden /
+    copy, None if there were no such copies) and ``copies``. Kernels on any stream count as compute."""
+    ev = trace.events
+    cp = ev[(ev["cat"] == "gpu_memcpy") & ev["name"].str.contains(copy_kind, regex=False)]
+    k = ev[ev["cat"] == "kernel"]
+    civ = list(zip(cp["start_us"], cp["end_us"]))
+    kiv = list(zip(k["start_us"], k["end_us"]))
+    total = _length(_union(civ))
+    hid = hidden_us(civ, kiv) if civ else 0.0
+    return {"copies": int(len(cp)), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
+            "fraction": (hid / total) if total > 0 else None}
+
+
+def range_intervals(trace, name: str) -> list[tuple[float, float]]:
+    """``(start_us, end_us)`` of every ``record_function`` range called ``name``, in time order."""
+    ev = trace.events
+    r = ev[(ev["cat"] == "user_annotation") & (ev["name"] == name)].sort_values("start_us")
+    return list(zip(r["start_us"].astype(float), r["end_us"].astype(float)))
+
+
+def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
+    """Steady-state metrics of a two-stage pipeline from each stage's intervals (µs, one per item, in
+    order). ``skip`` items at the start are warm-up and left out. Returns ``items``, ``period_us``
+    (``(last stage-1 end - first) / (n - 1)``), ``stage0_us``, ``stage1_us`` (mean durations),
+    ``serial_us`` (= s0 + s1), ``overlapped_us`` (= max), ``overlap_score`` (``(s0 + s1 - period) /
+    min(s0, s1)`` clipped to [0, 1]: 0 serialised, 1 fully overlapped), ``hidden_fraction`` (share of
+    stage-0 time under stage-1 ranges) and ``verdict`` (``'overlapped'``, ``'serialised'`` or
+    ``'between'``: the period within ``VERDICT_MARGIN`` · min(s0, s1) of one prediction)."""
+    s0 = _check_intervals(stage0, "stage0")
+    s1 = _check_intervals(stage1, "stage1")
+    if not isinstance(skip, int) or skip < 0:
+        raise ValueError(f"skip={skip!r}; expected an int >= 0")
+    s0, s1 = s0[skip:], s1[skip:]
+    n = min(len(s0), len(s1))
+    if n < 2:
+        raise ValueError(f"need at least 2 items per stage after skipping {skip}; got {len(s0)} stage-0 and "
+                         f"{len(s1)} stage-1 intervals")
+    s0, s1 = s0[:n], s1[:n]
+    d0 = sum(b - a for a, b in s0) / n
+    d1 = sum(b - a for a, b in s1) / n
+    period = (s1[-1][1] - s1[0][1]) / (n - 1)
+    short = min(d0, d1)
+    score = None if short <= 0 else min(1.0, max(0.0, (d0 + d1 - period) / short))
+    margin = VERDICT_MARGIN * short
+    verdict = "overlapped" if abs(period - max(d0, d1)) <= margin else \
+        "serialised" if abs(period - (d0 + d1)) <= margin else "between"
+    return {"items": n, "period_us": period, "stage0_us": d0, "stage1_us": d1, "serial_us": d0 + d1,
+            "overlapped_us": max(d0, d1), "overlap_score": score, "hidden_fraction": hidden_fraction(s0, s1),
+            "verdict": verdict}
+
+
+def launches_per_step(trace):
+    """One row per ``ProfilerStep`` range: ``launch_calls`` (CPU calls that launch GPU work, from
+    :data:`LAUNCH_CALLS`; a CUDA graph replay is one), ``graph_launches``, ``gpu_events`` (kernels,
+    memcpys, memsets launched from inside the step), ``cpu_ops`` (top-level aten ops on the step's
+    thread), ``cpu_us`` (the step range's CPU time) and ``gpu_busy_us`` (union of the step's GPU
+    events). On a CPU-only trace the launch and GPU columns are 0 and ``cpu_ops`` still counts the
+    dispatches."""
+    import pandas as pd
+
+    ev = trace.events
+    steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
+    if steps.empty:
+        raise ValueError("trace has no ProfilerStep ranges; expected a trace from torch_trace.profile")
+    rt = ev[ev["cat"].isin(RUNTIME_CATS)]
+    calls = rt[rt["name"].isin(LAUNCH_CALLS)]
+    ops = ev[ev["cat"] == "cpu_op"].sort_values(["pid", "tid", "start_us"])
+    top = []  # top-level ops: not nested inside another op of the same thread
+    end, key = -math.inf, None
+    for r in ops.itertuples():
+        if (r.pid, r.tid) != key:
+            key, end = (r.pid, r.tid), -math.inf
+        if r.start_us >= end:
+            top.append(r.Index)
+            end = r.end_us
+    top_ops = ops.loc[top]
+    gpu_by_launcher: dict[int, list[int]] = {}
+    for g, call in trace.launcher.items():
+        gpu_by_launcher.setdefault(call, []).append(g)
+    rows = []
+    for s in steps.itertuples():
+        inside = calls[(calls["start_us"] >= s.start_us) & (calls["start_us"] < s.end_us) & (calls["pid"] == s.pid)]
+        g_rows = [g for c in inside.index for g in gpu_by_launcher.get(c, [])]
+        g_iv = [(float(ev.at[g, "start_us"]), float(ev.at[g, "end_us"])) for g in g_rows]
+        mine = top_ops[(top_ops["tid"] == s.tid) & (top_ops["start_us"] >= s.start_us) & (top_ops["end_us"] <= s.end_us)]
+        rows.append({"step": s.name, "launch_calls": int(len(inside)),
+                     "graph_launches": int(inside["name"].isin(GRAPH_LAUNCH_CALLS).sum()),
+                     "gpu_events": len(g_rows), "cpu_ops": int(len(mine)), "cpu_us": float(s.dur),
+                     "gpu_busy_us": _length(_union(g_iv))})
+    return pd.DataFrame(rows)
+
+
+def amdahl(fraction: float, speedup: float = math.inf) -> float:
+    """Best overall speedup when a share ``fraction`` (0..1) of the time gets ``speedup`` times faster
+    (``inf``: removed entirely): ``1 / ((1 - f) + f / s)``."""
+    f, s = float(fraction), float(speedup)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"fraction={fraction!r}; expected a share between 0 and 1")
+    if not s >= 1.0:
+        raise ValueError(f"speedup={speedup!r}; expected a number >= 1 (the part gets faster, not slower)")
+    rest = (1.0 - f) + (0.0 if math.isinf(s) else f / s)
+    return math.inf if rest == 0 else 1.0 / rest
+
+
+def elementwise_chain_traffic(n: int, elem_bytes: int, ops: int, fused: bool) -> Traffic:
+    """Model of the DRAM traffic of ``ops`` unary elementwise operations on ``n`` elements: eagerly each
+    op is its own kernel that reads and writes the whole tensor (``ops`` reads + ``ops`` writes); fused
+    into one kernel the input is read once and the result written once. A model, assuming the tensor
+    does not stay in L2 between kernels (true when it is much larger than L2)."""
+    for name, v in (("n", n), ("elem_bytes", elem_bytes), ("ops", ops)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r}; expected a positive int")
+    k = 1 if fused else ops
+    size = n * elem_bytes
+    return Traffic(kernel=f"elementwise x{ops} {'fused' if fused else 'eager'}", bytes_read=k * size,
+                   bytes_written=k * size, flops=n * ops,
+                   assumptions=f"{'one kernel' if fused else f'{ops} kernels'}, each reading and writing {n} "
+                               f"elements of {elem_bytes} B from DRAM (no L2 reuse between kernels)")

@@ -1,0 +1,278 @@
+"""Workloads for lab 05: copies beside compute, a two-stage pipeline, a launch-bound step, a model
+with graph breaks, and an elementwise chain to fuse.
+
+* :class:`CopyComputeStep`: each step brings one batch from host memory to the GPU and runs a few
+  matmuls on it. ``'pageable'`` copies from ordinary host memory on the compute stream (the CPU waits
+  for the copy); ``'pinned'`` copies from page-locked memory with ``non_blocking=True`` on the same
+  stream (the CPU no longer waits, but the GPU still runs copy then compute, in order);
+  ``'double_buffered'`` copies the *next* batch on a side stream into the other of two device
+  buffers while the compute stream works on this one, with events ordering the two.
+* :func:`run_two_stage`: a producer (stage 0) and a consumer (stage 1) in two threads, with ``depth``
+  buffers between them. With one buffer the producer must wait for the consumer to hand it back, so
+  the stages take turns (period ≈ s0 + s1); with two, the producer fills one while the consumer works
+  on the other (period ≈ max(s0, s1)). Ranges ``stage0``/``stage1`` mark each item.
+* :func:`small_ops_step`: many tiny elementwise kernels per step (launch-bound on a GPU).
+  :func:`cuda_graphed` captures such a step once and replays it with one launch.
+* :class:`BlockNet`: a small MLP; ``graph_break=True`` reads a value back to the host in every block
+  (``.item()``), which splits a compiled forward into many small graphs and syncs the GPU each time.
+* :func:`elementwise_chain`: :data:`CHAIN_OPS` unary elementwise ops that torch.compile fuses into one
+  kernel; eagerly each one is a kernel of its own.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import torch
+
+from ..measure.torch_trace import annotate
+
+COPY_MODES = ("pageable", "pinned", "double_buffered")
+CHAIN_OPS = 8
+
+
+class NeedsGpu(RuntimeError):
+    """A request that only means something with a CUDA GPU (pinned memory, streams, CUDA graphs)."""
+
+    def __init__(self, what: str, why: str, fix: str = "run this on a machine with an NVIDIA GPU, or read the "
+                                                        "recorded evidence below"):
+        self.what, self.why, self.fix = what, why, fix
+        super().__init__(f"{what} needs a CUDA GPU, and this process has none: {why} Fix: {fix}.")
+
+
+def require_gpu(what: str, why: str) -> None:
+    """Raise :class:`NeedsGpu` (``what`` needs CUDA, ``why`` in one sentence) unless a GPU is in use."""
+    from ..device import is_gpu
+
+    if not is_gpu():
+        raise NeedsGpu(what, why)
+
+
+def pinned(t: torch.Tensor) -> torch.Tensor:
+    """A page-locked copy of CPU tensor ``t`` (what DMA engines copy from without staging)."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+        raise ValueError(f"pinned() takes a CPU tensor; got {type(t).__name__} on "
+                         f"{getattr(t, 'device', 'no device')}")
+    require_gpu("Pinned (page-locked) host memory",
+                "Pinning exists so a GPU's copy engine can read host memory directly; without a CUDA "
+                "driver there is no pinned allocator, and torch raises 'Cannot access accelerator device'.")
+    return t.pin_memory()
+
+
+# ---------------------------------------------------------------- copies and compute
+class CopyComputeStep:
+    """One step per call: a host batch of ``batch_mib`` MiB (fp16, ``(rows, width)``) goes to the GPU
+    and ``matmuls`` matmuls with a ``(width, width)`` weight run on it. ``mode``: see module doc.
+    Batches cycle over ``host_batches`` prepared host tensors. Ranges: ``h2d`` and ``compute``."""
+
+    def __init__(self, mode: str, batch_mib: int = 32, width: int = 4096, matmuls: int = 4, host_batches: int = 4):
+        if mode not in COPY_MODES:
+            raise ValueError(f"copy mode {mode!r}; expected one of {COPY_MODES}")
+        for name, v in (("batch_mib", batch_mib), ("width", width), ("matmuls", matmuls), ("host_batches", host_batches)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}={v!r}; expected a positive int")
+        require_gpu(f"CopyComputeStep({mode!r})", "It times host-to-device copies against GPU kernels.")
+        self.mode, self.matmuls = mode, matmuls
+        rows = batch_mib * 2**20 // (2 * width)
+        if rows < 1:
+            raise ValueError(f"batch_mib={batch_mib} holds less than one row of width {width} fp16")
+        host = [torch.randn(rows, width).half() for _ in range(host_batches)]
+        self.host = host if mode == "pageable" else [pinned(h) for h in host]
+        self.w = torch.randn(width, width, device="cuda", dtype=torch.float16) / width ** 0.5
+        self.i = 0
+        if mode == "double_buffered":
+            self.side = torch.cuda.Stream()
+            self.buf = [torch.empty(rows, width, device="cuda", dtype=torch.float16) for _ in range(2)]
+            self.copied = [torch.cuda.Event() for _ in range(2)]
+            self.freed = [torch.cuda.Event() for _ in range(2)]
+            self._prefetch(0)
+
+    def _prefetch(self, i: int) -> None:
+        slot = i % 2
+        with torch.cuda.stream(self.side), annotate("h2d"):
+            self.side.wait_event(self.freed[slot])  # the compute stream is done with this buffer
+            self.buf[slot].copy_(self.host[i % len(self.host)], non_blocking=True)
+            self.copied[slot].record(self.side)
+
+    def _compute(self, x: torch.Tensor) -> torch.Tensor:
+        with annotate("compute"):
+            for _ in range(self.matmuls):
+                x = x @ self.w
+        return x
+
+    def __call__(self) -> torch.Tensor:
+        i, self.i = self.i, self.i + 1
+        if self.mode != "double_buffered":
+            with annotate("h2d"):
+                x = self.host[i % len(self.host)].to("cuda", non_blocking=self.mode == "pinned")
+            return self._compute(x)
+        self._prefetch(i + 1)  # start the next batch's copy before this batch's compute
+        slot = i % 2
+        torch.cuda.current_stream().wait_event(self.copied[slot])
+        out = self._compute(self.buf[slot])
+        self.freed[slot].record(torch.cuda.current_stream())
+        return out
+
+
+# ---------------------------------------------------------------- two-stage pipeline
+def run_two_stage(stage0: Callable[[int], object], stage1: Callable[[object], None], items: int, depth: int) -> float:
+    """Run ``items`` items through ``stage0`` (in a producer thread) then ``stage1`` (in this thread)
+    with ``depth`` buffers in flight; returns wall seconds. The producer takes a free buffer before
+    producing and the consumer returns it after consuming, so ``depth=1`` forces the stages to take
+    turns. Each item is wrapped in a ``stage0`` / ``stage1`` range."""
+    if not isinstance(items, int) or items < 1:
+        raise ValueError(f"items={items!r}; expected a positive int")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth={depth!r}; expected a positive int (buffers between the stages)")
+    free = threading.Semaphore(depth)
+    q: queue.Queue = queue.Queue()
+    failed: list[BaseException] = []
+
+    def producer():
+        try:
+            for i in range(items):
+                free.acquire()
+                with annotate("stage0"):
+                    q.put(stage0(i))
+        except BaseException as exc:  # surface the producer's error in the caller's thread
+            failed.append(exc)
+            q.put(StopIteration)
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=producer, name="stage0", daemon=True)
+    th.start()
+    for _ in range(items):
+        item = q.get()
+        if item is StopIteration:
+            break
+        with annotate("stage1"):
+            stage1(item)
+        free.release()
+    th.join()
+    if failed:
+        raise failed[0]
+    return time.perf_counter() - t0
+
+
+def sleep_stages(stage0_ms: float, stage1_ms: float):
+    """CPU stand-ins for two stages that wait on something outside Python (a decoder, a device): each
+    sleeps for its time, releasing the GIL as real I/O or a device wait would."""
+    for name, v in (("stage0_ms", stage0_ms), ("stage1_ms", stage1_ms)):
+        if not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name}={v!r}; expected a positive number of milliseconds")
+    return (lambda i: time.sleep(stage0_ms / 1e3) or i), (lambda item: time.sleep(stage1_ms / 1e3))
+
+
+def gpu_stages(batch_mib: int = 32, width: int = 4096, matmuls: int = 4, buffers: int = 2):
+    """Stage 0 copies a pinned host batch to the GPU on its own stream; stage 1 runs ``matmuls``
+    matmuls on it on another stream; each stage waits for its own stream only (``synchronize`` releases
+    the GIL), so the two can overlap on the GPU: copy engine and SMs."""
+    require_gpu("gpu_stages", "Its stages are a host-to-device copy and GPU matmuls.")
+    rows = batch_mib * 2**20 // (2 * width)
+    host = [pinned(torch.randn(rows, width).half()) for _ in range(buffers)]
+    dev = [torch.empty(rows, width, device="cuda", dtype=torch.float16) for _ in range(buffers)]
+    w = torch.randn(width, width, device="cuda", dtype=torch.float16) / width ** 0.5
+    s_copy, s_comp = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def stage0(i):
+        slot = i % buffers
+        with torch.cuda.stream(s_copy):
+            dev[slot].copy_(host[slot], non_blocking=True)
+        s_copy.synchronize()
+        return slot
+
+    def stage1(slot):
+        with torch.cuda.stream(s_comp):
+            x = dev[slot]
+            for _ in range(matmuls):
+                x = x @ w
+        s_comp.synchronize()
+
+    return stage0, stage1
+
+
+# ---------------------------------------------------------------- launch-bound step
+def small_ops_step(x: torch.Tensor, ops: int = 200) -> torch.Tensor:
+    """``ops`` tiny elementwise kernels on ``x`` (alternating multiply and add): on a GPU each is a
+    separate launch doing almost no work."""
+    if not isinstance(ops, int) or ops < 2:
+        raise ValueError(f"ops={ops!r}; expected an int >= 2")
+    for _ in range(ops // 2):
+        x = x * 1.0001
+        x = x + 0.0001
+    return x
+
+
+def cuda_graphed(fn: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor, warmup: int = 3):
+    """Capture ``fn(static_input)`` in a CUDA graph and return ``(replay, static_input)``: copy new data
+    into ``static_input``, call ``replay()``, read its result. Shapes are fixed at capture and nothing
+    in ``fn`` may synchronise with the host (no ``.item()``, no printing a tensor)."""
+    require_gpu("A CUDA graph", "A CUDA graph records GPU launches on a CUDA stream and replays them; a CPU "
+                "has no stream to capture (torch.cuda.CUDAGraph is a stub in CPU builds).")
+    static = example.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up on a side stream, as torch's docs ask before capture
+        for _ in range(warmup):
+            fn(static)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn(static)
+
+    def replay() -> torch.Tensor:
+        g.replay()
+        return out
+
+    return replay, static
+
+
+# ---------------------------------------------------------------- compile
+class Block(torch.nn.Module):
+    """Linear(width, width) → GELU → residual. With ``graph_break=True`` it also checks the activation
+    on the host (``.item()`` of its largest magnitude, halving it if it ever exceeds
+    :data:`OVERFLOW_GUARD`), as an overflow guard or a logging line would: a graph break and, on a GPU,
+    a sync, while the result stays the same for ordinary inputs."""
+
+    def __init__(self, width: int, graph_break: bool):
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+        self.graph_break = graph_break
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + torch.nn.functional.gelu(self.lin(x))
+        if self.graph_break and x.abs().max().item() > OVERFLOW_GUARD:  # host read: graph break + sync
+            x = x * 0.5
+        return x
+
+
+OVERFLOW_GUARD = 1e30
+
+
+class BlockNet(torch.nn.Module):
+    """``blocks`` :class:`Block` s in a row; ``graph_break=True`` puts one ``.item()`` in each."""
+
+    def __init__(self, width: int = 64, blocks: int = 8, graph_break: bool = False):
+        super().__init__()
+        if not isinstance(width, int) or width < 1 or not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"width={width!r}, blocks={blocks!r}; expected positive ints")
+        self.blocks = torch.nn.ModuleList(Block(width, graph_break) for _ in range(blocks))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def elementwise_chain(x: torch.Tensor) -> torch.Tensor:
+    """:data:`CHAIN_OPS` unary elementwise ops (each a kernel when run eagerly on a GPU)."""
+    y = x * 1.5
+    y = y + 0.25
+    y = torch.sin(y)
+    y = y * y
+    y = y - 0.5
+    y = torch.exp(y)
+    y = y * 0.75
+    return torch.tanh(y)
