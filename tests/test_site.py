@@ -250,7 +250,84 @@ def test_cli_writes_the_site(fixture_labs, tmp_path, capsys):
     assert main(["site", "--labs", str(fixture_labs), "--out", str(tmp_path / "out")]) == 0
     assert "wrote 2 lab pages" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["00_fixture.html", "01_fixture_plain.html",
-                                                                  "index.html"]
+                                                                  "index.html", "notebooks"]
+    assert sorted(p.name for p in (tmp_path / "out" / "notebooks").iterdir()) == ["00_fixture.ipynb",
+                                                                                 "01_fixture_plain.ipynb"]
+
+
+def test_unwritable_out_folder_is_refused_clearly(fixture_labs, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match=r"cannot write the site to .*a_file/site.*expected a folder .* Fix: pass --out"):
+        site_mod.build_site(fixture_labs, blocker / "site")
+    assert site_mod.main(["--labs", str(fixture_labs), "--out", str(blocker / "site")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("site: cannot write the site to") and "Traceback" not in err
+
+
+def test_unwritable_out_folder_from_the_command_line(fixture_labs, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "f").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "infralens_lab", "site", "--labs", str(fixture_labs),
+                        "--out", str(tmp_path / "f" / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "Fix: pass --out" in r.stderr
+
+
+def _card_lab(tmp_path) -> Path:
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    card_src = 'present.card("What to notice", """\n- the first point\n""")'
+    nb = new_notebook(metadata={"infralens": {"title": "Cards", "teaches": "Cards."}})
+    nb.cells = [
+        new_markdown_cell("# Cards\n\n## First section\n\ntext\n\n### A subsection\n\n## Second section"),
+        new_code_cell(card_src, execution_count=1, outputs=[new_output(
+            "display_data", data={"text/markdown": "> \U0001F440 **What to notice**\n>\n> - the first point",
+                                  "text/plain": "<IPython.core.display.Markdown object>"})]),
+        new_code_cell("x = 1\npresent.card('t', 'b')", execution_count=2, outputs=[]),
+        new_code_cell("print('supercalifragilistic GPU words (1 point)')", execution_count=3, outputs=[
+            new_output("stream", name="stdout", text="supercalifragilistic GPU words (1 point)\n")]),
+    ]
+    nbformat.write(nb, labs / "00_cards.ipynb")
+    return labs
+
+
+def test_card_cells_show_their_card_not_their_source(tmp_path):
+    built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
+    page = built.pages[0].read_text()
+    text = page_text(page)
+    assert "What to notice" in text and "the first point" in text
+    assert "present.card(&quot;What to notice" not in page and 'present.card("What to notice' not in text
+    assert "x = 1" in text  # a cell that does more than show a card keeps its source
+    assert site_mod.is_card_cell('card("a", """b""")\npresent.card("c", "d", "pitfall")')
+    assert not site_mod.is_card_cell("card(")  # not Python: shown as written
+    assert not site_mod.is_card_cell("cards = 3")
+
+
+def test_no_emoji_and_options_numbered_once(tmp_path, fixture_site):
+    page = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site").pages[0].read_text()
+    assert not re.search("[\U0001F300-\U0001FAFF\u2600-\u27BF]", page_text(page))
+    fixture = fixture_site.pages[0].read_text()
+    block = re.search(r'<div class="infralens-static-widget[^"]*">(.*?)</div>', fixture, re.S).group(1)
+    assert '<ul class="options">' in block and "<ol>" not in block
+
+
+def test_toc_download_link_and_no_mid_word_breaks(tmp_path):
+    built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
+    page = built.pages[0].read_text()
+    toc = re.search(r'<details class="infralens-toc" open><summary>On this page</summary>(.*?)</details>', page, re.S)
+    assert toc, "no table of contents"
+    links = re.findall(r'<li( class="sub")?><a href="#([^"]+)">([^<]+)</a>', toc.group(1))
+    assert [(bool(sub), text) for sub, _, text in links] == [(False, "First section"), (True, "A subsection"),
+                                                            (False, "Second section")]
+    for _, anchor, _ in links:
+        assert f'id="{anchor}"' in page
+    dl = re.search(r'<a class="download" [^>]*>', page)
+    assert dl and 'href="notebooks/00_cards.ipynb"' in dl.group(0) and 'download="00_cards.ipynb"' in dl.group(0)
+    assert (tmp_path / "site" / "notebooks" / "00_cards.ipynb").read_bytes() == \
+        (tmp_path / "labs" / "00_cards.ipynb").read_bytes()
+    assert ".jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }" in page
 
 
 # ---------------------------------------------------------------- the real labs

@@ -279,13 +279,12 @@ CARD_KINDS = {"note": "Note", "notice": "Notice", "pitfall": "Pitfall", "intervi
 
 
 def card(title: str, body: str, kind: str = "note") -> None:
-    """An explanation card: a titled block of Markdown (``kind`` is note, notice, pitfall or
-    interview; it is named in words, so no emoji font is needed)."""
+    """An explanation card: a titled block of Markdown. ``kind`` (note, notice, pitfall or
+    interview) says what the card is for; the title names it in words, no emoji (an emoji
+    font is not installed everywhere)."""
     if kind not in CARD_KINDS:
         raise ValueError(f"card kind {kind!r} is not one of {sorted(CARD_KINDS)}; pick the one that fits")
-    label = CARD_KINDS[kind]
-    head = f"**{title}**" if label.lower() in title.lower() or kind in ("note", "notice") else f"**{label}: {title}**"
-    text = f"> {head}\n>\n" + "\n".join(f"> {line}" for line in body.strip().splitlines())
+    text = f"> **{title}**\n>\n" + "\n".join(f"> {line}" for line in body.strip().splitlines())
     ipy = _ipython_display()
     if ipy is not None:
         display, Markdown = ipy
