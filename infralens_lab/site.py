@@ -72,6 +72,8 @@ main { max-width: 1100px; margin: 0 auto; }
 /* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and
    "point" mid-word; wrap at spaces and break only a token longer than the whole line. */
 .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+/* a figure wider than a narrow window shrinks with it instead of widening the page */
+.jp-OutputArea-output img { max-width: 100%; height: auto; }
 .infralens-nav .download::before { content: ""; display: inline-block; width: 0.9em; height: 0.9em;
   margin-right: 0.3em; vertical-align: -0.1em; background: no-repeat center/contain
   url("data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Cpath d='M8 1v9M4 6l4 4 4-4M2 14h12' stroke='%231565c0' stroke-width='2' fill='none'/%3E%3C/svg%3E"); }

@@ -1,6 +1,6 @@
 """The offline HTML edition: built from fixture notebooks of known content and from the real
 labs/, checked for pages, embedded figures, provenance lines, static quiz fallbacks, links,
-and no network references; then opened in headless Chromium with networking off."""
+and no network references. Opened in headless Chromium by tests/test_browser.py."""
 from __future__ import annotations
 
 import html
@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from conftest import CHROMIUM_ARGS, FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
+from conftest import FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
 from infralens_lab import site as site_mod
 
 REAL_LABS = sorted((ROOT / "labs").glob(site_mod.LAB_GLOB))
@@ -359,79 +359,4 @@ def test_real_labs_have_provenance_and_static_self_checks(real_site):
         assert page.count('class="infralens-static-widget') == widget_outputs(nb)
 
 
-# ---------------------------------------------------------------- in a browser, offline
-def _open_offline(browser, url: str, shot: Path):
-    """Open ``url`` in a fresh offline context that refuses every non-file request; returns
-    (page, context, refused request URLs)."""
-    ctx = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-    refused: list[str] = []
-
-    def route(r):
-        if r.request.url.startswith(("file://", "data:")):
-            r.continue_()
-        else:
-            refused.append(r.request.url)
-            r.abort()
-
-    ctx.route("**/*", route)
-    page = ctx.new_page()
-    page.goto(url, wait_until="load")
-    page.screenshot(path=str(shot), full_page=False)
-    return page, ctx, refused
-
-
-def _images_loaded(page) -> list[int]:
-    return page.eval_on_selector_all("main img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
-
-
-@pytest.mark.browser
-def test_site_renders_offline_in_chromium(chromium, fixture_site, artifacts_dir):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    shots = artifacts_dir / "site"
-    shots.mkdir(parents=True, exist_ok=True)
-    real = site_mod.build_site(ROOT / "labs", shots / "build") if REAL_LABS else None
-    with sync_api.sync_playwright() as p:
-        try:
-            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        except Exception as exc:  # noqa: BLE001 - any launch failure means "no usable browser here"
-            pytest.skip(f"Chromium at {chromium} cannot be launched: {exc}")
-        try:
-            page, ctx, refused = _open_offline(browser, fixture_site.index.as_uri(), shots / "fixture_index.png")
-            assert page.title() == "InfraLens Lab: offline edition"
-            assert "Fixture lab: evidence on the page" in page.inner_text("ol.labs")
-            page.click("text=Fixture lab: evidence on the page")
-            page.wait_for_load_state("load")
-            assert page.url.endswith("/00_fixture.html")
-            assert "Fixture lab" in page.inner_text("h1")
-            widths = _images_loaded(page)
-            assert len(widths) == 1 and all(w > 0 for w in widths), widths
-            assert "Evidence: recorded · Fixture GPU" in page.inner_text("main")
-            page.click("details summary")  # the collapsed explanation opens
-            assert "so 3 is larger" in page.inner_text("details")
-            page.screenshot(path=str(shots / "fixture_lab.png"), full_page=True)
-            ctx.close()
-            assert refused == [], f"the fixture site tried the network: {refused}"
-            if real is not None:
-                page, ctx, refused = _open_offline(browser, real.index.as_uri(), shots / "index.png")
-                assert real.labs[0].title in page.inner_text("ol.labs")
-                for lab, built in zip(real.labs, real.pages):
-                    page.goto(built.as_uri(), wait_until="load")
-                    assert page.title() == lab.title
-                    widths = _images_loaded(page)
-                    assert all(w > 0 for w in widths), f"{built.name}: images that did not decode: {widths}"
-                    page.screenshot(path=str(shots / f"{built.stem}.png"), full_page=False)
-                    if widths:
-                        page.locator("main img").first.scroll_into_view_if_needed()
-                        page.screenshot(path=str(shots / f"{built.stem}_figure.png"))
-                    static = page.locator(".infralens-static-widget")
-                    if static.count():
-                        static.first.scroll_into_view_if_needed()
-                        summary = static.first.locator("details summary")
-                        if summary.count():  # the explanation opens on click, and says something
-                            summary.click()
-                            assert static.first.locator("details").inner_text().strip() != summary.inner_text().strip()
-                        page.screenshot(path=str(shots / f"{built.stem}_selfcheck.png"))
-                ctx.close()
-                assert refused == [], f"the labs site tried the network: {refused}"
-        finally:
-            browser.close()
+# The offline edition in Chromium (1280 and 800 px, same checks as JupyterLab): tests/test_browser.py
