@@ -195,17 +195,23 @@ def _launch(p, chromium):
 
 
 @pytest.fixture(scope="module")
-def lab_browser(chromium, lab_server):
+def browser(chromium):
+    """One Chromium for the module (Playwright's sync API allows one driver at a time)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = _launch(p, chromium)
-        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-        trouble = Trouble()
-        trouble.watch_context(ctx)  # recorded, not blocked: the labs must not try the network at all
-        ctx.set_default_timeout(UI_S)
-        yield ctx, trouble
-        ctx.close()
-        browser.close()
+        b = _launch(p, chromium)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def lab_browser(browser, lab_server):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    trouble = Trouble()
+    trouble.watch_context(ctx)  # recorded, not blocked: the labs must not try the network at all
+    ctx.set_default_timeout(UI_S)
+    yield ctx, trouble
+    ctx.close()
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +343,7 @@ def _answer(page, box, value: str) -> str:
     box.locator("button", has_text="Check").click()
     deadline = time.monotonic() + 20
     while True:
-        now = out.first.inner_text().strip() if out.count() else ""
+        now = out.first.evaluate("e => e.textContent").strip() if out.count() else ""
         if now:
             return now
         assert time.monotonic() < deadline, f"'Check' gave no feedback for {value!r}"
@@ -349,12 +355,14 @@ def check_self_checks(page, name: str, shots: Path) -> int:
     for i in range(boxes.count()):
         box = boxes.nth(i)
         box.scroll_into_view_if_needed()
-        text = box.inner_text()
+        text = box.evaluate("e => e.textContent")
         if FIXTURE_QUESTION in text:  # the fixture's stand-in widget: "3" is right
             assert _answer(page, box, "2") == FIXTURE_WRONG
             assert _answer(page, box, "3") == FIXTURE_RIGHT
             continue
-        qid = re.search(r"\b(lab\d+\.q\w+)\b", text).group(1)
+        m = re.search(r"\b(lab\d+\.q\w+)\b", text)
+        assert m, f"{name}: self-check {i} names no question: {text[:200]!r}"
+        qid = m.group(1)
         rights, wrongs = _answers(qid)
         for w in wrongs:
             fb = _answer(page, box, w)
@@ -459,41 +467,39 @@ def _check_site_page(page, name: str) -> None:
 
 
 @pytest.mark.parametrize("width", [1280, 800])
-def test_offline_edition_in_chromium(width, chromium, fixture_labs, tmp_path_factory, shots):
+def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_factory, shots):
     from infralens_lab import site as site_mod
 
-    sync_api = pytest.importorskip("playwright.sync_api")
     sites = [("fixture", site_mod.build_site(fixture_labs, tmp_path_factory.mktemp("fixture_site")))]
     if REAL_LABS:
         sites.append(("site", site_mod.build_site(ROOT / "labs", tmp_path_factory.mktemp("site"))))
-    with sync_api.sync_playwright() as p:
-        browser = _launch(p, chromium)
+    for label, built in sites:
+        ctx = browser.new_context(viewport={"width": width, "height": 900})
         try:
-            for label, built in sites:
-                ctx = browser.new_context(viewport={"width": width, "height": 900})
-                trouble = Trouble()
-                trouble.watch_context(ctx)
-                page = ctx.new_page()
-                trouble.watch(page)
-                page.goto(built.index.as_uri(), wait_until="load")
-                assert page.title() == "InfraLens Lab: offline edition"
-                page.screenshot(path=str(shots / f"{label}_index_{width}.png"))
-                for lab, html_page in zip(built.labs, built.pages):
-                    page.click(f"ol.labs a[href='{html_page.name}']") if lab is built.labs[0] else \
-                        page.goto(html_page.as_uri(), wait_until="load")
-                    page.wait_for_load_state("load")
-                    assert page.url.endswith(html_page.name) and page.title() == lab.title
-                    dl = page.locator("a.download").first.get_attribute("href")
-                    assert (html_page.parent / dl).is_file(), f"{html_page.name}: download link {dl} is broken"
-                    page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}.png"))
-                    _check_site_page(page, f"{html_page.name} at {width} px")
-                    if page.locator("main table").count():
-                        page.locator("main table").first.scroll_into_view_if_needed()
-                        page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}_table.png"))
-                    if page.locator("main img").count():
-                        page.locator("main img").first.scroll_into_view_if_needed()
-                        page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}_figure.png"))
-                trouble.check(f"{label} site at {width} px")
-                ctx.close()
+            trouble = Trouble()
+            trouble.watch_context(ctx)
+            page = ctx.new_page()
+            trouble.watch(page)
+            page.goto(built.index.as_uri(), wait_until="load")
+            assert page.title() == "InfraLens Lab: offline edition"
+            page.screenshot(path=str(shots / f"{label}_index_{width}.png"))
+            for k, (lab, html_page) in enumerate(zip(built.labs, built.pages)):
+                if k == 0:  # the first page is reached as a reader would, from the index
+                    page.click(f"ol.labs a[href='{html_page.name}']")
+                else:
+                    page.goto(html_page.as_uri(), wait_until="load")
+                page.wait_for_load_state("load")
+                assert page.url.endswith(html_page.name) and page.title() == lab.title
+                dl = page.locator("a.download").first.get_attribute("href")
+                assert (html_page.parent / dl).is_file(), f"{html_page.name}: download link {dl} is broken"
+                page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}.png"))
+                _check_site_page(page, f"{html_page.name} at {width} px")
+                if page.locator("main table").count():
+                    page.locator("main table").first.scroll_into_view_if_needed()
+                    page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}_table.png"))
+                if page.locator("main img").count():
+                    page.locator("main img").first.scroll_into_view_if_needed()
+                    page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}_figure.png"))
+            trouble.check(f"{label} site at {width} px")
         finally:
-            browser.close()
+            ctx.close()
