@@ -69,4 +69,8 @@ echo "  stop: Ctrl-C twice"
 echo "------------------------------------------------------------------------"
 cd "$WORK"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "${INFRALENS_LAB_DRY_RUN:-}" ]; then   # tests: everything but starting the server
+    echo "would run: $VENV/bin/jupyter lab ${ARGS[*]}"
+    exit 0
+fi
 exec "$VENV/bin/jupyter" lab "${ARGS[@]}"
