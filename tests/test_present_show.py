@@ -136,3 +136,14 @@ def test_card_has_no_emoji_and_refuses_unknown_kinds(capsys):
     assert "What to notice" in out and not re.search("[\U0001F300-\U0001FAFF\u2600-\u27BF]", out)
     with pytest.raises(ValueError, match="not one of"):
         present.card("t", "b", kind="bogus")
+
+
+def test_long_headers_wrap_between_words():
+    page = table_html(pd.DataFrame({"pred_dram_read_mb": [1.0, 2.0], "achieved_occupancy_pct": [3.0, 4.0]}))
+    assert ">pred dram<br>read (MB)</th>" in page and ">achieved<br>occupancy<br>(%)</th>" in page
+
+
+def test_a_column_of_counts_is_written_exactly_throughout():
+    df = pd.DataFrame({"flops": [33554432.0, 1.37438953472e12], "rate": [9.95e13 + 0.25, 3.2e9 + 0.5]})
+    td = [c["text"] for c in cells(table_html(df)) if c["tag"] == "td"]
+    assert td == ["33,554,432", "99.5 T", "1,374,389,534,720", "3.2 G"]

@@ -39,7 +39,7 @@ _TABLE_CSS = (
     ".infralens-table th,.infralens-table td{padding:3px 10px;border-bottom:1px solid "
     "var(--jp-border-color2,#e0e0e0);vertical-align:top}"
     ".infralens-table thead th{border-bottom:1px solid var(--jp-border-color1,#bdbdbd);font-weight:600}"
-    ".infralens-table .num{text-align:right;white-space:nowrap}"
+    ".infralens-table td.num{text-align:right;white-space:nowrap}"
     ".infralens-table .txt{text-align:left}"
     f".infralens-table td.long{{min-width:14em;max-width:{TEXT_WRAP_EM}em;white-space:normal}}"
     ".infralens-table tbody th{text-align:left;font-weight:600;white-space:nowrap}"
@@ -127,6 +127,21 @@ def shorten_name(text: str, limit: int = NAME_MAX_CHARS) -> str:
     return text[:head] + "…" + text[-tail:]
 
 
+HEADER_LINE_CHARS = 12  # a header wraps onto lines of about this many characters
+
+
+def _header_html(name: Any) -> str:
+    """Escaped header text, wrapped between words onto short lines (``<br>``) so that a long
+    column name does not make its column wider than its numbers."""
+    lines: list[str] = []
+    for word in header_label(name).split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= HEADER_LINE_CHARS:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(html.escape(line) for line in lines)
+
+
 def _is_name_like(text: str) -> bool:
     return text.count(" ") <= 2
 
@@ -143,11 +158,21 @@ def _td(cls: str, inner: str) -> str:
     return f'<td class="{cls}" style="{_STYLE[cls]}">{inner}</td>'
 
 
-def _cell_html(v: Any, floatfmt: str | None) -> tuple[str, str]:
-    """(css class, escaped inner HTML) of one table cell."""
+def _whole_column(values) -> bool:
+    """True if every number in ``values`` is a whole count below 10¹⁵ (bytes, FLOPs, samples):
+    such a column is written exactly, all in one format, rather than partly with SI prefixes."""
+    nums = [float(v) for v in values if isinstance(v, numbers.Number) and not isinstance(v, bool)
+            and not math.isnan(float(v))]
+    return bool(nums) and all(math.isfinite(x) and x.is_integer() and abs(x) < 1e15 for x in nums)
+
+
+def _cell_html(v: Any, floatfmt: str | None, whole: bool = False) -> tuple[str, str]:
+    """(css class, escaped inner HTML) of one table cell; ``whole``: its column holds counts."""
     if isinstance(v, numbers.Number) and not isinstance(v, bool):
         if floatfmt and isinstance(v, float) and not math.isnan(v):
             return "num", html.escape(floatfmt.format(v))
+        if whole and not math.isnan(float(v)):
+            return "num", f"{int(round(float(v))):,}"
         return "num", html.escape(format_number(v))
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "num", "—"
@@ -192,13 +217,15 @@ def table_html(df, floatfmt: str | None = None) -> str:
                          f'{html.escape(header_label(c))}</th>{_td(cls, inner)}</tr>')
         parts.append("</tbody>")
     else:
-        rows = [[_cell_html(v, floatfmt) for v in r] for r in df.itertuples(index=False, name=None)]
+        whole = [_whole_column(df[c].tolist()) for c in cols] if len(set(cols)) == len(cols) else [False] * len(cols)
+        rows = [[_cell_html(v, floatfmt, whole[j]) for j, v in enumerate(r)]
+                for r in df.itertuples(index=False, name=None)]
         numeric = [bool(rows) and all(r[j][0] == "num" for r in rows) for j in range(len(cols))]
         parts.append("<thead><tr>")
         for j, c in enumerate(cols):
             align, side = ("num", "right") if numeric[j] else ("txt", "left")
-            parts.append(f'<th class="{align}" title="{html.escape(str(c))}" style="text-align:{side}">'
-                         f'{html.escape(header_label(c))}</th>')
+            parts.append(f'<th class="{align}" title="{html.escape(str(c))}" '
+                         f'style="text-align:{side};vertical-align:bottom">{_header_html(c)}</th>')
         parts.append("</tr></thead><tbody>")
         for r in rows:
             parts.append("<tr>" + "".join(_td(cls, inner) for cls, inner in r) + "</tr>")
