@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml tools/install.sh
 
 install: $(STAMP)
 
+# Serves my-labs/, the learner's git-ignored working copy of labs/ (see tools/lab.sh).
+PORT ?= 8888
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=labs
+	PORT="$(PORT)" bash tools/lab.sh "$(VENV)"
 
 test: $(STAMP)
 	bash tools/browser_deps.sh

@@ -10,7 +10,12 @@ __version__ = "0.1.0"
 from . import device as device  # noqa: E402
 from .device import facts, mode  # noqa: E402
 
-mode()  # decide now, before any @triton.jit in this package runs
+try:
+    mode()  # decide now, before any @triton.jit in this package runs
+except (device.ModeSettingError, device.GpuUnavailableError):
+    # A bad or impossible INFRALENS_MODE: the doctor must still import to diagnose it; mode(), facts() and
+    # everything that runs a kernel raise the same clear error again.
+    pass
 
 
 def doctor(verbose: bool = True):

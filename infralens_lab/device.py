@@ -29,6 +29,17 @@ MODE_ENV = "INFRALENS_MODE"
 MODES = ("gpu", "interpreter")
 
 
+class ModeSettingError(ValueError):
+    """``INFRALENS_MODE`` holds a value that is not a mode. Importing the package tolerates it
+    (so that ``python -m infralens_lab doctor`` can run and diagnose it); asking for the mode
+    raises it."""
+
+
+class GpuUnavailableError(RuntimeError):
+    """``INFRALENS_MODE=gpu`` on a machine without a usable CUDA GPU. Tolerated at import like
+    :class:`ModeSettingError`, raised when the mode is asked for."""
+
+
 def _cuda_usable() -> tuple[bool, str]:
     """Whether torch sees a CUDA GPU it can use, and why not if it cannot."""
     try:
@@ -50,13 +61,15 @@ def decide_mode(env: dict[str, str] | None = None, cuda_usable: bool | None = No
     """Pure mode decision: returns ``(mode, reason)``.
 
     ``env`` defaults to ``os.environ``; ``cuda_usable`` defaults to probing torch. Raises
-    ``ValueError`` for an unknown ``INFRALENS_MODE`` value and ``RuntimeError`` when ``gpu``
+    :class:`ModeSettingError` (a ``ValueError``) for an unknown ``INFRALENS_MODE`` value and ``RuntimeError`` when ``gpu``
     is forced on a machine without a usable GPU.
     """
     env = os.environ if env is None else env
     wanted = env.get(MODE_ENV, "auto").strip().lower() or "auto"
     if wanted not in ("auto", *MODES):
-        raise ValueError(f"{MODE_ENV}={wanted!r} is not understood; expected one of 'auto', 'gpu', 'interpreter'")
+        raise ModeSettingError(f"{MODE_ENV}={env.get(MODE_ENV)!r} is not understood; expected one of 'auto', "
+                               f"'gpu', 'interpreter'. Fix: `unset {MODE_ENV}` (auto-detect) or set it to one "
+                               "of those.")
     if wanted == "interpreter":
         return "interpreter", f"forced by {MODE_ENV}=interpreter"
     if cuda_usable is None:
@@ -64,7 +77,7 @@ def decide_mode(env: dict[str, str] | None = None, cuda_usable: bool | None = No
     else:
         usable, why = cuda_usable, ("a CUDA GPU is usable" if cuda_usable else "no usable CUDA GPU")
     if wanted == "gpu" and not usable:
-        raise RuntimeError(f"{MODE_ENV}=gpu but {why}; unset it to fall back to the interpreter")
+        raise GpuUnavailableError(f"{MODE_ENV}=gpu but {why}; unset it to fall back to the interpreter")
     if usable:
         return "gpu", why if wanted == "auto" else f"forced by {MODE_ENV}=gpu"
     return "interpreter", why

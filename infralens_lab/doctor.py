@@ -26,6 +26,10 @@ FIX_NO_GPU = ("No usable CUDA GPU, so kernels run in Triton's interpreter and pe
 FIX_NO_NCU = ("Nsight Compute (`ncu`) is not on PATH, so kernel counters come from recorded evidence. "
               "Install it with the CUDA toolkit or from NVIDIA's Nsight Compute page and add its folder "
               "(e.g. /opt/nvidia/nsight-compute/<version>) to PATH.")
+FIX_NO_NCU_NO_GPU = ("Nothing to do here. On a machine with an NVIDIA GPU, install Nsight Compute "
+                     "with the CUDA toolkit and put `ncu` on PATH to read counters live.")
+FIX_MODE_SETTING = (f"`unset {device.MODE_ENV}` to let the labs detect the GPU, or set it to `interpreter` "
+                    "(Triton's interpreter on the CPU) or `gpu` (only on a machine with a usable CUDA GPU).")
 FIX_NO_NSYS = ("Nsight Systems (`nsys`) is not on PATH; the labs use torch.profiler's timeline instead "
                "and show the `nsys` command to run where it is installed.")
 FIX_COUNTERS = ("Performance counters are restricted to administrators (RmProfilingAdminOnly=1), so ncu "
@@ -99,8 +103,14 @@ class DoctorReport:
 
     def __str__(self) -> str:
         head = "InfraLens Lab doctor"
-        tail = (f"{len(self.problems)} problem(s); the labs still run, falling back to recorded evidence "
-                "where a tool is missing." if self.problems else "Everything the labs use is here.")
+        if any(c.name == "mode" for c in self.problems):
+            tail = (f"{len(self.problems)} problem(s); the labs cannot choose how to run kernels until the "
+                    "mode problem is fixed.")
+        elif self.problems:
+            tail = (f"{len(self.problems)} problem(s); the labs still run, falling back to recorded evidence "
+                    "where a tool is missing.")
+        else:
+            tail = "Everything the labs use is here."
         return "\n".join([head, *(c.line() for c in self.checks), tail])
 
 
@@ -137,7 +147,14 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
     state: dict = {}
 
     def mode_check():
-        f = p.facts()
+        try:
+            f = p.facts()
+        except (device.ModeSettingError, device.GpuUnavailableError) as exc:
+            seen = os.environ.get(device.MODE_ENV)
+            reason = str(exc).split(" Fix:")[0]
+            checks.append(Check("mode", "problem", f"{device.MODE_ENV}={seen!r} cannot be used: {reason}",
+                                FIX_MODE_SETTING))
+            return
         state["facts"] = f
         if f.mode == "gpu":
             checks.append(Check("mode", "ok", f"gpu ({f.mode_reason})"))
@@ -156,7 +173,17 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
                                          f"{f.sm_count} SMs, {l2}, {mem}, driver {f.driver or '?'}"))
 
     def versions_check():
-        f = state.get("facts") or p.facts()
+        f = state.get("facts")
+        if f is None:  # the mode could not be decided: the versions still can be read
+            import platform
+
+            import torch
+            import triton
+
+            detail = (f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none: CPU build'}), "
+                      f"triton {triton.__version__}, python {platform.python_version()}")
+            checks.append(Check("versions", "ok", detail))
+            return
         detail = f"torch {f.torch} (CUDA {f.cuda or 'none: CPU build'}), triton {f.triton}, python {f.python}"
         if f.mode != "gpu" and f.cuda is None and p.which("nvidia-smi"):
             checks.append(Check("versions", "problem", detail, FIX_CPU_TORCH))
@@ -165,7 +192,13 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
 
     def ncu_check():
         if not p.which("ncu"):
-            checks.append(Check("ncu", "problem", "not on PATH", FIX_NO_NCU))
+            f = state.get("facts")
+            if f is not None and f.mode == "gpu":
+                checks.append(Check("ncu", "problem", "not on PATH", FIX_NO_NCU))
+            else:  # ncu profiles a GPU: without one in use it could not run, so it is not missing
+                checks.append(Check("ncu", "note", "not on PATH; without a GPU in use it would have nothing "
+                                                   "to profile, so the labs show recorded counters",
+                                    FIX_NO_NCU_NO_GPU))
             return
         checks.append(Check("ncu", "ok", f"Nsight Compute {p.tool_version('ncu') or '(version unknown)'}"))
 

@@ -7,7 +7,9 @@ nbconvert's ``lab`` template with its CSS inlined and every remote script droppe
 require.js, MathJax, mermaid or widget manager from a CDN), so the site reads from
 ``file://`` with no network. Widgets cannot run offline: a quiz self-check becomes its
 question text plus a collapsed ``<details>`` explanation from the quiz bank; any other widget
-shows its plain-text fallback.
+shows its plain-text fallback. Cells that only call ``card(...)`` show their rendered card, not
+their source; emoji are dropped (no emoji font everywhere); each page has an "On this page"
+table of contents and a link to download its notebook (copied to ``notebooks/``).
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import argparse
 import copy
 import html
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 LAB_GLOB = "[0-9][0-9]_*.ipynb"
+NOTEBOOKS_DIR = "notebooks"  # under the site folder: the committed notebooks, for "Download this notebook"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _SELF_CHECK_RE = re.compile(r"""self_check\(\s*["']([^"']+)["']""")
 _HEADING_RE = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
@@ -61,10 +65,25 @@ _CSS = """
   padding: 8px 12px; background: #f5f6fc; font-family: var(--jp-ui-font-family, sans-serif); }
 .infralens-static-widget .label { font-size: 12px; color: #555; margin: 0 0 4px 0; }
 .infralens-static-widget .prompt { font-weight: 600; margin: 4px 0; white-space: pre-wrap; }
-.infralens-static-widget ol { margin: 4px 0 6px 0; }
+.infralens-static-widget ul.options { list-style: none; padding-left: 0.5em; margin: 4px 0 6px 0; }
 .infralens-static-widget details { margin-top: 6px; }
 .infralens-static-widget summary { cursor: pointer; color: #3f51b5; }
 main { max-width: 1100px; margin: 0 auto; }
+/* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and
+   "point" mid-word; wrap at spaces and break only a token longer than the whole line. */
+.jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+/* a figure wider than a narrow window shrinks with it instead of widening the page */
+.jp-OutputArea-output img { max-width: 100%; height: auto; }
+.infralens-nav .download::before { content: ""; display: inline-block; width: 0.9em; height: 0.9em;
+  margin-right: 0.3em; vertical-align: -0.1em; background: no-repeat center/contain
+  url("data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Cpath d='M8 1v9M4 6l4 4 4-4M2 14h12' stroke='%231565c0' stroke-width='2' fill='none'/%3E%3C/svg%3E"); }
+.infralens-toc { font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px; border: 1px solid #e0e0e0;
+  border-radius: 6px; padding: 6px 14px; margin: 0 0 14px 0; background: #fafafa; }
+.infralens-toc summary { cursor: pointer; font-weight: 600; }
+.infralens-toc ol { margin: 6px 0; padding-left: 1.4em; columns: 2 18em; column-gap: 2em; }
+.infralens-toc li { margin: 2px 0; break-inside: avoid; }
+.infralens-toc li.sub { margin-left: 1.2em; list-style: circle; }
+.infralens-toc a { text-decoration: none; color: #1565c0; }
 """
 
 _INDEX = """<!DOCTYPE html>
@@ -166,8 +185,8 @@ def _quiz_fallback(qid: str | None, plain: str) -> str:
         unit = f" ({html.escape(q.unit)})" if getattr(q, "unit", "") else ""
         parts.append(f'<p class="prompt">{html.escape(q.prompt)}{unit}</p>')
         if q.options:
-            parts.append("<ol>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
-                                          for k, v in q.options.items()) + "</ol>")
+            parts.append('<ul class="options">' + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                                                          for k, v in q.options.items()) + "</ul>")
         parts.append(f"<details><summary>Show the explanation</summary><p>{html.escape(q.explanation)}</p>"
                      "</details>")
     else:
@@ -202,6 +221,70 @@ def static_widgets(nb) -> int:
     return n
 
 
+_CARD_CALL = re.compile(r"^\s*(?:present\.)?card\(")
+# Emoji (and the variation selector after one): no emoji font is installed on many machines,
+# so they would show as empty boxes. Older committed outputs carry them in explanation cards.
+_EMOJI_RE = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF\u2B50\u2B55]\uFE0F?[ \u00A0]?")
+_TOC_HEADING_RE = re.compile(r'<h([23])\b[^>]*\bid="([^"]+)"[^>]*>(.*?)</h\1>', re.S)
+
+
+def is_card_cell(source: str) -> bool:
+    """True if a code cell only calls ``card(...)``/``present.card(...)``: its output (the
+    rendered card) is the content, so the offline edition shows that and hides the source."""
+    import ast
+
+    if not _CARD_CALL.match(source):
+        return False
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return bool(tree.body) and all(
+        isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
+        and ((isinstance(st.value.func, ast.Name) and st.value.func.id == "card")
+             or (isinstance(st.value.func, ast.Attribute) and st.value.func.attr == "card"))
+        for st in tree.body)
+
+
+def strip_emoji(text: str) -> str:
+    """``text`` without emoji characters (see ``_EMOJI_RE``)."""
+    return _EMOJI_RE.sub("", text)
+
+
+def _prepare(nb) -> None:
+    """In place: hide the source of card cells, drop emoji from markdown and text outputs."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = strip_emoji(cell.source)
+            continue
+        if cell.cell_type != "code":
+            continue
+        if is_card_cell(cell.source):
+            cell.metadata.setdefault("transient", {})["remove_source"] = True
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out["text"] = strip_emoji("".join(out["text"]) if isinstance(out["text"], list) else out["text"])
+            for mime in ("text/markdown", "text/html", "text/plain"):
+                v = out.get("data", {}).get(mime)
+                if v is not None:
+                    out["data"][mime] = strip_emoji("".join(v) if isinstance(v, list) else v)
+
+
+def table_of_contents(body: str) -> str:
+    """An "On this page" box linking every h2/h3 of ``body`` (nbconvert gives headings ids)."""
+    items = []
+    for level, anchor, inner in _TOC_HEADING_RE.findall(body):
+        text = re.sub(r"<a\b[^>]*class=\"anchor-link\"[^>]*>.*?</a>", "", inner, flags=re.S)
+        text = html.unescape(re.sub(r"<[^>]+>", "", text)).strip()
+        if text:
+            cls = ' class="sub"' if level == "3" else ""
+            items.append(f'<li{cls}><a href="#{anchor}">{html.escape(text)}</a></li>')
+    if not items:
+        return ""
+    return ('<details class="infralens-toc" open><summary>On this page</summary><ol>'
+            + "".join(items) + "</ol></details>")
+
+
 def remote_refs(page: str) -> list[str]:
     """Snippets of ``page`` that would fetch from the network (remote script, style, image,
     CSS import or url); an offline page has none."""
@@ -216,8 +299,10 @@ def _nav(labs: list[LabPage], i: int) -> str:
             if i > 0 else "")
     nxt = (f'<a class="next" href="{html.escape(labs[i + 1].html_name)}">{html.escape(labs[i + 1].title)} &rarr;</a>'
            if i + 1 < len(labs) else "")
+    dl = (f'<a class="download" href="{NOTEBOOKS_DIR}/{html.escape(labs[i].notebook.name)}" '
+          f'download="{html.escape(labs[i].notebook.name)}">Download this notebook</a>')
     return (f'<nav class="infralens-nav"><a class="home" href="index.html">InfraLens Lab: all labs</a>'
-            f'{prev}<span class="spacer"></span>{nxt}</nav>')
+            f'{prev}{dl}<span class="spacer"></span>{nxt}</nav>')
 
 
 def _exporter():
@@ -232,6 +317,7 @@ def render_lab(nb, labs: list[LabPage], i: int, exporter=None) -> str:
     """The HTML page of lab ``labs[i]`` from its notebook ``nb`` (not modified; not executed)."""
     nb = copy.deepcopy(nb)
     static_widgets(nb)
+    _prepare(nb)
     nb.metadata["title"] = labs[i].title
     exporter = exporter or _exporter()
     footer = ('<p class="infralens-footer">Offline edition of <code>'
@@ -242,8 +328,14 @@ def render_lab(nb, labs: list[LabPage], i: int, exporter=None) -> str:
     body, _ = exporter.from_notebook_node(nb, resources=resources)
     for rx in _STRIP_RES:  # belt and braces: the template emits none of these
         body = rx.sub("", body)
+    toc = table_of_contents(body)
+    end_nav = body.find("</nav>")
+    if toc and end_nav >= 0:
+        body = body[:end_nav + len("</nav>")] + toc + body[end_nav + len("</nav>"):]
     # links between labs point at their pages, not at the notebooks
-    return re.sub(r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:)([^"#?]*?)\.ipynb(#[^"]*)?"', r'href="\1.html\2"', body)
+    # (except the download link, which is meant to fetch the notebook itself)
+    return re.sub(r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:)(?!' + NOTEBOOKS_DIR + r'/)([^"#?]*?)\.ipynb(#[^"]*)?"',
+                  r'href="\1.html\2"', body)
 
 
 def render_index(labs: list[LabPage]) -> str:
@@ -264,7 +356,14 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
 
     notebooks = find_labs(labs_dir)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        (out / NOTEBOOKS_DIR).mkdir(parents=True, exist_ok=True)
+        probe = out / ".infralens-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"cannot write the site to {str(out)!r}: {exc.strerror or exc}; expected a folder this "
+                         "user can create and write. Fix: pass --out with a writable folder, e.g. --out site") from exc
     nbs = [nbformat.read(p, as_version=4) for p in notebooks]
     labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks)]
     site = Site(index=out / "index.html", pages=[], labs=labs)
@@ -279,6 +378,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
             site.notes.append(f"{labs[i].html_name}: needs the network: {ref[:80]!r}")
         path = out / labs[i].html_name
         path.write_text(page, encoding="utf-8")
+        shutil.copyfile(labs[i].notebook, out / NOTEBOOKS_DIR / labs[i].notebook.name)
         site.pages.append(path)
     site.index.write_text(render_index(labs), encoding="utf-8")
     return site

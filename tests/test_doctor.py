@@ -189,3 +189,52 @@ def test_doctor_names_the_reference_set_and_flags_an_unusable_default():
                    default_reference=lambda: ("nvidia-a100", "$INFRALENS_REFERENCE_GPU=nvidia-a100")))
     bad = r.by_name("recorded")
     assert bad.status == "problem" and "nvidia-a100" in bad.detail and "INFRALENS_REFERENCE_GPU" in bad.fix
+
+
+def test_ncu_absent_without_a_gpu_is_a_note_not_a_problem():
+    r = run(probes(facts=CPU, tools=()))
+    ncu = r.by_name("ncu")
+    assert ncu.status == "note" and ncu.fix == doc.FIX_NO_NCU_NO_GPU and "nothing to profile" in ncu.detail
+    assert "ncu" not in [c.name for c in r.problems]
+
+
+def test_bad_mode_setting_is_a_problem_not_a_crash():
+    from infralens_lab import device
+
+    def bad_facts():
+        device.decide_mode(env={"INFRALENS_MODE": "bogus"}, cuda_usable=False)
+
+    p = probes()
+    p.facts = bad_facts
+    r = run(p)
+    mode = r.by_name("mode")
+    assert mode.status == "problem" and mode.fix == doc.FIX_MODE_SETTING
+    assert "'bogus' is not understood; expected one of 'auto', 'gpu', 'interpreter'" in mode.detail
+    assert r.by_name("versions").status == "ok"  # still read without a mode
+    assert str(r).endswith("until the mode problem is fixed.")
+
+
+def _cli(env_mode: str, *args: str):
+    import os
+    import subprocess
+
+    from conftest import ROOT
+
+    env = {**os.environ, "INFRALENS_MODE": env_mode, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
+def test_cli_doctor_diagnoses_a_bogus_mode():
+    r = _cli("bogus", "-m", "infralens_lab", "doctor")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert "[PROBLEM] mode: INFRALENS_MODE='bogus' cannot be used" in r.stdout
+    assert "unset INFRALENS_MODE" in r.stdout
+
+
+def test_bogus_mode_still_refuses_clearly_where_a_lab_needs_the_mode():
+    r = _cli("bogus", "-c", "import infralens_lab; infralens_lab.device.torch_device()")
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("infralens_lab.device.ModeSettingError: INFRALENS_MODE='bogus' is not understood")
+    assert "Fix: `unset INFRALENS_MODE`" in last

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from infralens_lab.present.ledger import MiB, ledger_bars, peak_figure, scaling_figure
+from infralens_lab.present.ledger import DOMINANT_LABEL, MiB, ledger_bars, peak_figure, scaling_figure
 
 PRED = pd.DataFrame({"category": ["weights", "activations", "KV cache"], "bytes": [2 * MiB, 8 * MiB, 0]})
 MEAS = pd.DataFrame({"category": ["weights", "activations", "peak"], "bytes": [2 * MiB, 9 * MiB, 12 * MiB]})
@@ -57,7 +57,19 @@ def test_scaling_figure_panels_and_dominant_labels():
     try:
         visible = [ax for ax in fig.axes if ax.get_visible()]
         assert [ax.get_title() for ax in visible] == ["zero_stage = 0", "zero_stage = 3"]
-        assert _texts(fig).count("activations") == 3 and "optimizer\nstates" in _texts(fig)
+        ticks = [t.get_text() for ax in visible for t in ax.get_xticklabels()]
+        assert ticks == ["s", "l", "s", "l"]
+        # each bar's dominant term is outlined: (panel, bar) -> share of that term, in %
+        outlined = [[(round(r.get_y(), 6), round(r.get_height(), 6)) for r in ax.patches if not r.get_fill()]
+                    for ax in visible]
+        # stage 0: s is 50/53 activations (above weights+optimizer), l is 80/110 optimizer states (above weights)
+        assert outlined[0] == [(round(300 / 53, 6), round(5000 / 53, 6)), (round(1000 / 110, 6), round(8000 / 110, 6))]
+        assert [t.get_text() for t in visible[-1].get_legend().get_texts()][-1] == DOMINANT_LABEL
+        # every word on the figure is at least 9 pt, and the figure is shown at its own size
+        sizes = [t.get_fontsize() for ax in visible for t in [*ax.get_xticklabels(), *ax.get_yticklabels(),
+                                                              *ax.texts, ax.title]] + [t.get_fontsize() for t in fig.texts]
+        assert min(sizes) >= 9, sizes
+        assert fig.get_size_inches()[0] * fig.dpi <= 960  # shown at >= 0.85 of its size at 1280 px
     finally:
         plt.close(fig)
 

@@ -171,3 +171,26 @@ def test_bandwidth_figure_for_copies():
         bandwidth_figure(pd.DataFrame({"label": ["a"]}))
     with pytest.raises(TypeError, match="memory Roof"):
         bandwidth_figure(rows, _roofs())
+
+
+def test_point_labels_keep_off_the_roof_lines():
+    # points right under the fp16 roof, as the large matmuls sit in the recorded H200 set: each label
+    # must find a spot that no roof line (nor any other line) crosses
+    pts = pd.DataFrame([dict(label=f"matmul {n}³", intensity=i, flops_per_s=f * 600 * T, group="matmul")
+                        for n, i, f in [(2048, 700.0, 0.99), (4096, 1000.0, 0.97), (8192, 1400.0, 0.995)]])
+    fig = roofline_figure(pts, _roofs())
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        r = fig.canvas.get_renderer()
+        boxes = {t.get_text(): t.get_window_extent(r) for t in ax.texts if t.get_text().startswith("matmul")}
+        assert len(boxes) == 3
+        for ln in ax.lines:
+            xy = ax.transData.transform(ln.get_xydata())
+            for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:]):
+                for k in range(201):
+                    px, py = x0 + (x1 - x0) * k / 200, y0 + (y1 - y0) * k / 200
+                    for text, bb in boxes.items():
+                        assert not (bb.x0 < px < bb.x1 and bb.y0 < py < bb.y1), f"{text!r} sits on a line"
+    finally:
+        plt.close(fig)

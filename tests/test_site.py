@@ -1,6 +1,6 @@
 """The offline HTML edition: built from fixture notebooks of known content and from the real
 labs/, checked for pages, embedded figures, provenance lines, static quiz fallbacks, links,
-and no network references; then opened in headless Chromium with networking off."""
+and no network references. Opened in headless Chromium by tests/test_browser.py."""
 from __future__ import annotations
 
 import html
@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from conftest import CHROMIUM_ARGS, FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
+from conftest import FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
 from infralens_lab import site as site_mod
 
 REAL_LABS = sorted((ROOT / "labs").glob(site_mod.LAB_GLOB))
@@ -250,7 +250,84 @@ def test_cli_writes_the_site(fixture_labs, tmp_path, capsys):
     assert main(["site", "--labs", str(fixture_labs), "--out", str(tmp_path / "out")]) == 0
     assert "wrote 2 lab pages" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["00_fixture.html", "01_fixture_plain.html",
-                                                                  "index.html"]
+                                                                  "index.html", "notebooks"]
+    assert sorted(p.name for p in (tmp_path / "out" / "notebooks").iterdir()) == ["00_fixture.ipynb",
+                                                                                 "01_fixture_plain.ipynb"]
+
+
+def test_unwritable_out_folder_is_refused_clearly(fixture_labs, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match=r"cannot write the site to .*a_file/site.*expected a folder .* Fix: pass --out"):
+        site_mod.build_site(fixture_labs, blocker / "site")
+    assert site_mod.main(["--labs", str(fixture_labs), "--out", str(blocker / "site")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("site: cannot write the site to") and "Traceback" not in err
+
+
+def test_unwritable_out_folder_from_the_command_line(fixture_labs, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "f").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "infralens_lab", "site", "--labs", str(fixture_labs),
+                        "--out", str(tmp_path / "f" / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "Fix: pass --out" in r.stderr
+
+
+def _card_lab(tmp_path) -> Path:
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    card_src = 'present.card("What to notice", """\n- the first point\n""")'
+    nb = new_notebook(metadata={"infralens": {"title": "Cards", "teaches": "Cards."}})
+    nb.cells = [
+        new_markdown_cell("# Cards\n\n## First section\n\ntext\n\n### A subsection\n\n## Second section"),
+        new_code_cell(card_src, execution_count=1, outputs=[new_output(
+            "display_data", data={"text/markdown": "> \U0001F440 **What to notice**\n>\n> - the first point",
+                                  "text/plain": "<IPython.core.display.Markdown object>"})]),
+        new_code_cell("x = 1\npresent.card('t', 'b')", execution_count=2, outputs=[]),
+        new_code_cell("print('supercalifragilistic GPU words (1 point)')", execution_count=3, outputs=[
+            new_output("stream", name="stdout", text="supercalifragilistic GPU words (1 point)\n")]),
+    ]
+    nbformat.write(nb, labs / "00_cards.ipynb")
+    return labs
+
+
+def test_card_cells_show_their_card_not_their_source(tmp_path):
+    built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
+    page = built.pages[0].read_text()
+    text = page_text(page)
+    assert "What to notice" in text and "the first point" in text
+    assert "present.card(&quot;What to notice" not in page and 'present.card("What to notice' not in text
+    assert "x = 1" in text  # a cell that does more than show a card keeps its source
+    assert site_mod.is_card_cell('card("a", """b""")\npresent.card("c", "d", "pitfall")')
+    assert not site_mod.is_card_cell("card(")  # not Python: shown as written
+    assert not site_mod.is_card_cell("cards = 3")
+
+
+def test_no_emoji_and_options_numbered_once(tmp_path, fixture_site):
+    page = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site").pages[0].read_text()
+    assert not re.search("[\U0001F300-\U0001FAFF\u2600-\u27BF]", page_text(page))
+    fixture = fixture_site.pages[0].read_text()
+    block = re.search(r'<div class="infralens-static-widget[^"]*">(.*?)</div>', fixture, re.S).group(1)
+    assert '<ul class="options">' in block and "<ol>" not in block
+
+
+def test_toc_download_link_and_no_mid_word_breaks(tmp_path):
+    built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
+    page = built.pages[0].read_text()
+    toc = re.search(r'<details class="infralens-toc" open><summary>On this page</summary>(.*?)</details>', page, re.S)
+    assert toc, "no table of contents"
+    links = re.findall(r'<li( class="sub")?><a href="#([^"]+)">([^<]+)</a>', toc.group(1))
+    assert [(bool(sub), text) for sub, _, text in links] == [(False, "First section"), (True, "A subsection"),
+                                                            (False, "Second section")]
+    for _, anchor, _ in links:
+        assert f'id="{anchor}"' in page
+    dl = re.search(r'<a class="download" [^>]*>', page)
+    assert dl and 'href="notebooks/00_cards.ipynb"' in dl.group(0) and 'download="00_cards.ipynb"' in dl.group(0)
+    assert (tmp_path / "site" / "notebooks" / "00_cards.ipynb").read_bytes() == \
+        (tmp_path / "labs" / "00_cards.ipynb").read_bytes()
+    assert ".jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }" in page
 
 
 # ---------------------------------------------------------------- the real labs
@@ -282,79 +359,4 @@ def test_real_labs_have_provenance_and_static_self_checks(real_site):
         assert page.count('class="infralens-static-widget') == widget_outputs(nb)
 
 
-# ---------------------------------------------------------------- in a browser, offline
-def _open_offline(browser, url: str, shot: Path):
-    """Open ``url`` in a fresh offline context that refuses every non-file request; returns
-    (page, context, refused request URLs)."""
-    ctx = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-    refused: list[str] = []
-
-    def route(r):
-        if r.request.url.startswith(("file://", "data:")):
-            r.continue_()
-        else:
-            refused.append(r.request.url)
-            r.abort()
-
-    ctx.route("**/*", route)
-    page = ctx.new_page()
-    page.goto(url, wait_until="load")
-    page.screenshot(path=str(shot), full_page=False)
-    return page, ctx, refused
-
-
-def _images_loaded(page) -> list[int]:
-    return page.eval_on_selector_all("main img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
-
-
-@pytest.mark.browser
-def test_site_renders_offline_in_chromium(chromium, fixture_site, artifacts_dir):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    shots = artifacts_dir / "site"
-    shots.mkdir(parents=True, exist_ok=True)
-    real = site_mod.build_site(ROOT / "labs", shots / "build") if REAL_LABS else None
-    with sync_api.sync_playwright() as p:
-        try:
-            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        except Exception as exc:  # noqa: BLE001 - any launch failure means "no usable browser here"
-            pytest.skip(f"Chromium at {chromium} cannot be launched: {exc}")
-        try:
-            page, ctx, refused = _open_offline(browser, fixture_site.index.as_uri(), shots / "fixture_index.png")
-            assert page.title() == "InfraLens Lab: offline edition"
-            assert "Fixture lab: evidence on the page" in page.inner_text("ol.labs")
-            page.click("text=Fixture lab: evidence on the page")
-            page.wait_for_load_state("load")
-            assert page.url.endswith("/00_fixture.html")
-            assert "Fixture lab" in page.inner_text("h1")
-            widths = _images_loaded(page)
-            assert len(widths) == 1 and all(w > 0 for w in widths), widths
-            assert "Evidence: recorded · Fixture GPU" in page.inner_text("main")
-            page.click("details summary")  # the collapsed explanation opens
-            assert "so 3 is larger" in page.inner_text("details")
-            page.screenshot(path=str(shots / "fixture_lab.png"), full_page=True)
-            ctx.close()
-            assert refused == [], f"the fixture site tried the network: {refused}"
-            if real is not None:
-                page, ctx, refused = _open_offline(browser, real.index.as_uri(), shots / "index.png")
-                assert real.labs[0].title in page.inner_text("ol.labs")
-                for lab, built in zip(real.labs, real.pages):
-                    page.goto(built.as_uri(), wait_until="load")
-                    assert page.title() == lab.title
-                    widths = _images_loaded(page)
-                    assert all(w > 0 for w in widths), f"{built.name}: images that did not decode: {widths}"
-                    page.screenshot(path=str(shots / f"{built.stem}.png"), full_page=False)
-                    if widths:
-                        page.locator("main img").first.scroll_into_view_if_needed()
-                        page.screenshot(path=str(shots / f"{built.stem}_figure.png"))
-                    static = page.locator(".infralens-static-widget")
-                    if static.count():
-                        static.first.scroll_into_view_if_needed()
-                        summary = static.first.locator("details summary")
-                        if summary.count():  # the explanation opens on click, and says something
-                            summary.click()
-                            assert static.first.locator("details").inner_text().strip() != summary.inner_text().strip()
-                        page.screenshot(path=str(shots / f"{built.stem}_selfcheck.png"))
-                ctx.close()
-                assert refused == [], f"the labs site tried the network: {refused}"
-        finally:
-            browser.close()
+# The offline edition in Chromium (1280 and 800 px, same checks as JupyterLab): tests/test_browser.py

@@ -10,7 +10,34 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
     echo "Run with another interpreter, e.g. 'make test PYTHON=python3.12'." >&2
     exit 1
 fi
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# A venv made where ensurepip is missing (Debian/Ubuntu without python3-venv) has no pip and
+# would fail forever: never reuse one, and say which OS package gives Python its venv/pip.
+has_pip() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; }
+no_pip_help() {
+    local ver; ver="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+    echo "install: '$PYTHON -m venv' made a virtual environment without pip (Python $ver has no ensurepip here)." >&2
+    echo "install: expected pip inside $VENV; removed it so that nothing reuses it." >&2
+    echo "install: fix: install the OS package that provides venv with pip, then rerun:" >&2
+    echo "           sudo apt-get install python3-venv   (or python$ver-venv; on Fedora: python3-pip)" >&2
+}
+if [ -e "$VENV" ] && ! has_pip; then
+    if [ -L "$VENV" ]; then
+        echo "install: $VENV is a link to an environment without pip; expected one with pip. Fix: remove the link or install pip there." >&2
+        exit 1
+    fi
+    echo "install: $VENV has no working pip (an earlier venv made without ensurepip); making it again"
+    rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/tmp/infralens_venv_err.$$ || ! has_pip; then
+        cat /tmp/infralens_venv_err.$$ >&2 2>/dev/null || true
+        rm -f /tmp/infralens_venv_err.$$
+        rm -rf "$VENV"
+        no_pip_help
+        exit 1
+    fi
+    rm -f /tmp/infralens_venv_err.$$
+fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check)
 
 if "$VENV/bin/python" -c 'import torch, triton' 2>/dev/null; then

@@ -3,10 +3,49 @@
 Works in JupyterLab (rich display) and as a plain ``python3`` script on a machine with no
 IPython (prints text, saves nothing). Labs call :func:`show` for every table and figure so
 the provenance caption can never be forgotten.
+
+Tables are drawn here, for every lab alike: cell text is HTML-escaped (C++ template
+arguments stay text), numbers are written the way people read them (``8,566``, ``0.00615``,
+``4.33 G``; exact integers in full with thousands separators), a unit carried by a column
+name moves into its header (``time_us`` -> ``time (µs)``, the name stays on hover), long
+kernel names are shortened with the full name on hover, text columns are left-aligned, a
+one-row table is turned on its side, and a table wider than its cell scrolls inside its own
+box instead of being cut off.
 """
 from __future__ import annotations
 
+import html
+import math
+import numbers
+import re
 from typing import Any
+
+# A column name's unit suffix -> the unit shown in its header (longest suffixes first).
+UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("_TFLOPs", "TFLOP/s"), ("_TBps", "TB/s"), ("_tbps", "TB/s"), ("_gbps", "GB/s"), ("_GBps", "GB/s"),
+    ("_MiB", "MiB"), ("_GiB", "GiB"), ("_mb", "MB"), ("_MB", "MB"), ("_gb", "GB"), ("_GB", "GB"),
+    ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_pct", "%"),
+)
+# Text longer than this in a name-like cell (few spaces: a kernel or op name) is shortened.
+NAME_MAX_CHARS = 48
+# Free text (sentences) wraps at about this width instead of widening the table.
+TEXT_WRAP_EM = 28
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"))
+
+_TABLE_CSS = (
+    "<style>"
+    ".infralens-table{overflow-x:auto;max-width:100%;margin:4px 0 2px 0}"
+    ".infralens-table table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:0}"
+    ".infralens-table th,.infralens-table td{padding:3px 10px;border-bottom:1px solid "
+    "var(--jp-border-color2,#e0e0e0);vertical-align:top}"
+    ".infralens-table thead th{border-bottom:1px solid var(--jp-border-color1,#bdbdbd);font-weight:600}"
+    ".infralens-table td.num{text-align:right;white-space:nowrap}"
+    ".infralens-table .txt{text-align:left}"
+    f".infralens-table td.long{{min-width:14em;max-width:{TEXT_WRAP_EM}em;white-space:normal}}"
+    ".infralens-table tbody th{text-align:left;font-weight:600;white-space:nowrap}"
+    ".infralens-table abbr{text-decoration:underline dotted;cursor:help}"
+    "</style>"
+)
 
 
 def _ipython_display():
@@ -28,12 +67,196 @@ def _caption_text(caption: Any) -> str | None:
     return str(caption)
 
 
-def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str = "{:,.3g}") -> None:
+# ---------------------------------------------------------------- numbers and text
+def format_number(v: Any) -> str:
+    """A number as people read it: integers exactly, with thousands separators
+    (``33,554,432``); other values to about three significant digits, never in ``e``
+    notation below a million (``8,567``, ``12.3``, ``0.00615``); a million and up with an SI
+    prefix (``4.33 G``); whole floats below 10¹² (counts) exactly; NaN as ``—``. Non-numbers are returned as ``str(v)``."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool) or not isinstance(v, numbers.Number):
+        return str(v)
+    if isinstance(v, numbers.Integral):
+        return f"{int(v):,}"
+    x = float(v)
+    if math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    a = abs(x)
+    if x == round(x) and a < 1e12:  # a whole count (bytes, instructions): exact
+        return f"{int(round(x)):,}"
+    if a >= 1e6:
+        for scale, prefix in _SI:
+            if a >= scale:
+                return f"{x / scale:.3g} {prefix}" if a < scale * 1000 or prefix == "P" else f"{x / scale:,.0f} {prefix}"
+    if x == round(x):
+        return f"{int(round(x)):,}"
+    if a >= 100:
+        return f"{x:,.0f}"
+    if a < 1e-6:
+        return f"{x:.2e}"
+    decimals = 2 - math.floor(math.log10(a))
+    s = f"{x:.{decimals}f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
+def header_label(name: Any) -> str:
+    """Display text of a column name: a unit suffix becomes a unit in parentheses and
+    underscores become spaces (``dram_tbps`` -> ``dram (TB/s)``); other names are kept."""
+    s = str(name)
+    for suffix, unit in UNIT_SUFFIXES:
+        if s.endswith(suffix) and len(s) > len(suffix):
+            return f"{s[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return s
+
+
+def shorten_name(text: str, limit: int = NAME_MAX_CHARS) -> str:
+    """``text`` cut to about ``limit`` characters by an ellipsis in the middle, keeping the
+    start and the end (where kernel names say what they are); a C++ ``void`` return type and
+    a trailing argument list go first. Unchanged if short enough."""
+    if len(text) <= limit:
+        return text
+    text = re.sub(r"^void\s+", "", text)
+    text = re.sub(r"\((?:[^()]|\([^()]*\))*\)$", "", text) or text
+    if len(text) <= limit:
+        return text
+    head = (limit * 3) // 5
+    tail = limit - head - 1
+    return text[:head] + "…" + text[-tail:]
+
+
+HEADER_LINE_CHARS = 12  # a header wraps onto lines of about this many characters
+
+
+def _header_html(name: Any) -> str:
+    """Escaped header text, wrapped between words onto short lines (``<br>``) so that a long
+    column name does not make its column wider than its numbers."""
+    lines: list[str] = []
+    for word in header_label(name).split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= HEADER_LINE_CHARS:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(html.escape(line) for line in lines)
+
+
+def _is_name_like(text: str) -> bool:
+    return text.count(" ") <= 2
+
+
+# Inline styles as well as the <style> block: JupyterLab's sanitizer may drop <style> in an
+# untrusted notebook, and its own table CSS centres tables and right-aligns every cell.
+_STYLE = {"num": "text-align:right;white-space:nowrap", "txt": "text-align:left",
+          "txt long": f"text-align:left;white-space:normal;min-width:14em;max-width:{TEXT_WRAP_EM}em"}
+_BOX_STYLE = "overflow-x:auto;max-width:100%"
+_TABLE_STYLE = "margin:0;table-layout:auto"
+
+
+def _td(cls: str, inner: str) -> str:
+    return f'<td class="{cls}" style="{_STYLE[cls]}">{inner}</td>'
+
+
+def _whole_column(values) -> bool:
+    """True if every number in ``values`` is a whole count below 10¹⁵ (bytes, FLOPs, samples):
+    such a column is written exactly, all in one format, rather than partly with SI prefixes."""
+    nums = [float(v) for v in values if isinstance(v, numbers.Number) and not isinstance(v, bool)
+            and not math.isnan(float(v))]
+    return bool(nums) and all(math.isfinite(x) and x.is_integer() and abs(x) < 1e15 for x in nums)
+
+
+def _cell_html(v: Any, floatfmt: str | None, whole: bool = False) -> tuple[str, str]:
+    """(css class, escaped inner HTML) of one table cell; ``whole``: its column holds counts."""
+    if isinstance(v, numbers.Number) and not isinstance(v, bool):
+        if floatfmt and isinstance(v, float) and not math.isnan(v):
+            return "num", html.escape(floatfmt.format(v))
+        if whole and not math.isnan(float(v)):
+            return "num", f"{int(round(float(v))):,}"
+        return "num", html.escape(format_number(v))
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "num", "—"
+    s = str(v)
+    try:  # pandas NA / NaT
+        import pandas as pd
+
+        if not isinstance(v, (list, tuple, dict)) and pd.isna(v):
+            return "num", "—"
+    except (ImportError, TypeError, ValueError):
+        pass
+    if len(s) > NAME_MAX_CHARS and _is_name_like(s):
+        return "txt", f'<abbr title="{html.escape(s)}">{html.escape(shorten_name(s))}</abbr>'
+    cls = "txt long" if len(s) > TEXT_WRAP_EM * 2 else "txt"
+    return cls, html.escape(s)
+
+
+def _flat_columns(df):
+    import pandas as pd
+
+    if not _plain_index(df):
+        df = df.reset_index()
+    if isinstance(df.columns, pd.MultiIndex):
+        df = df.copy()
+        df.columns = [" / ".join(str(x) for x in c if str(x)) for c in df.columns]
+    return df
+
+
+def table_html(df, floatfmt: str | None = None) -> str:
+    """The HTML of DataFrame ``df`` as :func:`show` draws it (see the module docstring):
+    escaped text, readable numbers, units in headers, one-row tables transposed, inside a
+    horizontally scrolling box. ``floatfmt`` (e.g. ``"{:.2f}"``) overrides the float format."""
+    df = _flat_columns(df)
+    cols = list(df.columns)
+    parts = [_TABLE_CSS, f'<div class="infralens-table" style="{_BOX_STYLE}"><table style="{_TABLE_STYLE}">']
+    if len(df) == 1 and len(cols) > 1:
+        row = df.iloc[0]
+        parts.append("<tbody>")
+        for c in cols:
+            cls, inner = _cell_html(row[c], floatfmt)
+            parts.append(f'<tr><th title="{html.escape(str(c))}" style="text-align:left">'
+                         f'{html.escape(header_label(c))}</th>{_td(cls, inner)}</tr>')
+        parts.append("</tbody>")
+    else:
+        whole = [_whole_column(df[c].tolist()) for c in cols] if len(set(cols)) == len(cols) else [False] * len(cols)
+        rows = [[_cell_html(v, floatfmt, whole[j]) for j, v in enumerate(r)]
+                for r in df.itertuples(index=False, name=None)]
+        numeric = [bool(rows) and all(r[j][0] == "num" for r in rows) for j in range(len(cols))]
+        parts.append("<thead><tr>")
+        for j, c in enumerate(cols):
+            align, side = ("num", "right") if numeric[j] else ("txt", "left")
+            parts.append(f'<th class="{align}" title="{html.escape(str(c))}" '
+                         f'style="text-align:{side};vertical-align:bottom">{_header_html(c)}</th>')
+        parts.append("</tr></thead><tbody>")
+        for r in rows:
+            parts.append("<tr>" + "".join(_td(cls, inner) for cls, inner in r) + "</tr>")
+        parts.append("</tbody>")
+    parts.append("</table></div>")
+    return "".join(parts)
+
+
+def table_text(df, floatfmt: str | None = None) -> str:
+    """Plain-text rendering of ``df`` with the same number format and headers as the HTML."""
+    df = _flat_columns(df)
+    fmt = (lambda v: floatfmt.format(v)) if floatfmt else format_number
+    shown = df.copy()
+    shown.columns = [header_label(c) for c in df.columns]
+    for c in shown.columns:
+        shown[c] = [fmt(v) if isinstance(v, numbers.Number) and not isinstance(v, bool) else
+                    ("—" if v is None else str(v)) for v in shown[c]]
+    if len(shown) == 1 and len(shown.columns) > 1:
+        width = max(len(str(c)) for c in shown.columns)
+        return "\n".join(f"{str(c):<{width}}  {shown.iloc[0][c]}" for c in shown.columns)
+    return shown.to_string(index=False)
+
+
+# ---------------------------------------------------------------- show and card
+def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str | None = None) -> None:
     """Display ``obj`` (DataFrame, matplotlib Figure, or text) with a provenance caption.
 
     ``caption`` is an :class:`~infralens_lab.evidence.Evidence`, a Provenance, or a string
     (a formula source, for instance). It is required for tables and figures: pass the
-    evidence the values came from.
+    evidence the values came from. Tables are drawn by :func:`table_html`; ``floatfmt``
+    (a ``str.format`` pattern) overrides its number format for floats.
     """
     cap = _caption_text(caption)
     ipy = _ipython_display()
@@ -47,8 +270,7 @@ def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str 
         if title:
             display(Markdown(f"**{title}**"))
         if is_df:
-            display(obj.style.format(_formatter(floatfmt), na_rep="—").hide(axis="index")
-                    if obj.index.name is None and _plain_index(obj) else obj)
+            display({"text/html": table_html(obj, floatfmt), "text/plain": table_text(obj, floatfmt)}, raw=True)
         elif is_fig:
             display(obj)
             import matplotlib.pyplot as plt
@@ -62,7 +284,7 @@ def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str 
     if title:
         print(f"== {title} ==")
     if is_df:
-        print(obj.to_string(index=not _plain_index(obj), float_format=_formatter(floatfmt)))
+        print(table_text(obj, floatfmt))
     elif is_fig:
         print(f"[figure: {obj.axes[0].get_title() if obj.axes else 'untitled'}]")
         import matplotlib.pyplot as plt
@@ -80,19 +302,16 @@ def _plain_index(df) -> bool:
     return isinstance(df.index, pd.RangeIndex)
 
 
-def _formatter(fmt: str):
-    def f(v):
-        if isinstance(v, float):
-            return fmt.format(v)
-        return v if isinstance(v, str) else str(v)
-
-    return f
+CARD_KINDS = {"note": "Note", "notice": "Notice", "pitfall": "Pitfall", "interview": "Interview"}
 
 
 def card(title: str, body: str, kind: str = "note") -> None:
-    """An explanation card: a titled block of Markdown (``kind`` is note, notice, pitfall or interview)."""
-    icon = {"note": "📝", "notice": "👀", "pitfall": "⚠️", "interview": "🎤"}.get(kind, "📝")
-    text = f"> {icon} **{title}**\n>\n" + "\n".join(f"> {line}" for line in body.strip().splitlines())
+    """An explanation card: a titled block of Markdown. ``kind`` (note, notice, pitfall or
+    interview) says what the card is for; the title names it in words, no emoji (an emoji
+    font is not installed everywhere)."""
+    if kind not in CARD_KINDS:
+        raise ValueError(f"card kind {kind!r} is not one of {sorted(CARD_KINDS)}; pick the one that fits")
+    text = f"> **{title}**\n>\n" + "\n".join(f"> {line}" for line in body.strip().splitlines())
     ipy = _ipython_display()
     if ipy is not None:
         display, Markdown = ipy
@@ -101,4 +320,4 @@ def card(title: str, body: str, kind: str = "note") -> None:
         print(f"[{kind}] {title}\n{body.strip()}")
 
 
-__all__ = ["card", "show"]
+__all__ = ["card", "format_number", "header_label", "shorten_name", "show", "table_html", "table_text"]

@@ -140,13 +140,16 @@ def peak_figure(stacks: Mapping[str, Mapping[str, float]], peak: Mapping[str, fl
     return fig
 
 
+DOMINANT_LABEL = "dominant term (outlined)"
+
+
 def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | None = "zero_stage",
                    label: str = "model", title: str = "Which term dominates as models grow",
                    shares: bool = True):
     """Stacked bars per model from :func:`~infralens_lab.analysis.ledger.scaling_table` (or any
     table with a ``label`` column and one bytes column per category): shares of the total in %
     (``shares=True``) or GB per rank, one panel per value of ``facet`` (e.g. ZeRO stage; None
-    for one panel). The dominant category of each bar is named above it."""
+    for one panel). The dominant category of each bar is outlined in bold."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -166,7 +169,9 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     panels = [(None, table)] if facet is None else list(table.groupby(facet, sort=True))
     ncol = min(len(panels), 2)
     nrow = -(-len(panels) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.0 * ncol + 2.2, 4.6 * nrow), dpi=100, squeeze=False,
+    # about 940 px wide at dpi 100: a JupyterLab output at 1280 px with the file browser open is
+    # ~830 px, so the 10 pt tick labels still show at ~9 pt
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.8 * ncol + 1.8, 4.4 * nrow), dpi=100, squeeze=False,
                              sharey=shares)
     flat = list(axes.flat)
     for ax in flat[len(panels):]:
@@ -177,26 +182,29 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
         data = 100 * vals / np.where(tot > 0, tot, 1) if shares else vals / GB
         x = np.arange(len(sub))
         bottom = np.zeros(len(sub))
+        starts = np.zeros_like(data)
         for j, c in enumerate(categories):
             ax.bar(x, data[:, j], bottom=bottom, color=_color(c), edgecolor="black", linewidth=0.3, label=c)
+            starts[:, j] = bottom
             bottom += data[:, j]
-        for i in range(len(sub)):
-            dom = categories[int(np.argmax(vals[i]))]
-            ax.text(x[i], bottom[i] * 1.01 + (0 if shares else 0), dom.replace(" ", "\n", 1), ha="center",
-                    va="bottom", fontsize=_FONT - 2)
-        ax.set_xticks(x, list(sub[label]), rotation=35, ha="right", fontsize=_FONT)
-        ax.set_ylim(0, (112 if shares else bottom.max() * 1.18))
+        # the dominant term of each bar gets a thick outline (no text to crowd narrow bars)
+        dom = np.argmax(vals, axis=1)
+        rows = np.arange(len(sub))
+        ax.bar(x, data[rows, dom], bottom=starts[rows, dom], fill=False, edgecolor="black", linewidth=2.2,
+               label=DOMINANT_LABEL, gid="dominant")
+        ax.set_xticks(x, list(sub[label]), rotation=35, ha="right", rotation_mode="anchor", fontsize=_FONT + 1)
+        ax.set_ylim(0, (105 if shares else bottom.max() * 1.1))
         ax.set_title(title if key is None else f"{facet} = {key}", fontsize=_FONT + 1)
-        ax.tick_params(labelsize=_FONT)
+        ax.tick_params(axis="y", labelsize=_FONT)
         ax.grid(True, axis="y", color="0.9")
     for row in axes:
         row[0].set_ylabel("share of bytes per rank (%)" if shares else "bytes per rank (GB, 1e9 B)",
                           fontsize=_FONT + 1)
-    axes[0][-1].legend(fontsize=_FONT - 1, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[0][-1].legend(fontsize=_FONT, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if facet is not None:
         fig.suptitle(title, fontsize=_FONT + 2)
     fig.tight_layout()
     return fig
 
 
-__all__ = ["CATEGORY_COLORS", "GB", "MiB", "PERSISTENT", "ledger_bars", "peak_figure", "scaling_figure"]
+__all__ = ["CATEGORY_COLORS", "DOMINANT_LABEL", "GB", "MiB", "PERSISTENT", "ledger_bars", "peak_figure", "scaling_figure"]

@@ -145,13 +145,18 @@ def _limits(roofs: list[Roof], points, xlim, ylim):
 
 class _Placer:
     """Greedy label placement with real text extents: for each label try a ring of offsets and keep
-    the first whose rendered box stays inside the axes and overlaps no marker, no earlier label and
-    no text already on the axes (roof labels, legend); if none is free, the least-overlapping one."""
+    the first whose rendered box stays inside the axes and overlaps no marker, no earlier label,
+    no text already on the axes (roof labels, legend) and no line drawn so far (roofs, the ridge,
+    predicted-to-measured connectors); if none is free, the least-overlapping one."""
+
+    LINE_STEP_PX = 2.0  # lines are sampled every 2 px; each sample inside a label box costs
+    LINE_COST = 40.0    # as much as 40 px² of box overlap, so a label never sits on a roof
 
     OFFSETS = [(6, 6), (6, -14), (-6, 6), (-6, -14), (10, 18), (10, -26), (-10, 18), (-10, -26), (14, 0),
                (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20)]
 
     def __init__(self, ax, fig, xs=(), ys=()):
+        import numpy as np
         from matplotlib.transforms import Bbox
 
         self.ax, self.fig = ax, fig
@@ -167,6 +172,16 @@ class _Placer:
         leg = ax.get_legend()
         if leg is not None:
             self.boxes.append(leg.get_window_extent(self.renderer))
+        samples = []
+        for line in ax.lines:
+            xy = ax.transData.transform(np.asarray(line.get_xydata(), dtype=float))
+            for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:]):
+                if not np.isfinite([x0, y0, x1, y1]).all():
+                    continue
+                n = max(2, int(np.hypot(x1 - x0, y1 - y0) / self.LINE_STEP_PX))
+                t = np.linspace(0.0, 1.0, n)
+                samples.append(np.column_stack([x0 + t * (x1 - x0), y0 + t * (y1 - y0)]))
+        self.line_px = np.concatenate(samples) if samples else np.empty((0, 2))
 
     def _cost(self, bb, own) -> float:
         if not (bb.x0 >= self.frame.x0 and bb.x1 <= self.frame.x1 and bb.y0 >= self.frame.y0 and bb.y1 <= self.frame.y1):
@@ -179,6 +194,10 @@ class _Placer:
             h = min(bb.y1, b.y1) - max(bb.y0, b.y0)
             if w > 0 and h > 0:
                 area += w * h
+        if len(self.line_px):
+            inside = ((self.line_px[:, 0] >= bb.x0) & (self.line_px[:, 0] <= bb.x1)
+                      & (self.line_px[:, 1] >= bb.y0) & (self.line_px[:, 1] <= bb.y1))
+            area += self.LINE_COST * float(inside.sum())
         return area
 
     def place(self, x, y, text, color, own_index: int | None = None):

@@ -1,0 +1,89 @@
+"""tools/lab.sh (what `make lab` runs), up to the point where it would start JupyterLab: the
+working copy is made once and never overwritten, new labs are copied in, the banner says where
+the notebooks are, the URL, the SSH tunnel on a remote machine and the port used when the one
+asked for is taken; root gets --allow-root; the shipped settings are used. The browser test
+starts the real server through the same script."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+LABS = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_file())
+VENV = Path(sys.executable).parent.parent
+
+
+def lab_sh(work: Path, port: int, **env) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if k != "SSH_CONNECTION"}
+    e.update(INFRALENS_WORK_DIR=str(work), PORT=str(port), INFRALENS_LAB_DRY_RUN="1", **env)
+    r = subprocess.run(["bash", str(ROOT / "tools" / "lab.sh"), str(VENV)], env=e, capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not LABS, reason="no labs/ committed")
+def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
+    work = tmp_path / "my-labs"
+    first = lab_sh(work, _free_port()).stdout
+    assert f"your notebooks: {work}" in first and "git-ignored" in first
+    assert sorted(p.name for p in work.iterdir()) == LABS
+    assert "copied in now: " + " ".join(LABS) in first
+    mine = work / LABS[0]
+    mine.write_text("my answers")          # a learner's edit
+    (work / LABS[-1]).unlink()             # stands in for a lab added to labs/ later
+    again = lab_sh(work, _free_port()).stdout
+    assert mine.read_text() == "my answers"
+    assert f"copied in now: {LABS[-1]}" in again
+    assert (work / LABS[-1]).read_bytes() == (ROOT / "labs" / LABS[-1]).read_bytes()
+
+
+def test_url_root_flag_settings_and_no_tunnel_locally(tmp_path):
+    port = _free_port()
+    out = lab_sh(tmp_path / "w", port).stdout
+    assert re.search(rf"open: http://localhost:{port}/lab\?token=[0-9a-f]{{48}}", out)
+    cmd = out.strip().splitlines()[-1]
+    assert f"--ServerApp.port={port}" in cmd and f"--ServerApp.root_dir={tmp_path / 'w'}" in cmd
+    assert f"--LabApp.app_settings_dir={ROOT}/tools/jupyter/settings" in cmd
+    assert ("--allow-root" in cmd) == (os.geteuid() == 0)
+    assert "ssh -N -L" not in out and "is taken" not in out
+
+
+def test_remote_machine_gets_the_tunnel_line(tmp_path):
+    port = _free_port()
+    out = lab_sh(tmp_path / "w", port, SSH_CONNECTION="203.0.113.9 50022 198.51.100.7 22").stdout
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    assert f"ssh -N -L {port}:localhost:{port} {user}@198.51.100.7" in out
+
+
+def test_taken_port_is_named_and_the_next_one_used(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = lab_sh(tmp_path / "w", port).stdout
+    used = int(re.search(r"open: http://localhost:(\d+)/", out).group(1))
+    assert used > port and f"port {port} is taken; using port {used}" in out
+
+
+def test_shipped_settings_turn_the_news_off():
+    import json
+
+    overrides = json.loads((ROOT / "tools" / "jupyter" / "settings" / "overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    schema = VENV / "share" / "jupyter" / "lab" / "schemas" / "@jupyterlab" / "apputils-extension" / "notification.json"
+    if schema.exists():  # the setting exists under that name in this JupyterLab
+        assert "fetchNews" in json.loads(schema.read_text())["properties"]

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `make lab`: serve the learner's working copy of labs/ in JupyterLab.
+#
+# The committed notebooks in labs/ stay untouched: the learner works in my-labs/ (git-ignored),
+# made on the first run. Later runs copy in only labs that are new since (a `git pull` that
+# adds lab 05 brings it), never overwriting a notebook already there. Prints the URL, the SSH
+# tunnel line on a remote machine, and the port used when 8888 is taken. Works as root.
+# JupyterLab's defaults come from tools/jupyter/settings/overrides.json (news toast off);
+# a learner's own settings still win.
+set -euo pipefail
+VENV="${1:-.venv}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="${INFRALENS_WORK_DIR:-$ROOT/my-labs}"
+WANT_PORT="${PORT:-8888}"
+[ -x "$VENV/bin/python" ] || { echo "make lab: $VENV/bin/python is missing; run 'make install' first" >&2; exit 1; }
+VENV="$(cd "$VENV" && pwd)"
+PY="$VENV/bin/python"
+
+# ---- the working copy
+mkdir -p "$WORK"
+new=()
+for f in "$ROOT"/labs/*; do
+    [ -f "$f" ] || continue
+    dest="$WORK/$(basename "$f")"
+    if [ ! -e "$dest" ]; then cp "$f" "$dest"; new+=("$(basename "$f")"); fi
+done
+
+# ---- a free port: WANT_PORT or the next free one above it
+PORT_USED="$("$PY" - "$WANT_PORT" <<'PYEOF'
+import socket, sys
+want = int(sys.argv[1])
+for port in range(want, want + 50):
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            continue
+        print(port)
+        break
+else:
+    sys.exit(f"make lab: ports {want}-{want + 49} are all taken; choose one with 'make lab PORT=9000'")
+PYEOF
+)"
+TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(24))')"
+
+ARGS=(--no-browser --ServerApp.port="$PORT_USED" --ServerApp.port_retries=0
+      --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK"
+      --LabApp.app_settings_dir="$ROOT/tools/jupyter/settings")
+if [ "$(id -u)" = 0 ]; then ARGS+=(--allow-root); fi   # GPU cloud machines and containers run as root
+
+# ---- what the learner needs to know, before the server's own log
+echo "------------------------------------------------------------------------"
+echo "InfraLens Lab"
+echo "  your notebooks: $WORK"
+echo "    (a working copy of labs/, git-ignored: your edits and answers stay here;"
+echo "     the committed labs/ are never changed, so 'git pull' stays clean)"
+if [ ${#new[@]} -gt 0 ]; then echo "    copied in now: ${new[*]}"; fi
+if [ "$PORT_USED" != "$WANT_PORT" ]; then
+    echo "  port $WANT_PORT is taken; using port $PORT_USED"
+fi
+echo "  open: http://localhost:$PORT_USED/lab?token=$TOKEN"
+if [ -n "${SSH_CONNECTION:-}" ]; then
+    host="$(echo "$SSH_CONNECTION" | awk '{print $3}')"
+    echo "  this machine is remote: on your own computer run"
+    echo "    ssh -N -L $PORT_USED:localhost:$PORT_USED $(id -un)@$host"
+    echo "  (or the host name you log in with), then open the URL above there."
+fi
+echo "  stop: Ctrl-C twice"
+echo "------------------------------------------------------------------------"
+cd "$WORK"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "${INFRALENS_LAB_DRY_RUN:-}" ]; then   # tests: everything but starting the server
+    echo "would run: $VENV/bin/jupyter lab ${ARGS[*]}"
+    exit 0
+fi
+exec "$VENV/bin/jupyter" lab "${ARGS[@]}"
