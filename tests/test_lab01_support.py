@@ -205,14 +205,15 @@ def test_idle_by_cause_on_a_real_h200_trace_excerpt():
     assert lab01.hot_kernel_name(tr) is not None
 
 
-def test_quiet_native_stderr_hides_descriptor_2_only_inside(capfd):
+def test_quiet_profiler_chatter_drops_only_the_profiler_lines(capfd):
     import os
 
-    with lab01._quiet_native_stderr():
-        os.write(2, b"native noise\n")
+    with lab01.quiet_profiler_chatter():
+        os.write(2, b"USDT: 12:00:01 pid 4242 profiler_start\n")
+        os.write(2, b"a real native warning\n")
     os.write(2, b"after\n")
     err = capfd.readouterr().err
-    assert "native noise" not in err and "after" in err
+    assert "USDT" not in err and "a real native warning" in err and "after" in err
 
 
 def test_step_time_notes():

@@ -12,6 +12,7 @@ import pytest
 
 from infralens_lab import evidence
 from infralens_lab.analysis import traffic
+from infralens_lab.analysis import roofline as rl
 from infralens_lab.labs_support import lab04
 from infralens_lab.measure import ncu as N
 from infralens_lab.present import stalls as S
@@ -187,8 +188,9 @@ def test_block_m_from_grid_and_bad_grids():
 
 
 def test_config_fields_and_errors():
-    assert T.config_fields("copy_strided stride=8 n=16777216 fp32") == {
-        "family": "copy_strided", "stride": 8, "n": 16777216, "dtype": "fp32"}
+    f = T.config_fields("copy_strided stride=8 n=16777216 fp32")
+    assert {k: f[k] for k in ("family", "stride", "n", "dtype", "elem_bytes")} == {
+        "family": "copy_strided", "stride": 8, "n": 16777216, "dtype": "fp32", "elem_bytes": 4}
     assert T.config_fields("naive shape=1,8,2048,64 fp16 causal")["shape"] == (1, 8, 2048, 64)
     assert T.config_fields("naive shape=1,8,2048,64 fp16 causal")["causal"] is True
     with pytest.raises(ValueError, match="config label"):
@@ -197,7 +199,7 @@ def test_config_fields_and_errors():
         T.copy_family([1, 2])
     with pytest.raises(ValueError, match="no copy_coalesced/copy_strided launches"):
         T.copy_family(N.parse_raw_csv(_attention_csv(4)))
-    with pytest.raises(ValueError, match="lacks shape"):
+    with pytest.raises(ValueError, match="lacks \\['shape'\\]"):
         T.attention_kernels(N.parse_raw_csv(_block("naive fp16", [("naive_qk", {"gpu__time_duration.sum": 1})])))
 
 
@@ -337,9 +339,9 @@ def test_tables_on_real_h200_csvs():
 
 
 def test_sol_verdict():
-    assert lab04.sol_verdict(20.0, 72.0) == "memory-bound: 72% of its peak"
-    assert lab04.sol_verdict(85.0, 40.0) == "compute (SM)-bound: 85% of its peak"
-    assert lab04.sol_verdict(24.0, 12.0).startswith("latency-bound: neither memory (12%) nor SM (24%)")
+    assert rl.sol_verdict(20.0, 72.0) == "memory-bound: 72% of its peak"
+    assert rl.sol_verdict(85.0, 40.0) == "compute (SM)-bound: 85% of its peak"
+    assert rl.sol_verdict(24.0, 12.0).startswith("latency-bound: neither memory (12%) nor SM (24%)")
 
 
 def test_stall_shift_when_the_top_reason_changes():

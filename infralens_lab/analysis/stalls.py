@@ -88,8 +88,25 @@ def explain(reason: str) -> Stall:
     return STALLS[r]
 
 
+def dominant_item(totals: dict, include_selected: bool = False) -> tuple[str, float]:
+    """``(reason, value)`` of the dominant stall in ``{reason: samples or share}`` (reasons normalised,
+    values of one reason summed). The package's one rule: ``selected`` (issuing, not a stall) is
+    skipped unless ``include_selected``; the largest value wins; ties go to the alphabetically first
+    reason. ValueError when nothing is left."""
+    acc: dict[str, float] = {}
+    for r, v in totals.items():
+        if v is None or v != v:
+            continue
+        r = normalize(r)
+        if include_selected or r != "selected":
+            acc[r] = acc.get(r, 0.0) + float(v)
+    if not acc:
+        raise ValueError("stall table is empty; expected at least one reason with a value")
+    return sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
 def dominant(table: Any, include_selected: bool = False) -> str:
-    """The reason with the largest share in a stall table.
+    """The reason with the largest share in a stall table (rule: :func:`dominant_item`).
 
     ``table``: a DataFrame with columns ``reason`` and ``share`` (or ``samples``), or a dict
     ``{reason: share}``. ``selected`` is skipped unless ``include_selected`` (it is issuing,
@@ -105,12 +122,11 @@ def dominant(table: Any, include_selected: bool = False) -> str:
         if value is None:
             raise ValueError(f"stall table has columns {cols}; expected a 'share' or 'samples' column")
         items = list(zip(table["reason"], table[value]))
-    items = [(normalize(r), float(v)) for r, v in items if v is not None and v == v]
-    if not include_selected:
-        items = [(r, v) for r, v in items if r != "selected"]
-    if not items:
-        raise ValueError("stall table is empty; expected at least one reason with a value")
-    return max(items, key=lambda rv: rv[1])[0]
+    totals: dict[str, float] = {}
+    for r, v in items:
+        if v is not None and v == v:
+            totals[normalize(r)] = totals.get(normalize(r), 0.0) + float(v)
+    return dominant_item(totals, include_selected)[0]
 
 
 def card(table: Any) -> str:

@@ -9,7 +9,6 @@ microseconds, ``_ms`` milliseconds.
 """
 from __future__ import annotations
 
-import contextlib
 import re
 import shlex
 
@@ -20,7 +19,9 @@ from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab01.
 from ..device import is_gpu
 from ..measure import ncu as N
 from ..measure import nsys
-from ..measure.torch_trace import CAUSES, Trace, load_trace, profile
+from ..analysis import stalls
+from ..analysis.roofline import sol_verdict
+from ..measure.torch_trace import CAUSES, Trace, load_trace, profile, quiet_profiler_chatter
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
 
@@ -32,27 +33,6 @@ TARGET = ["--kernel", "train_step", "--warmup", "2", "--iters", "1"]
 
 
 # ---------------------------------------------------------------- live
-@contextlib.contextmanager
-def _quiet_native_stderr():
-    """Send file descriptor 2 to /dev/null for the duration: the profiler's native library prints
-    timestamped ``profiler_start``/``profiler_stop`` lines there, which would make a notebook's
-    output differ on every run. Python-level errors still raise as usual."""
-    import os
-    import sys
-
-    fd = 2  # native code writes to descriptor 2 itself, whatever sys.stderr is (Jupyter replaces that)
-    sys.stderr.flush()
-    saved = os.dup(fd)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-        os.close(devnull)
-
-
 def live_trace(version: str = "bubble"):
     """Profile a few steps of the pipeline now; returns ``(Trace, Evidence)``.
 
@@ -62,7 +42,7 @@ def live_trace(version: str = "bubble"):
     if version not in VERSIONS:
         raise ValueError(f"version {version!r}; expected one of {VERSIONS}")
     step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
-    with _quiet_native_stderr():
+    with quiet_profiler_chatter():
         tr = profile(step, wait=1, warmup=1, active=3)
     ev = evidence.live(f"trace_{version}_live", {"summary": tr.summary()},
                        f"infralens_lab.measure.torch_trace.profile(make_step({version!r}), wait=1, warmup=1, active=3)")
@@ -309,10 +289,10 @@ def hot_kernel_counters(st, hot_kernel: str):
     d = N.dram_bytes(sel).mean(numeric_only=True)
     row["dram_tbps"] = (d["read_bytes"] + d["write_bytes"]) / (sol["time_ns"] * 1e-9) / 1e12
     row["achieved_occupancy_pct"] = N.occupancy(sel)["achieved_pct"].mean()
-    b = N.stall_breakdown(sel)
-    if len(b):
-        per = b[b["reason"] != "selected"].groupby("reason")["samples"].sum()
-        row["dominant_stall"] = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    if N.WAVES in set(sel["metric"]):
+        row["waves"] = float(sel.loc[sel["metric"] == N.WAVES, "value"].mean())
+    if N.has_stalls(sel):
+        row["dominant_stall"] = stalls.dominant(N.stall_breakdown(sel))
     return row, cap
 
 
@@ -398,11 +378,9 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
         lines.append(f"What is left is GPU work: the hottest kernel ({h['kernel']}) takes {h['pct_of_kernel_time']:.0f}% "
                      f"of kernel time, so it is the one to hand to Nsight Compute.")
     if counters:
-        from .lab04 import sol_verdict
-
         c = counters
         lines.append(f"Why it takes that long: its speed of light ({c['memory_pct']:.0f}% of peak memory throughput, "
-                     f"{c['sm_pct']:.0f}% of SM throughput) reads {sol_verdict(c['sm_pct'], c['memory_pct'])}"
+                     f"{c['sm_pct']:.0f}% of SM throughput) reads {sol_verdict(c['sm_pct'], c['memory_pct'], waves=c.get('waves'))}"
                      + (f"; besides issuing, its sampled warps are most often in '{c['dominant_stall']}' "
                         f"({_meaning(c['dominant_stall'])})." if c.get("dominant_stall") else "."))
     return "\n".join(lines)

@@ -8,15 +8,12 @@ Bytes are bytes; MiB = 2**20 B, GB = 1e9 B.
 """
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import replace
 
 import pandas as pd
 
 from ..analysis import ledger
+from ..measure.torch_trace import quiet_profiler_chatter  # noqa: F401  (re-exported)
 from ..workloads.tiny_gpt import GPTConfig
 
 MiB = 2 ** 20
@@ -40,27 +37,6 @@ def live_training() -> ledger.Training:
 
     return ledger.Training(batch=LIVE_BATCH, seq=LIVE_SEQ, precision="fp32", optimizer="adamw",
                            attention="flash", optimizer_impl="foreach" if is_gpu() else "forloop")
-
-
-@contextmanager
-def quiet_profiler_chatter():
-    """Drop the ``USDT: ... profiler_start/stop`` lines torch's Kineto writes straight to the
-    process's stderr (file descriptor 2) each time a profiler starts or stops: they carry clock
-    times and process ids, so a notebook showing them would differ on every run. Every other
-    line written to fd 2 meanwhile is passed on to ``sys.stderr``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            rest = [ln for ln in tmp.read().decode(errors="replace").splitlines() if not ln.startswith("USDT:")]
-            if rest:
-                print("\n".join(rest), file=sys.stderr)
 
 
 def measure_live_step():

@@ -18,10 +18,13 @@ import pandas as pd
 
 from .. import evidence
 from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab04.check_on and lab04.store)
+from ..analysis import roofline as rl
 from ..analysis import stalls as stall_info
 from ..analysis import traffic
 from ..device import is_gpu
 from ..measure import ncu as N
+from ..measure.runs import ELEM_BYTES, copy_run, target_args
+from ..measure.target import REGEX
 from ..present import tables
 
 COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
@@ -51,17 +54,6 @@ def _have(st, files) -> list[str]:
 def _missing(what: str, files) -> None:
     print(f"{what}: the recorded set has no {', '.join(files)} yet, so this part shows no measurement. "
           f"It is written on a GPU by `python -m infralens_lab record --out data/recorded/<gpu-slug>`.")
-
-
-def command_of(csv_text: str, config_part: str) -> str | None:
-    """The ncu command line the recorder ran for the first config whose label contains ``config_part``."""
-    label = None
-    for line in csv_text.splitlines():
-        if line.startswith(N.CONFIG_MARK):
-            label = line[len(N.CONFIG_MARK):].strip()
-        elif line.startswith("==INFRALENS== command:") and label and config_part in label:
-            return line.split(":", 1)[1].strip()
-    return None
 
 
 # ---------------------------------------------------------------- live correctness
@@ -187,7 +179,7 @@ def _family(counters_text: str, stalls_text: str | None, bench_rows, caption, st
     sdf = N.parse_raw_csv(stalls_text) if stalls_text else None
     table = tables.copy_family(df, sdf, bench_rows)
     bd = N.stall_breakdown(sdf) if sdf is not None else None
-    cmds = {lab: command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"])}
+    cmds = {lab: N.command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"])}
     return CopyFamily(table, bd, caption, stall_caption, source, {k: v for k, v in cmds.items() if v})
 
 
@@ -243,20 +235,17 @@ def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> CopyFamil
     if not is_gpu():
         print("Live counters: none in interpreter mode (no GPU, so no ncu); the recorded counters follow.")
         return None
-    configs = [(f"copy n={n} fp32", "copy", ["--n", str(n), "--dtype", "fp32"])]
-    configs += [(f"copy_strided stride={s} n={n} fp32", "copy_strided",
-                 ["--stride", str(s), "--n", str(n), "--dtype", "fp32"]) for s in strides]
-    from ..measure.target import REGEX
-
+    configs = [copy_run(n, "fp32")] + [copy_run(n, "fp32", s) for s in strides]
     blocks = {"counters": [], "stalls": []}
     try:
-        for label, kernel, args in configs:
-            target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
+        for cfg in configs:
+            kernel = cfg.kind
+            target = ["--kernel", kernel, *target_args(cfg), "--warmup", "1", "--iters", "1"]
             for part, metrics in (("counters", N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY),
                                   ("stalls", N.TIME + N.STALLS)):
                 text = N.run_ncu(target, REGEX[kernel], metrics=metrics, launch_count=1)
                 cmd = N.command_line(target, REGEX[kernel], metrics=metrics, launch_count=1)
-                blocks[part].append(f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: {cmd}\n{text.rstrip()}\n")
+                blocks[part].append(N.config_block(cfg.label(), cmd, text))
     except N.NcuError as exc:
         print(f"Live counters: ncu could not run here: {exc.message}\nfix: {exc.fix}\nThe recorded counters follow.")
         return None
@@ -351,7 +340,7 @@ def before_after(a: Attention, before: str = "naive", after: str = "tiled") -> p
         raise ValueError(f"before_after: variants {before!r} and {after!r} needed; have {sorted(rows)}")
     b, f = dict(rows[before]), dict(rows[after])
     B, H, n_ctx, D = a.shape
-    e = tables.ELEM_BYTES.get(tables.config_fields(b["config"]).get("dtype", "fp16"), 2)
+    e = ELEM_BYTES.get(tables.config_fields(b["config"]).get("dtype") or "fp16", 2)
     sp_mb = B * H * n_ctx * n_ctx * (4 + e) * 2 / 1e6  # S (fp32) and P (input dtype), each written once, read once
 
     def speed(x, y):
@@ -416,23 +405,17 @@ def before_after(a: Attention, before: str = "naive", after: str = "tiled") -> p
     return out
 
 
-SOL_ROOF_PCT = 60.0  # Nsight Compute's speed-of-light rule: below 60% of peak on both, suspect latency
-
-
-def sol_verdict(sm_pct: float, memory_pct: float) -> str:
-    """Read a speed-of-light pair: the larger share names the unit closest to its roof; when both are
-    under :data:`SOL_ROOF_PCT` (the threshold Nsight Compute's own rule uses) neither roof explains
-    the time and the kernel is latency-bound (waits not hidden: look at occupancy and stalls)."""
-    hi, unit = (memory_pct, "memory") if memory_pct >= sm_pct else (sm_pct, "compute (SM)")
-    if hi >= SOL_ROOF_PCT:
-        return f"{unit}-bound: {hi:.0f}% of its peak"
-    return f"latency-bound: neither memory ({memory_pct:.0f}%) nor SM ({sm_pct:.0f}%) reaches {SOL_ROOF_PCT:.0f}% of peak"
-
-
 def sol_reading(a: Attention) -> list[str]:
-    """One line per attention variant: its speed-of-light pair read with :func:`sol_verdict`."""
-    return [f"{r['variant']}: {sol_verdict(r['sm_pct'], r['memory_pct'])}"
-            for r in a.variants.to_dict(orient="records")]
+    """One line per attention variant: its speed-of-light pair read with the series' one bound rule
+    (:func:`infralens_lab.analysis.roofline.sol_verdict`), with the launch's waves for a one-kernel variant."""
+    waves = a.kernels.groupby("variant", sort=False)["waves"].agg(["min", "size"]) if "waves" in a.kernels else None
+    out = []
+    for r in a.variants.to_dict(orient="records"):
+        w = None
+        if waves is not None and r["variant"] in waves.index and waves.loc[r["variant"], "size"] == 1:
+            w = float(waves.loc[r["variant"], "min"])
+        out.append(f"{r['variant']}: {rl.sol_verdict(r['sm_pct'], r['memory_pct'], waves=w)}")
+    return out
 
 
 def model_notes(a: Attention) -> list[str]:

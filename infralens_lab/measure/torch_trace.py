@@ -3,8 +3,8 @@
 :func:`profile` runs a step function under ``torch.profiler`` (schedule wait/warmup/active,
 CPU activity plus CUDA on a GPU) and returns a :class:`Trace`; :func:`load_trace` builds the
 same :class:`Trace` from a chrome-trace JSON (a path, a dict, or a recorded Evidence), so live
-traces and recorded ones go through one code path. :func:`annotate` opens a
-``record_function`` range (and, on a GPU, an NVTX range for Nsight Systems).
+traces and recorded ones go through one code path. :func:`infralens_lab.annotate.annotate`
+opens the named ranges the workloads use.
 
 A kernel is attributed to the op and range that launched it: its ``correlation`` id (also
 carried by the ``ac2g`` flow events) names the ``cudaLaunchKernel``/``cuLaunchKernel`` call on
@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from bisect import bisect_right
 from pathlib import Path
@@ -39,22 +40,25 @@ NO_GPU_NOTE = "CPU-only trace: no kernels, memcpys or memsets were recorded, so 
 
 
 @contextlib.contextmanager
-def annotate(name: str):
-    """A ``record_function`` range named ``name`` (shown by torch.profiler), plus an NVTX range on a GPU."""
-    import torch
-    from torch.profiler import record_function
-
-    from ..device import is_gpu
-
-    gpu = is_gpu()
-    if gpu:
-        torch.cuda.nvtx.range_push(name)
-    try:
-        with record_function(name):
+def quiet_profiler_chatter():
+    """Drop the ``USDT: ... profiler_start/stop`` lines torch's Kineto writes straight to the
+    process's stderr (file descriptor 2, whatever ``sys.stderr`` is: Jupyter replaces that) each time
+    a profiler starts or stops: they carry clock times and process ids, so a notebook showing them
+    would differ on every run. Every other line written to fd 2 meanwhile is passed on to
+    ``sys.stderr``. The package's one way of silencing native output."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
             yield
-    finally:
-        if gpu:
-            torch.cuda.nvtx.range_pop()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            rest = [ln for ln in tmp.read().decode(errors="replace").splitlines() if not ln.startswith("USDT:")]
+            if rest:
+                print("\n".join(rest), file=sys.stderr)
 
 
 def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..measure.torch_trace import annotate
+from ..annotate import annotate
 from .tiny_gpt import GPTConfig, TinyGPT
 
 VERSIONS = ("bubble", "fixed")
