@@ -77,18 +77,18 @@ def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
         rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(lambda: dst.copy_(x)), True))
         ok = torch.equal(copies.copy(x, out=dst), x)
         rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(lambda: copies.copy(x, out=dst)), ok))
-        del dst
+        dst = None  # free the buffer (None, not del: the timed lambdas above close over the name)
         for s in copies.STRIDES:
             out = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
             ok = torch.equal(copies.copy_strided(x, s, out=out), x[::s])
             t = _ms(lambda: copies.copy_strided(x, s, out=out))
             rows.append(_copy_row("strided", name, s, n, out.numel(), e, t, ok))
-            del out
+            out = None  # free the buffer before the next stride
         coalesced = next(r for r in rows if r["variant"] == "coalesced" and r["dtype"] == name)
         for r in rows:
             if r["dtype"] == name and r["variant"] == "strided":
                 r["measured_fraction"] = r["useful_tbps"] / coalesced["useful_tbps"]
-        del x
+        x = None  # free the input before the next dtype
         torch.cuda.empty_cache()
     return rows
 
@@ -171,7 +171,7 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
                 skipped.append({**case, "reason": str(exc).strip().splitlines()[0][:160]})
                 continue
             err = _rel_err(o, ref)
-            del o
+            o = None  # free the output before timing
             ms = _ms(lambda: fn(q, k, v, causal))
             row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
                    "correct": err <= REL_ERR_OK[dtype_name], "config": None}
@@ -184,7 +184,7 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
                 row["tuning_ms"] = attention_fast.tuning_timings()
             rows.append(row)
             torch.cuda.empty_cache()
-        del q, k, v, ref
+        q = k = v = ref = None  # free the inputs before the next shape
         torch.cuda.empty_cache()
     return rows, skipped
 

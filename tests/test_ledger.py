@@ -122,8 +122,8 @@ def test_predict_training_rows_and_helpers():
 def test_communication_buckets():
     m = L.Model.preset("gpt2-125m")
     psi = L.param_count(m)
-    get = lambda **kw: L.predict_training(m, L.Training(4, 512, **kw)).set_index("category").loc[
-        "communication buckets", "bytes"]
+    def get(**kw):
+        return L.predict_training(m, L.Training(4, 512, **kw)).set_index("category").loc["communication buckets", "bytes"]
     assert get(dp=1) == 0
     assert get(dp=8) == 2 * psi          # DDP's flat buckets copy every 16-bit gradient
     assert get(dp=8, grad_as_bucket_view=True) == 0

@@ -17,8 +17,7 @@ microseconds, ``_mb`` 1e6 bytes, ``_tbps`` 1e12 byte/s, ``_pct`` percent, ``_x``
 from __future__ import annotations
 
 import math
-import re
-from typing import Any, Sequence
+from typing import Sequence
 
 import pandas as pd
 

@@ -289,8 +289,6 @@ def hot_kernel_counters(st, hot_kernel: str):
     d = N.dram_bytes(sel).mean(numeric_only=True)
     row["dram_tbps"] = (d["read_bytes"] + d["write_bytes"]) / (sol["time_ns"] * 1e-9) / 1e12
     row["achieved_occupancy_pct"] = N.occupancy(sel)["achieved_pct"].mean()
-    if N.WAVES in set(sel["metric"]):
-        row["waves"] = float(sel.loc[sel["metric"] == N.WAVES, "value"].mean())
     if N.has_stalls(sel):
         row["dominant_stall"] = stalls.dominant(N.stall_breakdown(sel))
     return row, cap
@@ -380,7 +378,7 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
     if counters:
         c = counters
         lines.append(f"Why it takes that long: its speed of light ({c['memory_pct']:.0f}% of peak memory throughput, "
-                     f"{c['sm_pct']:.0f}% of SM throughput) reads {sol_verdict(c['sm_pct'], c['memory_pct'], waves=c.get('waves'))}"
+                     f"{c['sm_pct']:.0f}% of SM throughput) reads {sol_verdict(c['sm_pct'], c['memory_pct'])}"
                      + (f"; besides issuing, its sampled warps are most often in '{c['dominant_stall']}' "
                         f"({_meaning(c['dominant_stall'])})." if c.get("dominant_stall") else "."))
     return "\n".join(lines)
