@@ -203,7 +203,15 @@ class EvidenceWriter:
 
     def __init__(self, out_dir: str | Path, command: str, provenance: Provenance | None = None):
         self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            probe = self.out / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise EvidenceError(f"cannot write the recorded set to {self.out}: {exc.strerror or exc} "
+                                f"(expected a folder this user can create and write). Fix: choose another "
+                                f"--out, e.g. a folder under your home, or fix the folder's permissions") from None
         self.provenance = provenance or current_provenance(command, source="recorded")
         if self.provenance.source != "recorded":
             self.provenance = replace(self.provenance, source="recorded")

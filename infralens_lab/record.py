@@ -306,11 +306,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"record: refusing to record: recorded evidence must come from a real GPU, and this machine "
               f"runs in interpreter mode ({mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2
-    from .evidence import EvidenceWriter
+    from .evidence import EvidenceError, EvidenceWriter
 
     command = "python -m infralens_lab record " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
-    writer = EvidenceWriter(out, command)
+    try:
+        writer = EvidenceWriter(out, command)
+    except EvidenceError as exc:
+        print(f"record: {exc}", file=sys.stderr)
+        return 2
     rec = Recorder(writer, quick=args.quick, log=lambda m: print(m, flush=True))
     t0 = time.perf_counter()
     for step in [s for s in STEPS if not only or s in only]:
