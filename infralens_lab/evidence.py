@@ -19,6 +19,8 @@ import json
 import math
 import os
 import re
+import sys
+import sysconfig
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -37,12 +39,24 @@ class EvidenceError(ValueError):
     """A recorded evidence file is missing, unknown, corrupt or of the wrong schema."""
 
 
+INSTALLED_DATA = ("share", "infralens_lab", "recorded")  # where a wheel puts data/recorded, under the prefix
+
+
 def data_root() -> Path:
-    """Folder holding one sub-folder of recorded evidence per GPU (``data/recorded``)."""
+    """Folder holding one sub-folder of recorded evidence per GPU: ``$INFRALENS_DATA`` if set; else
+    ``data/recorded`` of the checkout this package sits in (an editable install); else, for a wheel,
+    ``<prefix>/share/infralens_lab/recorded`` (pyproject's data-files). The checkout's path when none exists."""
     env = os.environ.get(DATA_ROOT_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / "data" / "recorded"
+    checkout = Path(__file__).resolve().parents[1] / "data" / "recorded"
+    if checkout.is_dir():
+        return checkout
+    for prefix in (sysconfig.get_paths()["data"], sys.prefix, sys.base_prefix):
+        installed = Path(prefix).joinpath(*INSTALLED_DATA)
+        if installed.is_dir():
+            return installed
+    return checkout
 
 
 @dataclass(frozen=True)
