@@ -58,3 +58,19 @@ def test_block_writer_and_reader_agree():
     assert N.command_of(text, "matmul") == "ncu --csv y" and N.command_of(text, "conv") is None
     with pytest.raises(ValueError, match="single lines"):
         N.config_block("a\nb", "c", "")
+
+
+def test_profile_runs_joins_one_block_per_run_and_part(monkeypatch):
+    calls = []
+
+    def fake_run(target, regex, metrics, launch_count):
+        calls.append((tuple(target), regex, tuple(metrics)))
+        return f'"ID","Kernel Name"\n"0","{target[1]}"\n'
+
+    monkeypatch.setattr(N, "run_ncu", fake_run)
+    runs = [copy_run(64, "fp32"), copy_run(64, "fp32", 8)]
+    texts = N.profile_runs(runs, {"counters": N.TIME + N.DRAM, "stalls": N.TIME + N.STALLS})
+    assert len(calls) == 4 and calls[1][2][1].startswith("smsp__pcsamp")
+    for part in ("counters", "stalls"):
+        assert [b["label"] for b in N.read_blocks(texts[part])] == [r.label() for r in runs]
+        assert "--stride 8" in N.command_of(texts[part], "stride=8")

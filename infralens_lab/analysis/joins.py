@@ -239,5 +239,35 @@ def attention_variants(kernels, ncu_df=None):
     return pd.DataFrame(rows)
 
 
+def occupancy_table(copy_family_table=None, attention_variants_table=None) -> pd.DataFrame:
+    """Achieved occupancy beside what the kernel achieved, one row per copy (:func:`copy_family`) and
+    attention variant (:func:`attention_variants`): time (µs), useful GB moved (read + written, copies)
+    and DRAM TB/s (read + written over time)."""
+    rows = []
+    if copy_family_table is not None:
+        for r in copy_family_table.to_dict(orient="records"):
+            rows.append({"kernel": f"copy {r['label']}", "achieved_occupancy_pct": r["achieved_occupancy_pct"],
+                         "time_us": r["time_us"], "useful GB moved": 2 * r["useful_read_mb"] / 1e3,
+                         "dram_tbps": r["dram_tbps"]})
+    if attention_variants_table is not None:
+        for r in attention_variants_table.to_dict(orient="records"):
+            rows.append({"kernel": f"attention {r['variant']}", "achieved_occupancy_pct": r["achieved_occupancy_pct"],
+                         "time_us": r["time_us"], "useful GB moved": math.nan,
+                         "dram_tbps": r["dram_mb"] * 1e6 / (r["time_us"] * 1e-6) / 1e12})
+    return pd.DataFrame(rows)
+
+
+def attention_predictions(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The traffic model alone at the recorded shape, one row per kernel of :func:`attention_kernels`
+    (what to expect before looking at the counters): predicted DRAM MB read and written, nominal GFLOP,
+    intensity (FLOP/byte)."""
+    k = kernels
+    out = pd.DataFrame({"variant": k["variant"], "kernel": k["kernel"], "block_m": k["block_m"],
+                        "pred_dram_read_mb": k["pred_dram_read_mb"], "pred_dram_write_mb": k["pred_dram_write_mb"],
+                        "gflop": k["flops"] / 1e9})
+    out["flop_per_byte"] = k["flops"] / (k["pred_dram_mb"] * 1e6)
+    return out
+
+
 __all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_variants", "block_m_from_grid",
-           "config_fields", "copy_family"]
+           "config_fields", "copy_family", "occupancy_table", "attention_predictions"]

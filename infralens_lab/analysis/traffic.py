@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pandas as pd
+
 SECTOR_BYTES = 32
 WARP_THREADS = 32
 VECTOR_BYTES = 16  # what one thread loads per instruction in Triton's 128-bit loads
@@ -104,6 +106,18 @@ def sector_model(stride: int, elem_bytes: int) -> SectorModel:
     # One byte read usefully costs `amp` DRAM bytes; one byte written costs one.
     return SectorModel(stride, e, amp, sectors, 2.0 / (amp + 1.0))
 
+
+
+def sector_table(elem_bytes: int = 4, strides=(1, 2, 4, 8, 16, 32)) -> pd.DataFrame:
+    """:func:`sector_model` per stride: bytes between neighbouring elements, sectors per warp load
+    (``pred_sectors_per_req``), DRAM bytes read per useful byte (``pred_read_x``) and the useful
+    bandwidth as a fraction of the coalesced copy's (``pred_useful_fraction``)."""
+    rows = []
+    for s in strides:
+        m = sector_model(s, elem_bytes)
+        rows.append({"stride": s, "bytes_apart": s * elem_bytes, "pred_sectors_per_req": m.sectors_per_request,
+                     "pred_read_x": m.read_amplification, "pred_useful_fraction": m.useful_fraction})
+    return pd.DataFrame(rows)
 
 def predicted_useful_fraction(stride: int, elem_bytes: int) -> float:
     """Predicted useful bandwidth of a strided copy as a fraction of the coalesced copy's.

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from ..device import torch_device
+from . import attention, copies, reference
+
 TOLERANCES = {
     "exact": dict(atol=0.0, rtol=0.0),
     torch.float16: dict(atol=3e-3, rtol=2e-3),
@@ -39,3 +42,36 @@ def matches(got: torch.Tensor, want: torch.Tensor, dtype=None) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def copy_checks(n_in: int, seed: int = 0) -> list[dict]:
+    """The coalesced copy and every strided copy on fresh seeded ``torch.randn(n_in)`` (on
+    :func:`infralens_lab.device.torch_device`), each output poisoned with NaN first, compared with the
+    torch reference bit for bit. One row per kernel and stride: element counts and ``equals_torch``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_in, generator=g).to(torch_device())
+    out = torch.full_like(x, float("nan"))
+    ok = matches(copies.copy(x, out=out), reference.copy_ref(x), "exact")
+    rows = [{"kernel": "copy_coalesced", "stride": 1, "n_in": n_in, "n_out": n_in, "equals_torch": ok}]
+    for s in copies.STRIDES:
+        out = torch.full((copies.strided_len(n_in, s),), float("nan"), device=x.device)
+        ok = matches(copies.copy_strided(x, s, out=out), reference.copy_strided_ref(x, s), "exact")
+        rows.append({"kernel": "copy_strided", "stride": s, "n_in": n_in, "n_out": out.numel(), "equals_torch": ok})
+    return rows
+
+
+def attention_checks(shapes, seed: int = 0) -> list[dict]:
+    """Every attention variant on fresh seeded fp16 inputs per ``(B, H, N, D, causal)``, outputs
+    poisoned with NaN, against :func:`~infralens_lab.kernels.reference.attention_ref` with the float16
+    tolerance of :data:`TOLERANCES`. One row per variant and shape: ``within_tol``."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for B, H, n_ctx, D, causal in shapes:
+        q, k, v = (torch.randn(B, H, n_ctx, D, generator=g).to(torch_device(), torch.float16) for _ in range(3))
+        ref = reference.attention_ref(q, k, v, causal=causal)
+        for name, fn in attention.VARIANTS.items():
+            out = torch.full_like(q, float("nan"))
+            ok = matches(fn(q, k, v, causal=causal, out=out), ref, torch.float16)
+            rows.append({"variant": name, "shape (B,H,N,D)": f"{B},{H},{n_ctx},{D}", "dtype": "fp16",
+                         "causal": causal, "within_tol": ok})
+    return rows

@@ -26,6 +26,9 @@ import subprocess
 import sys
 from typing import Sequence
 
+from .runs import RunConfig, target_args
+from .target import REGEX, subprocess_env
+
 CONFIG_MARK = "==INFRALENS== config:"
 COMMAND_MARK = "==INFRALENS== command:"
 NVTX_RANGE = "infralens"  # push/pop NVTX range the target opens around measured launches
@@ -201,6 +204,20 @@ def command_line(*args, **kwargs) -> str:
     return shlex.join(ncu_command(*args, **kwargs))
 
 
+def profile_runs(runs: Sequence[RunConfig], parts: dict[str, Sequence[str]], launch_count: int = 1) -> dict[str, str]:
+    """Profile each run once per part (``{part: metrics}``, e.g. counters and stall samples: separate
+    runs, as the recorder does) and join each part's outputs in the recorded block format
+    (:func:`config_block`). Raises the :class:`NcuError` of the first run that fails."""
+    out: dict[str, list[str]] = {p: [] for p in parts}
+    for cfg in runs:
+        target = ["--kernel", cfg.kind, *target_args(cfg), "--warmup", "1", "--iters", "1"]
+        for part, metrics in parts.items():
+            text = run_ncu(target, REGEX[cfg.kind], metrics=list(metrics), launch_count=launch_count)
+            cmd = command_line(target, REGEX[cfg.kind], metrics=list(metrics), launch_count=launch_count)
+            out[part].append(config_block(cfg.label(), cmd, text))
+    return {p: "".join(blocks) for p, blocks in out.items()}
+
+
 # ---------------------------------------------------------------- errors from output
 def classify_failure(output: str, returncode: int, requested: Sequence[str] = (), kernel_regex: str = "") -> NcuError | None:
     """The :class:`NcuError` that ncu's combined output describes, or None if it looks fine."""
@@ -242,8 +259,6 @@ def run_ncu(target_args: Sequence[str], kernel_regex: str, metrics: Sequence[str
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     cmd = ncu_command(target_args, kernel_regex, metrics, sections, launch_skip, launch_count, nvtx, ncu=ncu)
-    from .target import subprocess_env
-
     root, env = subprocess_env()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
