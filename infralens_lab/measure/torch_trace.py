@@ -29,6 +29,9 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+import pandas as pd
+
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 CPU_CATS = ("cpu_op", "user_annotation") + RUNTIME_CATS
@@ -149,31 +152,41 @@ def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
             "traceEvents": keep}
 
 
-# ---------------------------------------------------------------- intervals
-def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(iv):
-        if b <= a:
-            continue
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _subtract(iv: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out = []
-    for a, b in iv:
-        pieces = [(a, b)]
-        for c, d in cut:
-            pieces = [p for x, y in pieces for p in ((x, min(y, c)), (max(x, d), y)) if p[1] > p[0]]
-        out += pieces
+# ---------------------------------------------------------------- intervals (vectorised)
+def union(starts, ends) -> np.ndarray:
+    """Merged intervals of ``[starts[i], ends[i])`` as an ``(n, 2)`` array, sorted; empty ones dropped."""
+    s, e = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return np.empty((0, 2))
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    group = np.cumsum(new) - 1
+    out = np.empty((group[-1] + 1, 2))
+    out[:, 0] = s[new]
+    out[:, 1] = np.maximum.reduceat(e, np.flatnonzero(new))
     return out
 
 
-def _length(iv) -> float:
-    return sum(b - a for a, b in iv)
+def covered(iv: np.ndarray, a, b) -> np.ndarray:
+    """Length of the merged intervals ``iv`` (from :func:`union`) inside each ``[a[j], b[j]]``."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not len(iv):
+        return np.zeros(np.broadcast(a, b).shape)
+    cum = np.concatenate([[0.0], np.cumsum(iv[:, 1] - iv[:, 0])])
+
+    def upto(t):  # covered length in (-inf, t]
+        k = np.searchsorted(iv[:, 0], t, side="right")  # intervals starting at or before t
+        inside = np.clip(t - iv[np.maximum(k - 1, 0), 0], 0, None)
+        part = np.where(k > 0, np.minimum(inside, iv[np.maximum(k - 1, 0), 1] - iv[np.maximum(k - 1, 0), 0]), 0.0)
+        return cum[np.maximum(k - 1, 0)] * (k > 0) + part
+
+    return upto(b) - upto(a)
 
 
 def _id(correlation, from_flow):
@@ -190,7 +203,6 @@ class Trace:
     ``start_us``/``end_us`` relative to the first event."""
 
     def __init__(self, data: dict):
-        import pandas as pd
 
         if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
             seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
@@ -211,6 +223,7 @@ class Trace:
         ev["end_us"] = ev["start_us"] + ev["dur"]
         self.events = ev
         self._flows = flows
+        self._gaps: dict[float, Any] = {}
         self._attribute()
 
     # -- attribution: which CPU events enclose the call that launched each GPU event
@@ -254,7 +267,6 @@ class Trace:
 
     def kernels(self, top: int | None = None):
         """Kernels by total device time: ``name, count, total_us, mean_us, pct`` (of all kernel time)."""
-        import pandas as pd
 
         k = self.events[self.events["cat"] == "kernel"]
         if k.empty:
@@ -295,7 +307,6 @@ class Trace:
         return dev, num
 
     def _table(self, cats: tuple[str, ...], value: str):
-        import pandas as pd
 
         ev = self.events
         sel = ev[ev["cat"].isin(cats)]
@@ -329,66 +340,79 @@ class Trace:
     def busy(self) -> list[tuple[float, float]]:
         """Merged intervals (µs) when the GPU ran a kernel, memcpy or memset on any stream."""
         g = self.events[self.events["cat"].isin(GPU_CATS)]
-        return _union(list(zip(g["start_us"], g["end_us"])))
+        return [(float(x), float(y)) for x, y in union(g["start_us"], g["end_us"])]
+
+    def causes(self) -> pd.DataFrame:
+        """The CPU events that can explain GPU idle time, each with its ``cause`` (see module doc) and
+        the rank of that cause in :data:`CAUSES` (an earlier cause claims a moment first). Step ranges
+        and other runtime calls (event records...) are left out: a step covers everything."""
+        ev = self.events
+        cpu = ev[ev["cat"].isin(CPU_CATS)]
+        name, runtime = cpu["name"], cpu["cat"].isin(RUNTIME_CATS)
+        cause = np.select(
+            [name.isin(SYNC_NAMES) | name.str.contains("Synchronize", regex=False),
+             runtime & name.str.startswith(("cudaMemcpy", "cuMemcpy")),
+             runtime & name.str.contains("Launch", regex=False),
+             name.str.startswith("ProfilerStep") | runtime],
+            ["sync", "memcpy", "launch", ""], default="host")
+        out = cpu.assign(cause=cause)
+        out = out[out["cause"] != ""]
+        return out.assign(rank=out["cause"].map({c: i for i, c in enumerate(CAUSES)}))
 
     def idle_gaps(self, min_gap_us: float = 50.0):
         """GPU idle gaps longer than ``min_gap_us`` between consecutive GPU events, each with the CPU
         time charged to each cause (see module doc), the dominant ``cause``, and the ranges and top
-        ops overlapping it. Empty (with ``attrs['note']``) on a CPU-only trace."""
-        import pandas as pd
+        ops overlapping it. Empty (with ``attrs['note']``) on a CPU-only trace. Computed once per
+        threshold: the trace does not change."""
+        key = float(min_gap_us)
+        if key not in self._gaps:
+            self._gaps[key] = self._idle_gaps(key)
+        return self._gaps[key].copy()
 
+    def _idle_gaps(self, min_gap_us: float):
         cols = ["start_us", "end_us", "gap_us", "cause", *[f"{c}_us" for c in CAUSES], "ranges", "ops"]
-        busy = self.busy()
-        if not busy:
+        busy = union(*(lambda g: (g["start_us"], g["end_us"]))(self.events[self.events["cat"].isin(GPU_CATS)]))
+        if not len(busy):
             out = pd.DataFrame(columns=cols)
             out.attrs["note"] = NO_GPU_NOTE
             return out
-        ev = self.events
-        cpu = ev[ev["cat"].isin(CPU_CATS)]
-        by_cause: dict[str, list] = {c: [] for c in CAUSES[:4]}
-        for r in cpu.itertuples():
-            if r.name in SYNC_NAMES or "Synchronize" in r.name:
-                c = "sync"
-            elif r.cat in RUNTIME_CATS and r.name.startswith(("cudaMemcpy", "cuMemcpy")):
-                c = "memcpy"
-            elif r.cat in RUNTIME_CATS and "Launch" in r.name:
-                c = "launch"
-            elif r.name.startswith("ProfilerStep") or r.cat in RUNTIME_CATS:
-                continue  # a step range covers everything; other runtime calls (event record...) are tiny
-            else:
-                c = "host"
-            by_cause[c].append((r.start_us, r.end_us, r.name, r.cat))
-        starts = {c: sorted(v) for c, v in by_cause.items()}
-        rows = []
-        for (a0, a1), (b0, b1) in zip(busy, busy[1:]):
-            gap0, gap1 = a1, b0
-            if gap1 - gap0 <= min_gap_us:
-                continue
-            claimed: list[tuple[float, float]] = []
-            row = {"start_us": gap0, "end_us": gap1, "gap_us": gap1 - gap0}
-            names: dict[str, float] = {}
-            rng: dict[str, float] = {}
-            for c in CAUSES[:4]:
-                iv = []
-                for s, e, name, cat in starts[c]:
-                    if s >= gap1:
-                        break
-                    if e > gap0:
-                        iv.append((max(s, gap0), min(e, gap1)))
-                        ov = min(e, gap1) - max(s, gap0)
-                        if cat == "user_annotation":
-                            rng[name] = rng.get(name, 0.0) + ov
-                        elif cat == "cpu_op":
-                            names[name] = names.get(name, 0.0) + ov
-                mine = _subtract(_union(iv), claimed)
-                row[f"{c}_us"] = _length(mine)
-                claimed = _union(claimed + mine)
-            row["unaccounted_us"] = (gap1 - gap0) - _length(claimed)
-            row["cause"] = max(CAUSES, key=lambda c: row[f"{c}_us"])
-            row["ranges"] = ", ".join(sorted(rng, key=rng.get, reverse=True))
-            row["ops"] = ", ".join(sorted(names, key=names.get, reverse=True)[:3])
-            rows.append(row)
-        return pd.DataFrame(rows, columns=cols)
+        g0, g1 = busy[:-1, 1], busy[1:, 0]
+        keep = (g1 - g0) > min_gap_us
+        g0, g1 = g0[keep], g1[keep]
+        gaps = pd.DataFrame({"start_us": g0, "end_us": g1, "gap_us": g1 - g0})
+        if gaps.empty:
+            return pd.DataFrame(columns=cols)
+        ev = self.causes()
+        claimed = np.zeros(len(gaps))
+        for rank, c in enumerate(CAUSES[:4]):  # each cause gets what earlier causes left: |U_k ∩ gap| - |U_k-1 ∩ gap|
+            sel = ev[ev["rank"] <= rank]
+            upto = covered(union(sel["start_us"], sel["end_us"]), g0, g1)
+            gaps[f"{c}_us"] = upto - claimed
+            claimed = upto
+        gaps["unaccounted_us"] = gaps["gap_us"] - claimed
+        gaps["cause"] = gaps[[f"{c}_us" for c in CAUSES]].to_numpy().argmax(axis=1)
+        gaps["cause"] = [CAUSES[i] for i in gaps["cause"]]
+        gaps["ranges"], gaps["ops"] = self._names_in_gaps(ev, g0, g1)
+        return gaps[cols]
+
+    @staticmethod
+    def _names_in_gaps(ev: pd.DataFrame, g0: np.ndarray, g1: np.ndarray) -> tuple[list[str], list[str]]:
+        """Per gap: the ranges (all) and ops (top 3) overlapping it, by overlap, largest first; ties in
+        the order the events come (cause, then start)."""
+        ev = ev[ev["cat"].isin(("user_annotation", "cpu_op"))].sort_values(
+            ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
+        s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
+        ranges, ops = [], []
+        for a, b in zip(g0, g1):
+            hit = (s < b) & (e > a)
+            sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
+            names = {}
+            for cat in ("user_annotation", "cpu_op"):
+                per = sub[sub["cat"] == cat].groupby("name", sort=False)["overlap"].sum()
+                names[cat] = sorted(per.index, key=per.get, reverse=True)
+            ranges.append(", ".join(names["user_annotation"]))
+            ops.append(", ".join(names["cpu_op"][:3]))
+        return ranges, ops
 
     def summary(self, min_gap_us: float = 50.0) -> dict:
         """JSON-shaped summary: span, GPU busy time and utilisation, step times, idle time by cause."""
@@ -404,10 +428,10 @@ class Trace:
         window = (busy[0][0], busy[-1][1])
         if len(steps):
             window = (float(steps["start_us"].min()), float(steps["end_us"].max()))
-        inside = _subtract(busy, [(-1e18, window[0]), (window[1], 1e18)])
+        inside = float(covered(np.asarray(busy), window[0], window[1]))
         gaps = self.idle_gaps(min_gap_us)
-        out.update({"window_us": window[1] - window[0], "gpu_busy_us": _length(inside),
-                    "gpu_utilization": _length(inside) / (window[1] - window[0]) if window[1] > window[0] else None,
+        out.update({"window_us": window[1] - window[0], "gpu_busy_us": inside,
+                    "gpu_utilization": inside / (window[1] - window[0]) if window[1] > window[0] else None,
                     "idle_gaps": int(len(gaps)), "idle_gap_us": float(gaps["gap_us"].sum()),
                     "idle_by_cause_us": {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}})
         return out
