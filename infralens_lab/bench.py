@@ -55,7 +55,7 @@ INTERPRETER_MESSAGE = ("bench: refusing to run in interpreter mode. Kernels ther
 
 def _ms(fn) -> float:
     """Median milliseconds of ``fn`` over ~100 ms of repeats after ~25 ms of warm-up."""
-    import triton.testing
+    import triton.testing  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
@@ -63,9 +63,9 @@ def _ms(fn) -> float:
 # --------------------------------------------------------------------------- copies
 def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
     """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16."""
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
-    from .kernels import copies
+    from .kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
     rows = []
     for dtype in (torch.float32, torch.float16):
@@ -104,8 +104,8 @@ def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
 
 # --------------------------------------------------------------------------- attention
 def _sdpa(backend):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     if backend is None:
         return lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -125,7 +125,7 @@ def naive_torch(q, k, v, causal):
     Everything stays in the input dtype (torch's softmax computes in float32 inside and rounds
     its output); the causal mask is built per call, as eager code does.
     """
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
     if causal:
@@ -141,9 +141,9 @@ def _rel_err(o, ref) -> float:
 
 def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
     """Rows (and skipped variants with reasons) for every attention variant and SDPA backend."""
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
-    from .kernels import attention, attention_fast
+    from .kernels import attention, attention_fast  # lazy: defines Triton kernels / models only when this runs
 
     rows, skipped = [], []
     for shape, dtype_name, causal in cases:

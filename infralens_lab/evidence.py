@@ -24,6 +24,8 @@ import sysconfig
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
+from . import device
+import pandas as pd
 
 EVIDENCE_SCHEMA = "infralens.evidence/1"
 MANIFEST_SCHEMA = "infralens.manifest/1"
@@ -115,10 +117,9 @@ class Provenance:
 
 def current_provenance(command: str, source: str = "live") -> Provenance:
     """Provenance for values measured now on this machine."""
-    from . import __version__
-    from .device import facts, tool_version
+    from . import __version__  # lazy: the package's __init__ is still importing when this module loads
 
-    f = facts()
+    f = device.facts()
     return Provenance(
         source=source,
         gpu=f.name,
@@ -127,7 +128,7 @@ def current_provenance(command: str, source: str = "live") -> Provenance:
         cuda=f.cuda,
         torch=f.torch,
         triton=f.triton,
-        ncu=tool_version("ncu") if f.mode == "gpu" else None,
+        ncu=device.tool_version("ncu") if f.mode == "gpu" else None,
         date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         command=command,
         package_version=__version__,
@@ -154,8 +155,6 @@ class Evidence:
 
     def frame(self, key: str | None = None):
         """The values as a pandas DataFrame: a list of row objects, or ``values[key]`` if given."""
-        import pandas as pd
-
         v = self.values if key is None else self.values[key]
         if isinstance(v, dict) and "rows" in v:
             v = v["rows"]
@@ -415,9 +414,7 @@ def get(name: str, live: Callable[[], Any] | None = None, command: str | None = 
     ``live`` is a zero-argument callable returning JSON-shaped values; it runs only in gpu
     mode. ``command`` describes it for the provenance (default: ``infralens_lab.<name>``).
     """
-    from .device import is_gpu
-
-    if live is not None and is_gpu():
+    if live is not None and device.is_gpu():
         values = _jsonable(live())
         rec_units = units or {}
         return Evidence(name, values, current_provenance(command or f"infralens_lab live: {name}"), rec_units)

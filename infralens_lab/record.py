@@ -31,10 +31,19 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
+
+from . import device
+from .evidence import EvidenceError, EvidenceWriter
+from .kernels.copies import STRIDES
 from .measure import ceilings
 from .measure import ncu as N
 from .measure.ceilings import MATMUL_SIZES
 from .measure.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
+from .measure.target import LAUNCHES, REGEX, launch_window
+from .measure.timing import summarize
+from .measure.torch_trace import profile, trim
+from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
          "ncu_attention", "ncu_matmul", "ncu_train_step")
@@ -82,9 +91,7 @@ class Recorder:
 
     # ------------------------------------------------------------ steps
     def step_device(self):
-        from .device import facts
-
-        self.w.write("device", facts().as_dict(), units={"l2_bytes": "byte", "memory_bytes": "byte"})
+        self.w.write("device", device.facts().as_dict(), units={"l2_bytes": "byte", "memory_bytes": "byte"})
 
     def step_ceilings(self):
         values, units, notes = ceilings.measure(self.quick)
@@ -101,9 +108,6 @@ class Recorder:
         memory.record_into(self.w)
 
     def step_traces(self):
-        from .measure.torch_trace import profile, trim
-        from .workloads.pipeline import make_step
-
         summary, sizes = {}, []
         for version in ("bubble", "fixed"):
             step = make_step(version)
@@ -132,10 +136,6 @@ class Recorder:
     def step_step_times(self):
         """Wall-clock step times: synchronised per step from the very first (warm-up visible), then
         back to back with one synchronise at the end (throughput)."""
-        import torch
-
-        from .measure.timing import summarize
-        from .workloads.pipeline import make_step
 
         out = {}
         for version in ("bubble", "fixed"):
@@ -163,8 +163,6 @@ class Recorder:
     # ------------------------------------------------------------ ncu
     def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:
         """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file."""
-        from .measure.target import LAUNCHES, REGEX, launch_window
-
         blocks, failed, absent = [], [], set()
         metrics = list(metrics)
         for label, kernel, args, *regex in configs:
@@ -221,8 +219,6 @@ class Recorder:
                 + (f"; metrics absent from the CSV: {sorted(absent)}" if absent else ""))
 
     def _copy_configs(self):
-        from .kernels.copies import STRIDES
-
         strides = (1, 8, 32) if self.quick else STRIDES
         runs = [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in strides]
         return [(r.label(), r.kind, target_args(r)) for r in runs]
@@ -300,13 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"record: unknown step(s) {unknown}; expected some of {list(STEPS)}", file=sys.stderr)
         return 2
-    from .device import is_gpu, mode_reason
 
-    if not is_gpu():
+    if not device.is_gpu():
         print(f"record: refusing to record: recorded evidence must come from a real GPU, and this machine "
-              f"runs in interpreter mode ({mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
+              f"runs in interpreter mode ({device.mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2
-    from .evidence import EvidenceError, EvidenceWriter
 
     command = "python -m infralens_lab record " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
+import pandas as pd
 
 T = 1e12
 
@@ -128,8 +129,6 @@ class Ceilings:
 
     def versus_datasheet(self):
         """DataFrame: measured ceiling, datasheet peak and their ratio, per quantity (units in columns)."""
-        import pandas as pd
-
         p = peaks_for(self.gpu)
         rows = [("copy bandwidth", "TB/s", self.copy_bw, p.bandwidth if p else None)]
         rows += [(f"{d} matmul", "TFLOP/s", getattr(self, d), getattr(p, d) if p else None)

@@ -24,6 +24,8 @@ from ..analysis.roofline import sol_verdict
 from ..measure.torch_trace import CAUSES, Trace, load_trace, profile, quiet_profiler_chatter
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
+from ..measure.timing import time_fn
+from ..analysis.stalls import explain
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
 CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -80,8 +82,6 @@ def ops_by_count(tr: Trace, top: int = 8) -> pd.DataFrame:
 def time_step(version: str = "fixed", warmup: int = 3, repeats: int = 20):
     """:func:`infralens_lab.measure.timing.time_fn` over whole pipeline steps (CUDA events on a GPU;
     in interpreter mode it declines to time, and says why)."""
-    from ..measure.timing import time_fn
-
     step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
     return time_fn(step, warmup=warmup, repeats=repeats)
 
@@ -347,8 +347,6 @@ def step_time_notes(table: pd.DataFrame) -> list[str]:
 
 # ---------------------------------------------------------------- the statement
 def _meaning(reason: str) -> str:
-    from ..analysis.stalls import explain
-
     try:
         return explain(reason).meaning
     except ValueError:

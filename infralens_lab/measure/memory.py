@@ -52,7 +52,7 @@ def storage_bytes(tensors) -> int:
 
 def _device(device) -> torch.device:
     if device is None:
-        from ..device import torch_device
+        from ..device import torch_device  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
         device = torch_device()
     dev = torch.device(device)
     if dev.type not in ("cpu", "cuda"):
@@ -83,7 +83,7 @@ def run_phase(fn, device: torch.device):
         out = fn()
         torch.cuda.synchronize(device)
         return out, torch.cuda.memory_allocated(device) - base, torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()

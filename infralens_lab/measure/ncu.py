@@ -28,6 +28,7 @@ from typing import Sequence
 
 from .runs import RunConfig, target_args
 from .target import REGEX, subprocess_env
+import pandas as pd
 
 CONFIG_MARK = "==INFRALENS== config:"
 COMMAND_MARK = "==INFRALENS== command:"
@@ -307,8 +308,6 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
     matching :class:`NcuError` for known failure output, and :class:`NcuCsvError` when the
     text holds no ncu CSV or its rows do not match the header.
     """
-    import pandas as pd
-
     if not isinstance(text, str):
         raise TypeError(f"ncu output is {type(text).__name__}; expected str (the CSV text)")
     lines = text.splitlines()

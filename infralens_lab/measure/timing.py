@@ -16,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 CLOCKS = ("auto", "cuda", "cpu")
 INTERPRETER_NOTE = ("no timing: kernels run in Triton's interpreter (Python on the CPU), so their "
@@ -88,9 +89,7 @@ def rotation_count(working_set_bytes: int, l2_bytes: int | None = None, factor: 
     if not isinstance(working_set_bytes, int) or working_set_bytes <= 0:
         raise ValueError(f"working_set_bytes={working_set_bytes!r}; expected a positive int (bytes)")
     if l2_bytes is None:
-        from ..device import facts
-
-        l2_bytes = facts().l2_bytes
+        l2_bytes = device_mod.facts().l2_bytes
     if not l2_bytes:
         return 1
     return int(min(max_sets, max(1, math.ceil(factor * l2_bytes / working_set_bytes))))
@@ -124,8 +123,6 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
         raise ValueError("rotate is empty; expected at least one argument set (or None)")
     args_at = (lambda i: None) if rotate is None else (lambda i: rotate[i % len(rotate)])
 
-    from ..device import is_gpu
-
     if clock == "cpu":
         for i in range(warmup):
             _call(fn, args_at(i))
@@ -135,18 +132,16 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
             _call(fn, args_at(warmup + i))
             samples.append((time.perf_counter() - t0) * 1e3)
         return summarize(samples, "cpu_wall", "host wall clock (time.perf_counter), not GPU time")
-    if not is_gpu():
+    if not device_mod.is_gpu():
         if clock == "cuda":
             raise RuntimeError("clock='cuda' needs a GPU, but infralens_lab runs in interpreter mode")
         return not_meaningful()
 
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     scratch = None
     if flush:
-        from ..device import facts
-
-        l2 = facts().l2_bytes or 64 * 2**20
+        l2 = device_mod.facts().l2_bytes or 64 * 2**20
         scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
     for i in range(warmup):
         _call(fn, args_at(i))

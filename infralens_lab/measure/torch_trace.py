@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+from .. import device
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -68,10 +69,8 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
             active: int = 3, record_shapes: bool = False) -> "Trace":
     """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
     return the :class:`Trace` of the ``active`` steps. Each step is a ``ProfilerStep#N`` range."""
-    import torch
-    from torch.profiler import ProfilerActivity, schedule
-
-    from ..device import is_gpu, synchronize
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.profiler import ProfilerActivity, schedule  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     for name, v, lo in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
         if not isinstance(v, int) or v < lo:
@@ -79,7 +78,7 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
     steps = wait + warmup + active if steps is None else steps
     if not isinstance(steps, int) or steps < wait + warmup + active:
         raise ValueError(f"steps={steps!r}; expected an int >= wait + warmup + active = {wait + warmup + active}")
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_gpu() else [])
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_gpu() else [])
     got: dict = {}
 
     def ready(prof):
@@ -96,7 +95,7 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
         for _ in range(steps):
             step_fn()  # no per-step synchronize: it would hide the very overlap we look for
             p.step()
-    synchronize()
+    device.synchronize()
     if "data" not in got:
         raise RuntimeError("torch.profiler produced no trace; is steps >= wait + warmup + active?")
     return Trace(got["data"])
@@ -203,7 +202,6 @@ class Trace:
     ``start_us``/``end_us`` relative to the first event."""
 
     def __init__(self, data: dict):
-
         if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
             seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
@@ -307,7 +305,6 @@ class Trace:
         return dev, num
 
     def _table(self, cats: tuple[str, ...], value: str):
-
         ev = self.events
         sel = ev[ev["cat"].isin(cats)]
         dev, num = self._launched(cats)
