@@ -31,8 +31,6 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
-
 from . import device
 from .evidence import EvidenceError, EvidenceWriter
 from .kernels.copies import STRIDES
@@ -41,7 +39,7 @@ from .measure import ncu as N
 from .measure.ceilings import MATMUL_SIZES
 from .measure.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .measure.target import LAUNCHES, REGEX, launch_window
-from .measure.timing import summarize
+from .measure.timing import time_steps
 from .measure.torch_trace import profile, trim
 from .workloads.pipeline import make_step
 
@@ -137,23 +135,7 @@ class Recorder:
         """Wall-clock step times: synchronised per step from the very first (warm-up visible), then
         back to back with one synchronise at the end (throughput)."""
 
-        out = {}
-        for version in ("bubble", "fixed"):
-            step = make_step(version)
-            per = []
-            for _ in range(STEP_TIME_STEPS):
-                t0 = time.perf_counter()
-                step()
-                torch.cuda.synchronize()
-                per.append((time.perf_counter() - t0) * 1e3)
-            t0 = time.perf_counter()
-            for _ in range(STEP_TIME_BATCHED):
-                step()
-            torch.cuda.synchronize()
-            batched = (time.perf_counter() - t0) * 1e3 / STEP_TIME_BATCHED
-            t = summarize(per[10:], clock="cpu", note="perf_counter around step(); torch.cuda.synchronize()")
-            out[version] = {"per_step_sync_ms": per, "throughput_ms_per_step": batched,
-                            "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}
+        out = {v: time_steps(make_step(v), STEP_TIME_STEPS, STEP_TIME_BATCHED, skip=10) for v in ("bubble", "fixed")}
         self.w.write("step_times", out, units={"_ms": "ms"},
                      notes=f"{STEP_TIME_STEPS} steps each timed with a synchronize (warm-up included, median/p10/p90 "
                            f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")

@@ -16,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 CLOCKS = ("auto", "cuda", "cpu")
@@ -170,3 +171,30 @@ def throughput(amount: float, t: Timing, per: float = 1e12) -> float | None:
     if not t.meaningful or not t.median_ms:
         return None
     return amount / (t.median_ms * 1e-3) / per
+
+
+def time_steps(step: Callable[[], Any], synced: int = 40, batched: int = 30, skip: int = 10,
+               sync: Callable[[], None] | None = None) -> dict:
+    """Wall-clock times of a whole step function (ms): ``synced`` steps each followed by ``sync``
+    (default: the device's synchronize), the first ones included so warm-up shows, then ``batched``
+    steps back to back with one ``sync`` at the end (throughput). Median/p10/p90 over the synced steps
+    after the first ``skip``. Returns ``{per_step_sync_ms, throughput_ms_per_step, median_ms, p10_ms, p90_ms}``."""
+    if not (isinstance(synced, int) and isinstance(batched, int) and isinstance(skip, int)) \
+            or synced <= skip or batched < 1 or skip < 0:
+        raise ValueError(f"synced={synced!r}, batched={batched!r}, skip={skip!r}; expected ints with "
+                         f"synced > skip >= 0 and batched >= 1")
+    sync = sync or device_mod.synchronize
+    per = []
+    for _ in range(synced):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        per.append((time.perf_counter() - t0) * 1e3)
+    t0 = time.perf_counter()
+    for _ in range(batched):
+        step()
+    sync()
+    throughput = (time.perf_counter() - t0) * 1e3 / batched
+    t = summarize(per[skip:], clock="cpu", note="perf_counter around step(); synchronize")
+    return {"per_step_sync_ms": per, "throughput_ms_per_step": throughput,
+            "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}
