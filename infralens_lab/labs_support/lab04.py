@@ -85,8 +85,10 @@ def print_checks(table, flag: str, what: str) -> None:
 
 # ---------------------------------------------------------------- predictions
 def sector_predictions(elem_bytes: int = 4, strides=(1, 2, 4, 8, 16, 32)):
-    """What the sector model predicts per stride (:func:`infralens_lab.analysis.traffic.sector_table`)."""
-    return traffic.sector_table(elem_bytes, strides)
+    """What the 32-byte sector model predicts per stride (:func:`infralens_lab.analysis.traffic.sector_table`;
+    its ``pred_dram_*`` columns hold the 64-byte DRAM level, left out here until the lab teaches both)."""
+    t = traffic.sector_table(elem_bytes, strides)
+    return t[["stride", "bytes_apart", "pred_sectors_per_req", "pred_read_x", "pred_useful_fraction"]]
 
 
 PREDICTION_CAPTION = ("Formula: infralens_lab.analysis.traffic.sector_model(stride, elem_bytes=4): "
