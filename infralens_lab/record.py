@@ -51,7 +51,7 @@ LAUNCH, HIERARCHY, HIERARCHY_PEAKS = N.LAUNCH, N.HIERARCHY, N.HIERARCHY_PEAKS
 COPY_METRICS = N.TIME + N.DRAM + N.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
     + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH
 ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + HIERARCHY \
-    + LAUNCH
+    + LAUNCH + N.SCHEDULER
 MATMUL_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + HIERARCHY \
     + HIERARCHY_PEAKS + LAUNCH
 TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH
@@ -209,7 +209,7 @@ class Recorder:
         return self._ncu_file("ncu_copies.csv", self._copy_configs(), COPY_METRICS)
 
     def step_ncu_copies_stalls(self):
-        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS)
+        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS + N.SCHEDULER)
 
     def step_ncu_attention(self):
         runs = [RunConfig(k, "fp16", shape=ATTN_SHAPE) for k in ATTENTION_KINDS]

@@ -59,6 +59,10 @@ LAUNCH = [GRID, BLOCK, "launch__registers_per_thread", WAVES]
 HIERARCHY = ["l1tex__t_bytes.sum", "lts__t_bytes.sum"]
 HIERARCHY_PEAKS = ["l1tex__t_bytes.sum.peak_sustained", "lts__t_bytes.sum.peak_sustained",
                    "sm__cycles_elapsed.avg.per_second", "lts__cycles_elapsed.avg.per_second"]
+# Scheduler Statistics: issue-slot utilisation (% of cycles a scheduler issued), eligible and active warps per
+# scheduler per cycle (ncu's SchedulerStats section)
+SCHEDULER = ["smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__warps_eligible.avg.per_cycle_active",
+             "smsp__warps_active.avg.per_cycle_active"]
 STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "lg_throttle", "mio_throttle", "math_pipe_throttle",
                  "tex_throttle", "wait", "not_selected", "selected", "no_instructions", "dispatch_stall", "drain",
                  "membar", "branch_resolving", "sleeping", "misc", "imc_miss")
@@ -452,6 +456,13 @@ def stall_breakdown(df):
     total = sub.groupby(KEYS, sort=False)["samples"].transform("sum")
     sub["share"] = sub["samples"] / total.where(total > 0)
     return sub.sort_values(KEYS[:2] + ["launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
+
+
+def scheduler(df):
+    """Per launch: ``issue_active_pct`` (issue-slot utilisation: % of active cycles with an instruction
+    issued), ``eligible_warps`` and ``active_warps`` (per scheduler per active cycle), from :data:`SCHEDULER`."""
+    _require(df, SCHEDULER, "scheduler", f"Profile with --metrics {','.join(SCHEDULER)}.")
+    return _pick(df, dict(zip(SCHEDULER, ("issue_active_pct", "eligible_warps", "active_warps"))))
 
 
 def has_stalls(df) -> bool:
