@@ -45,13 +45,15 @@ from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
          "ncu_attention", "ncu_matmul", "ncu_train_step")
-COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
-ATTN_SHAPE = (1, 8, 2048, 64)
+COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
+ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
+NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
+             "clocks, as in the timed benchmarks; the SM clock each launch saw is sm__cycles_elapsed.avg.per_second")
 LAUNCH, HIERARCHY, HIERARCHY_PEAKS = N.LAUNCH, N.HIERARCHY, N.HIERARCHY_PEAKS
 COPY_METRICS = N.TIME + N.DRAM + N.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
-    + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH
+    + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH + N.CLOCK
 ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + HIERARCHY \
-    + LAUNCH + N.SCHEDULER
+    + LAUNCH + N.SCHEDULER + N.CLOCK
 MATMUL_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + HIERARCHY \
     + HIERARCHY_PEAKS + LAUNCH
 TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH
@@ -209,7 +211,7 @@ class Recorder:
         return self._ncu_file("ncu_copies.csv", self._copy_configs(), COPY_METRICS)
 
     def step_ncu_copies_stalls(self):
-        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS + N.SCHEDULER)
+        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS + N.SCHEDULER + N.CLOCK)
 
     def step_ncu_attention(self):
         runs = [RunConfig(k, "fp16", shape=ATTN_SHAPE) for k in ATTENTION_KINDS]
@@ -296,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     for step in [s for s in STEPS if not only or s in only]:
         rec.run(step)
     total = time.perf_counter() - t0
-    writer.write("record_log", {"steps": rec.entries, "total_seconds": round(total, 2), "quick": args.quick},
-                 units={"seconds": "s"})
+    writer.write("record_log", {"steps": rec.entries, "total_seconds": round(total, 2), "quick": args.quick,
+                                "ncu_clock_control": "none"},
+                 units={"seconds": "s"}, notes=NCU_NOTES)
     writer.close()
     lines = ["", f"{'step':<20}{'status':<9}{'seconds':>8}"] + \
         [f"{e['step']:<20}{e['status']:<9}{e['seconds']:>8.1f}" for e in rec.entries] + [f"{'total':<29}{total:>8.1f}"]

@@ -31,7 +31,7 @@ COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
 ATTN_FILE = "ncu_attention.csv"
 LIVE_COPY_N_IN = 40_003  # odd: the last program of every launch runs with a partial mask
 LIVE_ATTN_SHAPES = ((1, 2, 48, 32, False), (1, 2, 37, 16, True))  # (B, H, N, D, causal): N not a multiple of 32
-LIVE_NCU_N = 4 * 2**20  # useful elements per copy when ncu runs live on a GPU (16 MiB of fp32)
+LIVE_NCU_N = 64 * 2**20  # useful elements per copy when ncu runs live on a GPU (256 MiB of fp32, over 4x L2)
 LIVE_NCU_STRIDES = (2, 8, 32)
 VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttle", "drain", "math_pipe_throttle",
               "barrier", "wait", "not_selected", "selected", "no_instruction")

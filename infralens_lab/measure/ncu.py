@@ -59,6 +59,8 @@ LAUNCH = [GRID, BLOCK, "launch__registers_per_thread", WAVES]
 HIERARCHY = ["l1tex__t_bytes.sum", "lts__t_bytes.sum"]
 HIERARCHY_PEAKS = ["l1tex__t_bytes.sum.peak_sustained", "lts__t_bytes.sum.peak_sustained",
                    "sm__cycles_elapsed.avg.per_second", "lts__cycles_elapsed.avg.per_second"]
+# the SM clock each launch ran at (ncu runs with --clock-control none: the GPU's own clock policy, not a lock)
+CLOCK = ["sm__cycles_elapsed.avg.per_second"]
 # Scheduler Statistics: issue-slot utilisation (% of cycles a scheduler issued), eligible and active warps per
 # scheduler per cycle (ncu's SchedulerStats section)
 SCHEDULER = ["smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__warps_eligible.avg.per_cycle_active",
