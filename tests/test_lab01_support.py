@@ -96,7 +96,7 @@ def test_gap_view_hot_kernels_and_statement():
     assert "busy 20% of each 1.0 ms step" in text and "0.4 ms per step it sits idle" in text
     assert "52% of that while the CPU was in 'host' work" in text  # 420 / 800 = 52.5%, printed with .0f
     assert "0.5 ms (2.0x faster)" in text and "the input pipeline, not the GPU, bounded the step" in text
-    assert "reads memory-bound: 80% of its peak" in text and "'long_scoreboard' (waiting for data" in text
+    assert "reads memory-bound: 80% of its peak" in text and "'long_scoreboard' (waiting on a scoreboard dependency on an L1TEX" in text
 
 
 def test_ranges_view_and_notes():

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..measure import ncu as N
 from ..measure.runs import ELEM_BYTES, RunConfig
+from ..measure.torch_trace import idle_by_cause, step_gpu_work
 from . import traffic
 from .stalls import dominant_item
 
@@ -269,5 +270,34 @@ def attention_predictions(kernels: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def trace_comparison(traces: dict) -> pd.DataFrame:
+    """Before/after table of traces (``{version: Trace}``), one row per version.
+
+    ``period_ms``: steady-state time per step, the spacing between the moments successive profiled
+    steps' GPU work finished (``(last gpu_end - first gpu_end) / (steps - 1)`` of :func:`step_gpu_work`);
+    a step is done when its GPU work is, whether or not the CPU has moved on. ``cpu_step_ms``: time the
+    CPU spent inside the step range. ``gpu_work_ms``: GPU time of the work each step launched.
+    ``gpu_util_pct``: GPU busy share of the profiled window (``Trace.summary``). Then the idle gaps.
+    """
+    rows = []
+    for v, tr in traces.items():
+        w = step_gpu_work(tr)
+        n = len(w)
+        if n < 2 or w["gpu_end_us"].isna().any():
+            raise ValueError(f"{v}: need at least two profiled steps that launched GPU work; got {n} steps, "
+                             f"{int(w['gpu_end_us'].notna().sum())} with GPU work")
+        s = tr.summary()
+        gaps = tr.idle_gaps()
+        row = {"version": v, "steps": n,
+               "period_ms": (w["gpu_end_us"].iloc[-1] - w["gpu_end_us"].iloc[0]) / (n - 1) / 1e3,
+               "cpu_step_ms": s["mean_step_us"] / 1e3, "gpu_work_ms": w["gpu_work_us"].mean() / 1e3,
+               "gpu_util_pct": 100 * (s.get("gpu_utilization") or 0.0),
+               "idle_gaps_per_step": len(gaps) / n, "idle_ms_per_step": float(gaps["gap_us"].sum()) / n / 1e3,
+               "largest_gap_ms": float(gaps["gap_us"].max()) / 1e3 if len(gaps) else 0.0,
+               "main_idle_cause": idle_by_cause(tr)["cause"].iloc[0] if len(gaps) else "none"}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 __all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_variants", "block_m_from_grid",
-           "config_fields", "copy_family", "occupancy_table", "attention_predictions"]
+           "config_fields", "copy_family", "occupancy_table", "attention_predictions", "trace_comparison"]

@@ -93,6 +93,23 @@ def read_blocks(text: str) -> list[dict]:
     return blocks or [{"label": "", "command": None, "first_line": 0}]
 
 
+def demangled_regex(name: str) -> str:
+    """A regex for ``--kernel-name-base demangled``: the kernel's demangled name up to its argument list,
+    escaped, anchored at the start, so ``cutlass::Kernel2<cutlass_80_simt_sgemm_...>`` picks that one
+    instantiation and not every ``Kernel2``."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"kernel name {name!r}; expected a non-empty string")
+    head = re.sub(r"^void\s+", "", name.strip())
+    depth, cut = 0, len(head)
+    for i, ch in enumerate(head):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            cut = i
+            break
+    return "^" + re.escape(head[:cut].strip())
+
+
 def command_of(text: str, label_part: str) -> str | None:
     """The ncu command recorded for the first block whose label contains ``label_part``."""
     return next((b["command"] for b in read_blocks(text) if b["command"] and label_part in b["label"]), None)

@@ -438,3 +438,38 @@ class Trace:
         p = Path(path)
         p.write_text(json.dumps(self.data))
         return p
+
+
+# ---------------------------------------------------------------- functions over a Trace
+def step_gpu_work(tr: Trace) -> pd.DataFrame:
+    """Per profiled step: the GPU work its CPU side launched (kernels, copies, memsets whose launch call
+    falls inside the step's ``ProfilerStep`` range, on any thread), summed (``gpu_work_us``), and when
+    the last of it finished (``gpu_end_us``). GPU work left over from steps before the window, which a
+    CPU running ahead leaves queued, is not charged to any profiled step."""
+    ev = tr.events
+    steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
+    if steps.empty:
+        raise ValueError("trace has no ProfilerStep ranges; expected one from torch_trace.profile")
+    g, rt = list(tr.launcher), list(tr.launcher.values())
+    call = ev.loc[rt, "start_us"].to_numpy()
+    dur, end = ev.loc[g, "dur"].to_numpy(), ev.loc[g, "end_us"].to_numpy()
+    rows = []
+    for st in steps.itertuples(index=False):
+        mine = (call >= st.start_us) & (call < st.end_us)
+        rows.append({"step": st.name, "cpu_start_us": st.start_us, "cpu_end_us": st.end_us, "gpu_ops": int(mine.sum()),
+                     "gpu_work_us": float(dur[mine].sum()),
+                     "gpu_end_us": float(end[mine].max()) if mine.any() else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def idle_by_cause(tr: Trace) -> pd.DataFrame:
+    """GPU idle time (gaps over 50 µs) charged to what the CPU was doing: ``cause, idle_us, share``,
+    largest first (ties: by name)."""
+    gaps = tr.idle_gaps()
+    if gaps.empty:
+        return pd.DataFrame({"cause": list(CAUSES), "idle_us": [0.0] * len(CAUSES), "share": [0.0] * len(CAUSES)})
+    idle = {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}
+    total = sum(idle.values())
+    out = pd.DataFrame({"cause": list(idle), "idle_us": list(idle.values()),
+                        "share": [x / total if total else 0.0 for x in idle.values()]})
+    return out.sort_values(["idle_us", "cause"], ascending=[False, True]).reset_index(drop=True)
