@@ -25,7 +25,6 @@ import json
 import os
 import sys
 import tempfile
-from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Callable
 
@@ -281,28 +280,30 @@ class Trace:
         calls nested in it on its thread; a range owns every launch made while it was open on any
         thread of its process (autograd runs backward on a thread of its own)."""
         ev = self.events
-        dev: dict[int, float] = {}
-        num: dict[int, int] = {}
-
-        def add(i, d):
-            dev[i] = dev.get(i, 0.0) + d
-            num[i] = num.get(i, 0) + 1
-
-        if "cpu_op" in cats:
-            for g, rt in self.launcher.items():
-                for i in self.enclosing.get(rt, []):
-                    add(i, float(ev.at[g, "dur"]))
-        if "user_annotation" in cats and self.launcher:
-            calls = sorted((float(ev.at[rt, "start_us"]), ev.at[rt, "pid"], float(ev.at[g, "dur"]))
-                           for g, rt in self.launcher.items())
-            times = [c[0] for c in calls]
-            rng = ev[ev["cat"] == "user_annotation"]
-            for i, r in zip(rng.index, rng.itertuples(index=False)):
-                lo = bisect_right(times, r.start_us - 1e-9)
-                for t, pid, d in calls[lo:bisect_right(times, r.end_us)]:
-                    if pid == r.pid:
-                        add(i, d)
-        return dev, num
+        parts = []
+        if self.launcher:
+            launch = pd.DataFrame({"gpu": list(self.launcher), "rt": list(self.launcher.values())})
+            launch["dur"] = ev.loc[launch["gpu"], "dur"].to_numpy()
+            if "cpu_op" in cats:  # every op enclosing the launch call on its thread
+                enc = launch.assign(op=launch["rt"].map(lambda r: self.enclosing.get(r, []))).explode("op")
+                parts.append(enc.dropna(subset=["op"])[["op", "dur"]])
+            if "user_annotation" in cats:  # every range open at the launch call, any thread of its process
+                launch["t"] = ev.loc[launch["rt"], "start_us"].to_numpy()
+                launch["pid"] = ev.loc[launch["rt"], "pid"].to_numpy()
+                rng = ev[ev["cat"] == "user_annotation"]
+                for pid, calls in launch.sort_values("t", kind="stable").groupby("pid", sort=False):
+                    t, cum = calls["t"].to_numpy(), np.concatenate([[0.0], np.cumsum(calls["dur"].to_numpy())])
+                    mine = rng[rng["pid"] == pid]
+                    lo = np.searchsorted(t, mine["start_us"].to_numpy() - 1e-9, side="right")
+                    hi = np.searchsorted(t, mine["end_us"].to_numpy(), side="right")
+                    parts.append(pd.DataFrame({"op": mine.index, "dur": cum[hi] - cum[lo], "n": hi - lo}))
+        if not parts:
+            return {}, {}
+        both = pd.concat(parts, ignore_index=True)
+        both["n"] = both["n"].fillna(1) if "n" in both else 1
+        agg = both.groupby("op").agg(dev=("dur", "sum"), num=("n", "sum"))
+        agg = agg[agg["num"] > 0]
+        return {int(i): float(d) for i, d in agg["dev"].items()}, {int(i): int(n) for i, n in agg["num"].items()}
 
     def _table(self, cats: tuple[str, ...], value: str):
         ev = self.events
