@@ -24,8 +24,8 @@ import sysconfig
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
+
 from . import device
-import pandas as pd
 
 EVIDENCE_SCHEMA = "infralens.evidence/1"
 MANIFEST_SCHEMA = "infralens.manifest/1"
@@ -161,6 +161,8 @@ class Evidence:
         if not isinstance(v, list):
             raise TypeError(f"evidence {self.name!r}{'' if key is None else '[' + key + ']'} is "
                             f"{type(v).__name__}, expected a list of rows")
+        import pandas as pd  # lazy: evidence is stdlib-only at import, so the doctor and a bare wheel load it
+
         return pd.DataFrame(v)
 
     def to_json(self) -> dict:
