@@ -21,6 +21,7 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	bash tools/browser_deps.sh
+	$(PY) -m ruff check infralens_lab tests tools
 	$(PY) -m pytest tests labs --nbval --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(PYTEST_ARGS)
 

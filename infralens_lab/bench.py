@@ -7,7 +7,8 @@ correctness check on the very inputs it times:
   Triton ``copy_coalesced`` kernel and ``copy_strided`` for every stride in ``STRIDES``.
   Bandwidth is *useful* bytes (bytes read that end up in the output + bytes written) per
   second; for strided copies the sector model's predicted fraction of the coalesced
-  bandwidth is printed next to the measured fraction.
+  bandwidth (at the DRAM level: 64-byte fetches between L2 and HBM, ``analysis.traffic``) is
+  printed next to the measured fraction.
 * **attention** forward, TFLOP/s = ``4*B*H*N^2*D / time`` (halved when causal), for naive,
   tiled, tiled_fast, torch SDPA with its default choice and with each backend that runs, and
   ``naive_torch``: the three lines of eager PyTorch a learner writes first
@@ -55,7 +56,7 @@ INTERPRETER_MESSAGE = ("bench: refusing to run in interpreter mode. Kernels ther
 
 def _ms(fn) -> float:
     """Median milliseconds of ``fn`` over ~100 ms of repeats after ~25 ms of warm-up."""
-    import triton.testing
+    import triton.testing  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
@@ -63,9 +64,9 @@ def _ms(fn) -> float:
 # --------------------------------------------------------------------------- copies
 def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
     """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16."""
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
-    from .kernels import copies
+    from .kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
     rows = []
     for dtype in (torch.float32, torch.float16):
@@ -77,18 +78,18 @@ def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
         rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(lambda: dst.copy_(x)), True))
         ok = torch.equal(copies.copy(x, out=dst), x)
         rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(lambda: copies.copy(x, out=dst)), ok))
-        del dst
+        dst = None  # free the buffer (None, not del: the timed lambdas above close over the name)
         for s in copies.STRIDES:
             out = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
             ok = torch.equal(copies.copy_strided(x, s, out=out), x[::s])
             t = _ms(lambda: copies.copy_strided(x, s, out=out))
             rows.append(_copy_row("strided", name, s, n, out.numel(), e, t, ok))
-            del out
+            out = None  # free the buffer before the next stride
         coalesced = next(r for r in rows if r["variant"] == "coalesced" and r["dtype"] == name)
         for r in rows:
             if r["dtype"] == name and r["variant"] == "strided":
                 r["measured_fraction"] = r["useful_tbps"] / coalesced["useful_tbps"]
-        del x
+        x = None  # free the input before the next dtype
         torch.cuda.empty_cache()
     return rows
 
@@ -98,14 +99,15 @@ def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
     m = sector_model(stride, e)
     return {"variant": variant, "dtype": dtype, "stride": stride, "n_in": n_in, "n_out": n_out,
             "useful_bytes": useful, "median_ms": ms, "useful_tbps": useful / (ms * 1e-3) / 1e12,
-            "predicted_fraction": m.useful_fraction if variant == "strided" else None,
+            # the model at the level the benchmark stresses: 1 GiB copies stream from HBM in 64-byte fetches
+            "predicted_fraction": m.dram_useful_fraction if variant == "strided" else None,
             "measured_fraction": None, "model_sectors_per_request": m.sectors_per_request, "correct": bool(ok)}
 
 
 # --------------------------------------------------------------------------- attention
 def _sdpa(backend):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     if backend is None:
         return lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -125,7 +127,7 @@ def naive_torch(q, k, v, causal):
     Everything stays in the input dtype (torch's softmax computes in float32 inside and rounds
     its output); the causal mask is built per call, as eager code does.
     """
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
     if causal:
@@ -141,9 +143,9 @@ def _rel_err(o, ref) -> float:
 
 def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
     """Rows (and skipped variants with reasons) for every attention variant and SDPA backend."""
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
-    from .kernels import attention, attention_fast
+    from .kernels import attention, attention_fast  # lazy: defines Triton kernels / models only when this runs
 
     rows, skipped = [], []
     for shape, dtype_name, causal in cases:
@@ -171,7 +173,7 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
                 skipped.append({**case, "reason": str(exc).strip().splitlines()[0][:160]})
                 continue
             err = _rel_err(o, ref)
-            del o
+            o = None  # free the output before timing
             ms = _ms(lambda: fn(q, k, v, causal))
             row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
                    "correct": err <= REL_ERR_OK[dtype_name], "config": None}
@@ -184,7 +186,7 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
                 row["tuning_ms"] = attention_fast.tuning_timings()
             rows.append(row)
             torch.cuda.empty_cache()
-        del q, k, v, ref
+        q = k = v = ref = None  # free the inputs before the next shape
         torch.cuda.empty_cache()
     return rows, skipped
 

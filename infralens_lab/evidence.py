@@ -19,9 +19,13 @@ import json
 import math
 import os
 import re
+import sys
+import sysconfig
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
+
+from . import device
 
 EVIDENCE_SCHEMA = "infralens.evidence/1"
 MANIFEST_SCHEMA = "infralens.manifest/1"
@@ -37,12 +41,24 @@ class EvidenceError(ValueError):
     """A recorded evidence file is missing, unknown, corrupt or of the wrong schema."""
 
 
+INSTALLED_DATA = ("share", "infralens_lab", "recorded")  # where a wheel puts data/recorded, under the prefix
+
+
 def data_root() -> Path:
-    """Folder holding one sub-folder of recorded evidence per GPU (``data/recorded``)."""
+    """Folder holding one sub-folder of recorded evidence per GPU: ``$INFRALENS_DATA`` if set; else
+    ``data/recorded`` of the checkout this package sits in (an editable install); else, for a wheel,
+    ``<prefix>/share/infralens_lab/recorded`` (pyproject's data-files). The checkout's path when none exists."""
     env = os.environ.get(DATA_ROOT_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / "data" / "recorded"
+    checkout = Path(__file__).resolve().parents[1] / "data" / "recorded"
+    if checkout.is_dir():
+        return checkout
+    for prefix in (sysconfig.get_paths()["data"], sys.prefix, sys.base_prefix):
+        installed = Path(prefix).joinpath(*INSTALLED_DATA)
+        if installed.is_dir():
+            return installed
+    return checkout
 
 
 @dataclass(frozen=True)
@@ -101,10 +117,9 @@ class Provenance:
 
 def current_provenance(command: str, source: str = "live") -> Provenance:
     """Provenance for values measured now on this machine."""
-    from . import __version__
-    from .device import facts, tool_version
+    from . import __version__  # lazy: the package's __init__ is still importing when this module loads
 
-    f = facts()
+    f = device.facts()
     return Provenance(
         source=source,
         gpu=f.name,
@@ -113,7 +128,7 @@ def current_provenance(command: str, source: str = "live") -> Provenance:
         cuda=f.cuda,
         torch=f.torch,
         triton=f.triton,
-        ncu=tool_version("ncu") if f.mode == "gpu" else None,
+        ncu=device.tool_version("ncu") if f.mode == "gpu" else None,
         date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         command=command,
         package_version=__version__,
@@ -140,14 +155,14 @@ class Evidence:
 
     def frame(self, key: str | None = None):
         """The values as a pandas DataFrame: a list of row objects, or ``values[key]`` if given."""
-        import pandas as pd
-
         v = self.values if key is None else self.values[key]
         if isinstance(v, dict) and "rows" in v:
             v = v["rows"]
         if not isinstance(v, list):
             raise TypeError(f"evidence {self.name!r}{'' if key is None else '[' + key + ']'} is "
                             f"{type(v).__name__}, expected a list of rows")
+        import pandas as pd  # lazy: evidence is stdlib-only at import, so the doctor and a bare wheel load it
+
         return pd.DataFrame(v)
 
     def to_json(self) -> dict:
@@ -203,7 +218,15 @@ class EvidenceWriter:
 
     def __init__(self, out_dir: str | Path, command: str, provenance: Provenance | None = None):
         self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            probe = self.out / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise EvidenceError(f"cannot write the recorded set to {self.out}: {exc.strerror or exc} "
+                                f"(expected a folder this user can create and write). Fix: choose another "
+                                f"--out, e.g. a folder under your home, or fix the folder's permissions") from None
         self.provenance = provenance or current_provenance(command, source="recorded")
         if self.provenance.source != "recorded":
             self.provenance = replace(self.provenance, source="recorded")
@@ -393,9 +416,7 @@ def get(name: str, live: Callable[[], Any] | None = None, command: str | None = 
     ``live`` is a zero-argument callable returning JSON-shaped values; it runs only in gpu
     mode. ``command`` describes it for the provenance (default: ``infralens_lab.<name>``).
     """
-    from .device import is_gpu
-
-    if live is not None and is_gpu():
+    if live is not None and device.is_gpu():
         values = _jsonable(live())
         rec_units = units or {}
         return Evidence(name, values, current_provenance(command or f"infralens_lab live: {name}"), rec_units)

@@ -31,22 +31,29 @@ import time
 import traceback
 from pathlib import Path
 
+from . import device
+from .evidence import EvidenceError, EvidenceWriter
+from .kernels.copies import STRIDES
+from .measure import ceilings
 from .measure import ncu as N
+from .measure.ceilings import MATMUL_SIZES
+from .measure.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
+from .measure.target import LAUNCHES, REGEX, launch_window
+from .measure.timing import time_steps
+from .measure.torch_trace import profile, trim
+from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
          "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap")
-COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
-ATTN_SHAPE = (1, 8, 2048, 64)
-MATMUL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
-LAUNCH = ["launch__grid_size", "launch__block_size", "launch__registers_per_thread"]
-# bytes through L1/TEX and L2 (the hierarchical roofline's upper levels) and the peaks ncu knows for them
-HIERARCHY = ["l1tex__t_bytes.sum", "lts__t_bytes.sum"]
-HIERARCHY_PEAKS = ["l1tex__t_bytes.sum.peak_sustained", "lts__t_bytes.sum.peak_sustained",
-                   "sm__cycles_elapsed.avg.per_second", "lts__cycles_elapsed.avg.per_second"]
+COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
+ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
+NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
+             "clocks, as in the timed benchmarks; the SM clock each launch saw is sm__cycles_elapsed.avg.per_second")
+LAUNCH, HIERARCHY, HIERARCHY_PEAKS = N.LAUNCH, N.HIERARCHY, N.HIERARCHY_PEAKS
 COPY_METRICS = N.TIME + N.DRAM + N.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
-    + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH
+    + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH + N.CLOCK
 ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + HIERARCHY \
-    + LAUNCH
+    + LAUNCH + N.SCHEDULER + N.CLOCK
 MATMUL_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + HIERARCHY \
     + HIERARCHY_PEAKS + LAUNCH
 TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH
@@ -84,56 +91,13 @@ class Recorder:
 
     # ------------------------------------------------------------ steps
     def step_device(self):
-        from .device import facts
-
-        self.w.write("device", facts().as_dict(), units={"l2_bytes": "byte", "memory_bytes": "byte"})
+        self.w.write("device", device.facts().as_dict(), units={"l2_bytes": "byte", "memory_bytes": "byte"})
 
     def step_ceilings(self):
-        import torch
-
-        from .measure.timing import rotation_count, time_fn
-
-        reps = 5 if self.quick else 20
-        src = torch.randn(2**28, device="cuda")  # 1 GiB of fp32
-        dst = torch.empty_like(src)
-        t = time_fn(lambda: dst.copy_(src), warmup=3, repeats=reps)
-        moved = 2 * src.numel() * 4
-        copy = {"bytes_moved": moved, "bandwidth_bytes_per_s": moved / (t.median_ms * 1e-3), **t.as_dict()}
-        del src, dst
-        dtypes = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-        rows, old = [], torch.backends.cuda.matmul.allow_tf32
-        try:
-            for name, dt in dtypes.items():
-                torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-                rows.append(self._matmul(8192, dt, name, reps=3 if self.quick else 10))
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
-        sweep = []
-        for n in MATMUL_SIZES[::2] if self.quick else MATMUL_SIZES:
-            sets = rotation_count(3 * n * n * 2)
-            sweep.append(self._matmul(n, torch.float16, "fp16", reps=10 if self.quick else 30, sets=sets))
-        units = {"bandwidth_bytes_per_s": "byte/s", "flops_per_s": "FLOP/s", "median_ms": "ms", "flops": "FLOP",
-                 "min_bytes": "byte", "intensity": "FLOP/byte"}
-        self.w.write("ceilings", {"copy": copy, "matmul": rows, "sweep": sweep}, units=units,
-                     notes="copy: torch copy_ of 1 GiB fp32, bytes read + written. matmul: torch a @ b (cuBLAS), "
-                           "flops = 2*M*N*K, min_bytes = (M*K + K*N + M*N) * element size (each operand once). "
-                           "fp32 has TF32 off. Sweep: inputs rotated over several sets when they fit in L2.")
-        return f"copy {copy['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; " + ", ".join(
-            f"{r['dtype']} {r['flops_per_s'] / 1e12:.0f} TFLOP/s" for r in rows)
-
-    def _matmul(self, n: int, dtype, name: str, reps: int, sets: int = 1) -> dict:
-        import torch
-
-        from .measure.timing import time_fn
-
-        pairs = [(torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype))
-                 for _ in range(sets)]
-        t = time_fn(lambda a, b: a @ b, warmup=3, repeats=reps, rotate=pairs)
-        flops, size = 2 * n ** 3, torch.empty((), dtype=dtype).element_size()
-        min_bytes = 3 * n * n * size
-        return {"dtype": name, "M": n, "N": n, "K": n, "flops": flops, "min_bytes": min_bytes,
-                "intensity": flops / min_bytes, "flops_per_s": flops / (t.median_ms * 1e-3), "input_sets": sets,
-                **t.as_dict()}
+        values, units, notes = ceilings.measure(self.quick)
+        self.w.write("ceilings", values, units=units, notes=notes)
+        return f"copy {values['copy']['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; " + ", ".join(
+            f"{r['dtype']} {r['flops_per_s'] / 1e12:.0f} TFLOP/s" for r in values["matmul"])
 
     def step_bench(self):
         bench = _optional("infralens_lab.bench", "record_into")
@@ -144,9 +108,6 @@ class Recorder:
         memory.record_into(self.w)
 
     def step_traces(self):
-        from .measure.torch_trace import profile, trim
-        from .workloads.pipeline import make_step
-
         summary, sizes = {}, []
         for version in ("bubble", "fixed"):
             step = make_step(version)
@@ -175,28 +136,8 @@ class Recorder:
     def step_step_times(self):
         """Wall-clock step times: synchronised per step from the very first (warm-up visible), then
         back to back with one synchronise at the end (throughput)."""
-        import torch
 
-        from .measure.timing import summarize
-        from .workloads.pipeline import make_step
-
-        out = {}
-        for version in ("bubble", "fixed"):
-            step = make_step(version)
-            per = []
-            for _ in range(STEP_TIME_STEPS):
-                t0 = time.perf_counter()
-                step()
-                torch.cuda.synchronize()
-                per.append((time.perf_counter() - t0) * 1e3)
-            t0 = time.perf_counter()
-            for _ in range(STEP_TIME_BATCHED):
-                step()
-            torch.cuda.synchronize()
-            batched = (time.perf_counter() - t0) * 1e3 / STEP_TIME_BATCHED
-            t = summarize(per[10:], clock="cpu", note="perf_counter around step(); torch.cuda.synchronize()")
-            out[version] = {"per_step_sync_ms": per, "throughput_ms_per_step": batched,
-                            "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}
+        out = {v: time_steps(make_step(v), STEP_TIME_STEPS, STEP_TIME_BATCHED, skip=10) for v in ("bubble", "fixed")}
         self.w.write("step_times", out, units={"_ms": "ms"},
                      notes=f"{STEP_TIME_STEPS} steps each timed with a synchronize (warm-up included, median/p10/p90 "
                            f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")
@@ -210,8 +151,6 @@ class Recorder:
     # ------------------------------------------------------------ ncu
     def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:
         """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file."""
-        from .measure.target import LAUNCHES, REGEX, launch_window
-
         blocks, failed, absent = [], [], set()
         metrics = list(metrics)
         for label, kernel, args, *regex in configs:
@@ -260,7 +199,7 @@ class Recorder:
             if missing:
                 absent.update(missing)
                 self.log(f"[record]   {label}: requested but absent from the CSV: {missing}")
-            blocks.append(f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: {cmd}\n{text.rstrip()}\n")
+            blocks.append(N.config_block(label, cmd, text))
         if not blocks:
             raise RuntimeError(f"every ncu run for {filename} failed: {failed}")
         self.w.write_text(filename, "".join(blocks))
@@ -268,27 +207,25 @@ class Recorder:
                 + (f"; metrics absent from the CSV: {sorted(absent)}" if absent else ""))
 
     def _copy_configs(self):
-        from .kernels.copies import STRIDES
-
         strides = (1, 8, 32) if self.quick else STRIDES
-        cfg = [("copy n=%d fp32" % COPY_N, "copy", ["--n", str(COPY_N), "--dtype", "fp32"])]
-        return cfg + [(f"copy_strided stride={s} n={COPY_N} fp32", "copy_strided",
-                       ["--stride", str(s), "--n", str(COPY_N), "--dtype", "fp32"]) for s in strides]
+        runs = [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in strides]
+        return [(r.label(), r.kind, target_args(r)) for r in runs]
 
     def step_ncu_copies(self):
         return self._ncu_file("ncu_copies.csv", self._copy_configs(), COPY_METRICS)
 
     def step_ncu_copies_stalls(self):
-        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS)
+        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS + N.SCHEDULER + N.CLOCK)
 
     def step_ncu_attention(self):
-        shape = ",".join(map(str, ATTN_SHAPE))
-        cfgs = [(f"{k} shape={shape} fp16", k, ["--shape", shape, "--dtype", "fp16"]) for k in ("naive", "tiled", "tiled_fast")]
+        runs = [RunConfig(k, "fp16", shape=ATTN_SHAPE) for k in ATTENTION_KINDS]
+        cfgs = [(r.label(), r.kind, target_args(r)) for r in runs]
         return self._ncu_file("ncu_attention.csv", cfgs, ATTN_METRICS)
 
     def step_ncu_matmul(self):
         sizes = MATMUL_SIZES[::2] if self.quick else MATMUL_SIZES
-        cfgs = [(f"matmul size={n},{n},{n} fp16", "matmul", ["--size", f"{n},{n},{n}", "--dtype", "fp16"]) for n in sizes]
+        runs = [RunConfig("matmul", "fp16", shape=(n, n, n)) for n in sizes]
+        cfgs = [(r.label(), r.kind, target_args(r)) for r in runs]
         return self._ncu_file("ncu_matmul.csv", cfgs, MATMUL_METRICS)
 
     def step_ncu_train_step(self):
@@ -297,7 +234,8 @@ class Recorder:
         if not self.top_kernels:
             raise _Skip("no trace_fixed kernels to choose from (run the traces step first)")
         rx = "|".join(N.short_name_regex(k) for k in self.top_kernels[:3])
-        return self._ncu_file("ncu_train_step.csv", [("train_step fixed", "train_step", [], rx)], TRAIN_STEP_METRICS)
+        run = RunConfig("train_step", version="fixed")
+        return self._ncu_file("ncu_train_step.csv", [(run.label(), "train_step", [], rx)], TRAIN_STEP_METRICS)
 
 
 class _Skip(Exception):
@@ -346,24 +284,27 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"record: unknown step(s) {unknown}; expected some of {list(STEPS)}", file=sys.stderr)
         return 2
-    from .device import is_gpu, mode_reason
 
-    if not is_gpu():
+    if not device.is_gpu():
         print(f"record: refusing to record: recorded evidence must come from a real GPU, and this machine "
-              f"runs in interpreter mode ({mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
+              f"runs in interpreter mode ({device.mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2
-    from .evidence import EvidenceWriter
 
     command = "python -m infralens_lab record " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
-    writer = EvidenceWriter(out, command)
+    try:
+        writer = EvidenceWriter(out, command)
+    except EvidenceError as exc:
+        print(f"record: {exc}", file=sys.stderr)
+        return 2
     rec = Recorder(writer, quick=args.quick, log=lambda m: print(m, flush=True))
     t0 = time.perf_counter()
     for step in [s for s in STEPS if not only or s in only]:
         rec.run(step)
     total = time.perf_counter() - t0
-    writer.write("record_log", {"steps": rec.entries, "total_seconds": round(total, 2), "quick": args.quick},
-                 units={"seconds": "s"})
+    writer.write("record_log", {"steps": rec.entries, "total_seconds": round(total, 2), "quick": args.quick,
+                                "ncu_clock_control": "none"},
+                 units={"seconds": "s"}, notes=NCU_NOTES)
     writer.close()
     lines = ["", f"{'step':<20}{'status':<9}{'seconds':>8}"] + \
         [f"{e['step']:<20}{e['status']:<9}{e['seconds']:>8.1f}" for e in rec.entries] + [f"{'total':<29}{total:>8.1f}"]

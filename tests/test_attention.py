@@ -3,29 +3,19 @@
 Runs in either mode on infralens_lab.device.torch_device(). Inputs are fresh torch.randn;
 shapes include N = 1, N not a multiple of any block, and non-power-of-two N; outputs are
 pre-filled with NaN so an unwritten element fails. Outputs are compared with the reference
-computed in float32 from the same (rounded) inputs, so the tolerance only has to cover the
-kernel's own roundings:
-
-* float16: the output is rounded once (half an ulp: 2**-11 relative) and P is rounded to
-  float16 before P @ V (2**-11 relative per probability, i.e. at most 2**-11 * max|v| in
-  the output, max|v| < 5 for these randn draws -> 2.5e-3). Hence atol=3e-3, rtol=2e-3.
-* bfloat16 (GPU only): the same two roundings with 2**-8 instead of 2**-11: atol=2.5e-2,
-  rtol=1.6e-2.
-* float32 (interpreter only): only summation order differs, ~1e-6 relative: atol=rtol=1e-5.
+computed in float32 from the same (rounded) inputs, with the package's one tolerance table
+(infralens_lab.kernels.check.TOLERANCES, which says why each value), the one the labs use too.
 """
 import pytest
 import torch
 
 from infralens_lab.device import is_gpu, torch_device
 from infralens_lab.kernels import attention, attention_fast
+from infralens_lab.kernels.check import TOLERANCES
 from infralens_lab.kernels.reference import attention_ref, probs_ref, scores_ref
 
 DEV = torch_device()
-TOL = {
-    torch.float16: dict(atol=3e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=2.5e-2, rtol=1.6e-2),
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-}
+TOL = TOLERANCES
 VARIANTS = list(attention.VARIANTS)
 # (B, H, N, D): N=1; N below, above and not a multiple of the blocks; every head dim.
 SHAPES = [(1, 1, 1, 16), (2, 2, 17, 32), (1, 2, 64, 64), (1, 1, 100, 32), (1, 1, 33, 128)]

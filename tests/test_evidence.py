@@ -249,7 +249,7 @@ def test_live_wraps_values_with_current_provenance():
     assert ev.source == "live" and ev.values == {"rows": [{"n": 5}]}
     assert p["gpu"] == device.facts().name and p["mode"] == device.mode() and p["command"] == "labs/00: check"
     assert len(p["date_utc"]) == 20 and p["date_utc"].endswith("Z")
-    assert f"`labs/00: check`" in ev.caption()
+    assert "`labs/00: check`" in ev.caption()
 
 
 # ---------------------------------------------------------------- which set is the reference

@@ -3,7 +3,6 @@ hand, clear notes instead of crashes, the recorder step refusing without a GPU, 
 counts with a code-generation-free backend."""
 import pandas as pd
 import pytest
-import torch
 
 from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05

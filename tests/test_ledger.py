@@ -122,8 +122,8 @@ def test_predict_training_rows_and_helpers():
 def test_communication_buckets():
     m = L.Model.preset("gpt2-125m")
     psi = L.param_count(m)
-    get = lambda **kw: L.predict_training(m, L.Training(4, 512, **kw)).set_index("category").loc[
-        "communication buckets", "bytes"]
+    def get(**kw):
+        return L.predict_training(m, L.Training(4, 512, **kw)).set_index("category").loc["communication buckets", "bytes"]
     assert get(dp=1) == 0
     assert get(dp=8) == 2 * psi          # DDP's flat buckets copy every 16-bit gradient
     assert get(dp=8, grad_as_bucket_view=True) == 0
@@ -188,7 +188,7 @@ def test_bad_inference_preset_and_sizes():
         L.Model.preset("gpt5")
     with pytest.raises(ValueError, match="seq = 2048 exceeds the model's n_positions = 1024"):
         L.predict_training(L.Model.preset("gpt2-125m"), L.Training(1, 2048))
-    with pytest.raises(ValueError, match="params = 0; expected a positive parameter count"):
+    with pytest.raises(ValueError, match="params = 0; expected a positive, finite parameter count"):
         L.model_states(0)
     with pytest.raises(ValueError, match="context = 0; expected an int >= 1"):
         L.kv_cache_bytes(2, 1, 0, 8, 128, 2)

@@ -160,3 +160,11 @@ def test_record_into_cpu(tmp_path):
     assert _by_cat(infer)["KV cache"] == _by_cat(L.predict_for(infer.attrs["meta"]))["KV cache"]
     with pytest.raises(ValueError, match="no run with precision = 'amp_bf16'; recorded: \\['fp32'\\]"):
         M.from_evidence(store.load("memory_train"), "amp_bf16")
+
+
+def test_isolate_is_safe_on_a_cpu():
+    import torch
+
+    from infralens_lab.measure.memory import isolate
+
+    assert isolate(torch.device("cpu")) is None

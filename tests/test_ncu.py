@@ -295,3 +295,16 @@ def test_short_name_regex_strips_templates_and_namespaces():
     assert short_name_regex("attn_fwd_fast") == "attn_fwd_fast"
     with pytest.raises(ValueError, match="non-empty string"):
         short_name_regex("  ")
+
+
+def test_scheduler_statistics_are_requested_and_read():
+    from infralens_lab import record
+
+    for m in N.SCHEDULER:
+        assert m in record.ATTN_METRICS
+    text = ('"ID","Process ID","Process Name","Host Name","Kernel Name","' + '","'.join(N.SCHEDULER) + '"\n'
+            '"","","","","","%","warp","warp"\n"0","1","p","h","k","12.5","0.2","7.9"\n')
+    s = N.scheduler(N.parse_raw_csv(text)).iloc[0]
+    assert (s["issue_active_pct"], s["eligible_warps"], s["active_warps"]) == (12.5, 0.2, 7.9)
+    with pytest.raises(N.NcuCsvError, match="scheduler: the CSV has none of"):
+        N.scheduler(N.parse_raw_csv(SYNTHETIC))

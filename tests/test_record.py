@@ -107,3 +107,22 @@ def test_metrics_that_ncu_silently_drops_are_reported(tmp_path, monkeypatch):
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
     detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], N.TIME + ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
     assert detail == "1/1 runs ok; metrics absent from the CSV: ['sm__ops_path_tensor_src_fp16_dst_fp32.sum']"
+
+
+def test_recorder_profile_shapes_and_labels():
+    """The ncu runs the recorder makes: every label parses back to the run, copies have a working set over
+    4x a 60 MB L2, attention runs at the bench's shape (many waves), and the clock policy is stated."""
+    from infralens_lab import record
+    from infralens_lab.measure import ncu as N
+    from infralens_lab.measure.runs import RunConfig, target_args
+
+    rec = record.Recorder(writer=None, quick=False, log=lambda m: None)
+    for label, kernel, args in rec._copy_configs():
+        cfg = RunConfig.parse(label)
+        assert cfg.kind == kernel and target_args(cfg) == args
+        assert 2 * cfg.n * cfg.elem_bytes >= 4 * 60 * 2**20  # useful bytes read + written
+    assert record.ATTN_SHAPE[0] * record.ATTN_SHAPE[1] * record.ATTN_SHAPE[2] // 128 > 2 * 132  # tiled programs
+    for m in N.CLOCK + N.SCHEDULER:
+        assert m in record.ATTN_METRICS
+    assert N.CLOCK[0] in record.COPY_METRICS and "--clock-control none" in record.NCU_NOTES
+    assert "--clock-control" in N.ncu_command(["--kernel", "copy"], "copy", metrics=N.TIME)

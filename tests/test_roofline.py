@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from infralens_lab.analysis.hardware import PEAKS, Ceilings, peaks_for
-from infralens_lab.analysis.roofline import LATENCY_THRESHOLD, attainable, classify, intensity, ridge, roof_curve
+from infralens_lab.analysis.roofline import (BOUND_THRESHOLD, RULE, attainable, classify, intensity, ridge, roof_curve,
+                                            sol_verdict, verdict)
 
 P, W = 100e12, 2e12  # a toy GPU: 100 TFLOP/s, 2 TB/s -> ridge at 50 FLOP/byte
 
@@ -19,25 +20,25 @@ def test_intensity_ridge_attainable():
 
 
 @pytest.mark.parametrize("flops, nbytes, seconds, kind, frac", [
-    (2e9, 1e8, 1e-4, "memory", 0.5),  # I=20 < 50; 20 TFLOP/s of a 40 TFLOP/s roof
-    (2e9, 1e8, 1e-3, "latency/launch", 0.05),  # same kernel 10x slower: far under both roofs
+    (2e9, 1e8, 0.625e-4, "memory", 0.8),  # I=20 < 50; 32 TFLOP/s of a 40 TFLOP/s roof
+    (2e9, 1e8, 1e-4, "latency", 0.5),  # same kernel slower: half the roof is under the 60% rule
     (1e12, 1e9, 0.0125, "compute", 0.8),  # I=1000 > 50; 80 of 100 TFLOP/s
     (0, 2e9, 1e-3, "memory", 1.0),  # a copy: 2 GB in 1 ms = the full 2 TB/s
-    (0, 2e9, 1e-2, "latency/launch", 0.1),
+    (0, 2e9, 1e-2, "latency", 0.1),
 ])
 def test_classify_hand_computed(flops, nbytes, seconds, kind, frac):
     b = classify(flops, nbytes, seconds, P, W)
     assert b.kind == kind
     assert b.fraction_of_roof == pytest.approx(frac)
     assert b.ridge == 50.0 and b.achieved == pytest.approx(flops / seconds)
-    assert kind.split("/")[0] in b.explanation
+    assert kind in b.explanation
 
 
 def test_threshold_is_the_boundary():
     # exactly at the threshold is roof-bound; just below is latency-bound
-    t = 1e8 / (W * LATENCY_THRESHOLD)
+    t = 1e8 / (W * BOUND_THRESHOLD)
     assert classify(0, 1e8, t, P, W).kind == "memory"
-    assert classify(0, 1e8, t * 1.01, P, W).kind == "latency/launch"
+    assert classify(0, 1e8, t * 1.01, P, W).kind == "latency"
     assert classify(0, 1e8, t * 1.01, P, W, threshold=0.1).kind == "memory"
 
 
@@ -97,3 +98,34 @@ def test_ceilings_from_recorded_values():
         Ceilings.from_values({"copy": {}})
     with pytest.raises(ValueError, match="lacks 'bandwidth_bytes_per_s'"):
         Ceilings.from_values({"copy": {}, "matmul": []})
+
+
+def test_one_rule_for_roofline_and_speed_of_light():
+    """lab 02 (roofline fraction) and lab 04 (SOL %) read the same attention recording the same way:
+    attn_fwd at 32% of its compute roof and at SM 50% / memory 25% is latency-bound in both."""
+    assert classify(1e12, 1e9, 1e12 / (0.32 * P), P, W, waves=0.48).kind == "latency"
+    assert sol_verdict(50.09, 25.05, waves=0.48).startswith("latency-bound: neither memory (25%) nor SM (50%)")
+    assert sol_verdict(20.0, 72.0) == "memory-bound: 72% of its peak"
+    assert sol_verdict(85.0, 40.0) == "compute (SM)-bound: 85% of its peak"
+    assert str(int(BOUND_THRESHOLD * 100)) + "%" in RULE
+
+
+@pytest.mark.parametrize("waves, t, floor, reasons", [
+    (0.48, 30e-6, 19e-6, ("grid below one wave",)),  # 128 blocks where 264 fit at once
+    (3.0, 4e-6, 19e-6, ("host launch overhead",)),  # a 4 us kernel timed at 19 us per call
+    (0.5, 4e-6, 19e-6, ("grid below one wave", "host launch overhead")),
+    (3.0, 30e-6, 19e-6, ("latency not hidden",)),
+    (None, 30e-6, None, ()),  # no evidence for a reason: none named
+])
+def test_latency_reasons_are_separate(waves, t, floor, reasons):
+    v = verdict({"compute": 0.3}, waves=waves, time_s=t, launch_floor_s=floor)
+    assert v.kind == "latency" and v.reasons == reasons and v.rule == RULE
+    for r in reasons:
+        assert r in v.text
+
+
+def test_verdict_bad_input():
+    with pytest.raises(ValueError, match="expected a dict with 'memory' and/or 'compute'"):
+        verdict({"dram": 0.9})
+    with pytest.raises(ValueError, match="expected a dict"):
+        verdict({"memory": float("nan")})

@@ -59,3 +59,13 @@ def test_dominant_rejects_bad_tables(table, match):
 
 def test_table_covers_the_labs_list():
     assert set(REASONS) <= set(STALLS)
+
+
+def test_meanings_follow_the_kernel_profiling_guide():
+    from infralens_lab.analysis.stalls import explain
+
+    ls = explain("long_scoreboard").meaning
+    assert "L1TEX" in ls and "L1 hits included" in ls and "missed" not in ls
+    assert "MIO" in explain("short_scoreboard").meaning and "not L1TEX" in explain("short_scoreboard").meaning
+    assert "queue" in explain("mio_throttle").meaning
+    assert "after EXIT" in explain("drain").meaning and "stores" in explain("drain").meaning

@@ -88,3 +88,14 @@ def test_bad_arguments(kwargs, exc, match):
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         time_fn(**args)
+
+
+def test_time_steps_counts_and_refuses_bad_counts():
+    from infralens_lab.measure.timing import time_steps
+
+    calls = []
+    out = time_steps(lambda: calls.append(1), synced=5, batched=3, skip=2, sync=lambda: None)
+    assert len(calls) == 8 and len(out["per_step_sync_ms"]) == 5
+    assert out["p10_ms"] <= out["median_ms"] <= out["p90_ms"] and out["throughput_ms_per_step"] >= 0
+    with pytest.raises(ValueError, match="synced > skip"):
+        time_steps(lambda: None, synced=2, skip=2)

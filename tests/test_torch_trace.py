@@ -216,3 +216,19 @@ def test_trim_max_depth_drops_nested_ops_but_not_gap_causes():
     assert "aten::_local_scalar_dense" not in set(t1.ops()["name"]) and "aten::item" in set(t1.ops()["name"])
     cols = ["gap_us", "cause", "sync_us", "memcpy_us", "launch_us", "host_us", "unaccounted_us"]
     assert t_all.idle_gaps()[cols].equals(t1.idle_gaps()[cols])
+
+
+def test_interval_functions_against_hand_computed_cases():
+    from infralens_lab.measure.torch_trace import covered, union
+
+    iv = union([5, 0, 2, 10, 12], [6, 3, 4, 10, 15])  # [0,3)+[2,4) merge; [10,10) is empty
+    assert iv.tolist() == [[0, 4], [5, 6], [12, 15]]
+    assert covered(iv, [0, 3, 4.5, -10, 13], [4, 13, 5, 100, 14]).tolist() == [4, 3, 0, 8, 1]
+    assert covered(union([], []), [0], [1]).tolist() == [0]
+
+
+def test_idle_gaps_are_computed_once_per_threshold():
+    tr = Trace(synthetic())
+    first = tr.idle_gaps()
+    first.loc[:, "gap_us"] = -1  # a caller editing its copy does not change the trace's
+    assert (tr.idle_gaps()["gap_us"] > 0).all() and len(tr._gaps) == 1

@@ -75,3 +75,30 @@ def test_matmul_traffic():
 def test_bad_arguments(call, exc, msg):
     with pytest.raises(exc, match=msg):
         call()
+
+
+def test_two_level_model_matches_the_recorded_dram_reads():
+    """The recorded H200 copies (16 Mi useful fp32, 64 MiB read at stride 1): DRAM bytes read per useful
+    byte are 1, 2, 4, 8, 16, 16 for strides 1..32, which the 64-byte DRAM fetch predicts and the
+    32-byte sector (the L1/L2 unit) does not beyond stride 8."""
+    from pathlib import Path
+
+    from infralens_lab.measure import ncu as N
+    from infralens_lab.measure.runs import RunConfig
+
+    df = N.parse_raw_csv((Path(__file__).parent / "data" / "ncu_copies.csv").read_text())
+    reads = N.dram_bytes(df).groupby("config")["read_bytes"].mean()
+    seen = {}
+    for label, rd in reads.items():
+        cfg = RunConfig.parse(label)
+        if cfg.kind == "copy_strided":
+            seen[cfg.stride] = rd / (cfg.n * cfg.elem_bytes)
+    strides = sorted(seen)
+    assert strides == [1, 2, 4, 8, 16, 32]
+    dram = [T.sector_model(s, 4).dram_read_amplification for s in strides]
+    l2 = [T.sector_model(s, 4).read_amplification for s in strides]
+    assert dram == [1, 2, 4, 8, 16, 16] and l2 == [1, 2, 4, 8, 8, 8]
+    for s, want in zip(strides, dram):  # rel 12%: part-used fetches at block edges and other DRAM traffic
+        assert seen[s] == pytest.approx(want, rel=0.12), (s, seen[s])
+    assert T.sector_model(32, 4).dram_useful_fraction == pytest.approx(2 / 17)
+    assert T.DRAM_FETCH_BYTES == 2 * T.SECTOR_BYTES

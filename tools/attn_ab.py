@@ -49,7 +49,9 @@ def run_case(case, mods: dict, rounds: int) -> list[tuple]:
             if causal and cand.block_m % cand.block_n:
                 continue
             out = torch.full_like(q, float("nan"))
-            fn = (lambda m=mod, c=cand, o=out: m.attention_tiled_fast(q, k, v, causal=causal, out=o, config=c))
+            def fn(m=mod, c=cand, o=out):
+                return m.attention_tiled_fast(q, k, v, causal=causal, out=o, config=c)
+
             fn()
             torch.cuda.synchronize()
             err = float((out.float() - ref.float()).norm() / ref.float().norm())

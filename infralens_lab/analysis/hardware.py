@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
+import pandas as pd
 
 T = 1e12
 
@@ -83,7 +84,9 @@ class Ceilings:
     """Ceilings measured on one GPU by the recorder's ``ceilings`` step. SI units (byte/s, FLOP/s).
 
     ``copy_bw`` counts bytes read plus bytes written by torch ``copy_`` of a 1 GiB tensor;
-    ``fp32`` is a matmul with TF32 off, the others are cuBLAS matmuls at 8192³.
+    ``fp32`` is a matmul with TF32 off, the others are cuBLAS matmuls at 8192³. ``launch_floor_s``:
+    the timed floor of a tiny launch, the median per-call time (CUDA events) of the smallest matmul of
+    the fp16 sweep (seconds; None without a sweep).
     """
 
     gpu: str
@@ -92,6 +95,7 @@ class Ceilings:
     tf32: float | None = None
     fp16: float | None = None
     bf16: float | None = None
+    launch_floor_s: float | None = None
 
     @classmethod
     def from_values(cls, values: dict[str, Any], gpu: str = "") -> "Ceilings":
@@ -106,7 +110,9 @@ class Ceilings:
         for row in values["matmul"]:
             if row.get("dtype") in ("fp32", "tf32", "fp16", "bf16") and row.get("flops_per_s"):
                 rates[row["dtype"]] = float(row["flops_per_s"])
-        return cls(gpu=gpu, copy_bw=float(bw), **rates)
+        sweep = [r for r in values.get("sweep") or () if r.get("median_ms")]
+        floor = min(sweep, key=lambda r: r.get("M", 0))["median_ms"] * 1e-3 if sweep else None
+        return cls(gpu=gpu, copy_bw=float(bw), **rates, launch_floor_s=floor)
 
     @classmethod
     def from_evidence(cls, ev) -> "Ceilings":
@@ -123,8 +129,6 @@ class Ceilings:
 
     def versus_datasheet(self):
         """DataFrame: measured ceiling, datasheet peak and their ratio, per quantity (units in columns)."""
-        import pandas as pd
-
         p = peaks_for(self.gpu)
         rows = [("copy bandwidth", "TB/s", self.copy_bw, p.bandwidth if p else None)]
         rows += [(f"{d} matmul", "TFLOP/s", getattr(self, d), getattr(p, d) if p else None)

@@ -234,8 +234,9 @@ def model_states(params: int, precision: str = "bf16_mixed", optimizer: str = "a
     of the ``matmul_params`` matmul weights, held from forward to backward.
     """
     Training(1, 1, precision, optimizer, dp, zero_stage)  # validates the arguments
-    if isinstance(params, bool) or not isinstance(params, (int, float)) or params <= 0:
-        raise ValueError(f"params = {params!r}; expected a positive parameter count")
+    if isinstance(params, bool) or not isinstance(params, (int, float)) or not math.isfinite(params) or params <= 0:
+        raise ValueError(f"params = {params!r}; expected a positive, finite parameter count "
+                         f"(e.g. param_count(Model.preset('gpt2-125m')))")
     p = PRECISIONS[precision]
     K = p["master"] + OPTIMIZER_STATE_BYTES[optimizer]
     n = dp
@@ -267,6 +268,13 @@ def activation_bytes_per_layer(m: Model, batch: int, seq: int, precision: str = 
     the attention core (s² terms) → 34sbh; full recomputation keeps only the block input, r·sbh
     (2sbh in 16 bits).
     """
+    for name, v in (("batch", batch), ("seq", seq)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} = {v!r}; expected an int >= 1 (a batch or sequence of 0 holds no activations)")
+    for name, v, choices in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE),
+                             ("attention", attention, ATTENTION)):
+        if v not in choices:
+            raise ValueError(f"{name} = {v!r}; expected one of {sorted(choices)}")
     p = PRECISIONS[precision]
     e, r = p["e"], p["r"]
     s, b, h, a, f = seq, batch, m.hidden, m.n_head, m.ffn

@@ -5,7 +5,7 @@ SM sub-partition; each sample is charged to one *reason* the warp could not issu
 instruction that cycle (``smsp__pcsamp_warps_issue_stalled_<reason>``). ``selected`` is not
 a stall: the warp issued. The share of samples per reason says where warps spend their time;
 the dominant reason points at the usual fix. :data:`STALLS` maps each reason to a plain
-meaning and fix; :func:`explain` looks one up (bare reason or full metric name);
+meaning and fix, the meanings after Nsight Compute's Kernel Profiling Guide (warp scheduler states); :func:`explain` looks one up (bare reason or full metric name);
 :func:`dominant` names the largest reason in a stall table such as the one
 :func:`infralens_lab.measure.ncu.stall_breakdown` returns.
 """
@@ -29,18 +29,24 @@ def _s(reason: str, meaning: str, fix: str, is_stall: bool = True) -> tuple[str,
 
 
 STALLS: dict[str, Stall] = dict([
-    _s("long_scoreboard", "waiting for data from global or local memory (L1TEX: a load that missed to L2/DRAM)",
-       "fewer or better-coalesced global loads, reuse data from shared memory or registers, keep more loads "
-       "in flight (more warps or more independent loads per thread); in a memory-bound kernel this is expected"),
-    _s("short_scoreboard", "waiting for a result from the MIO unit: shared memory, special math (sqrt, exp) or "
-                           "shuffles", "avoid shared-memory bank conflicts, use fewer special-math ops "
-                                       "(e.g. exp2 instead of exp), keep values in registers"),
+    _s("long_scoreboard", "waiting on a scoreboard dependency on an L1TEX operation (global, local, surface or "
+                          "texture memory): the wait for the data of a load, L1 hits included, not only misses to "
+                          "L2 or DRAM",
+       "fewer or better-coalesced global loads, higher hit rates (data locality), reuse data from shared memory or "
+       "registers, keep more loads in flight (more warps or more independent loads per thread); in a memory-bound "
+       "kernel this is expected"),
+    _s("short_scoreboard", "waiting on a scoreboard dependency on an MIO operation (not L1TEX): shared memory "
+                           "mostly, also special math (MUFU: exp, rsqrt...) and dynamic branches",
+       "avoid shared-memory bank conflicts, use fewer special-math ops (e.g. exp2 instead of exp), keep values "
+       "in registers"),
     _s("barrier", "waiting at a block-wide barrier (__syncthreads / tl barrier) for the other warps of the block",
        "balance work across warps, fewer barriers, smaller blocks so fewer warps wait on each other"),
     _s("lg_throttle", "the local/global memory instruction queue is full",
        "issue fewer, wider memory instructions (vectorised 128-bit loads), avoid register spills to local memory"),
-    _s("mio_throttle", "the memory input/output queue (shared memory, special math, dynamic branches) is full",
-       "fewer or wider shared-memory accesses, fewer special-math instructions"),
+    _s("mio_throttle", "waiting for the MIO (memory input/output) instruction queue to be not full: extreme use "
+                       "of the MIO pipes (special math, dynamic branches, shared memory; on some chips also "
+                       "local/global instructions before lg_throttle applies)",
+       "fewer or wider shared-memory accesses, fewer special-math instructions, fewer instructions per byte"),
     _s("math_pipe_throttle", "the math pipe this instruction needs (FMA, tensor, FP64...) is busy",
        "expected in a compute-bound kernel; otherwise mix instruction types or use a faster pipe (tensor cores)"),
     _s("tex_throttle", "the texture/L1TEX unit queue is full", "fewer texture or L1TEX operations per cycle; spread them out"),
@@ -53,8 +59,9 @@ STALLS: dict[str, Stall] = dict([
        "smaller kernels (less unrolling), fewer distinct code paths; common in very short kernels"),
     _s("dispatch_stall", "the dispatcher could not issue the picked instruction (pipeline conflict)",
        "rarely actionable; check for register-bank or pipe conflicts"),
-    _s("drain", "after EXIT, waiting for the warp's outstanding memory stores to drain",
-       "usually small; fewer stores at the very end of the kernel"),
+    _s("drain", "after EXIT, waiting for all the warp's memory instructions to complete so its resources can be "
+                "freed: many stores issued towards the end of the kernel",
+       "store patterns that coalesce (fewer sectors per store), or spread the stores over the kernel"),
     _s("membar", "waiting at a memory fence (membar / fence)", "fewer or narrower fences (block scope instead of GPU scope)"),
     _s("branch_resolving", "waiting for a branch target or the warp's active mask to be computed",
        "fewer divergent branches; predicate instead of branching"),
@@ -88,8 +95,25 @@ def explain(reason: str) -> Stall:
     return STALLS[r]
 
 
+def dominant_item(totals: dict, include_selected: bool = False) -> tuple[str, float]:
+    """``(reason, value)`` of the dominant stall in ``{reason: samples or share}`` (reasons normalised,
+    values of one reason summed). The package's one rule: ``selected`` (issuing, not a stall) is
+    skipped unless ``include_selected``; the largest value wins; ties go to the alphabetically first
+    reason. ValueError when nothing is left."""
+    acc: dict[str, float] = {}
+    for r, v in totals.items():
+        if v is None or v != v:
+            continue
+        r = normalize(r)
+        if include_selected or r != "selected":
+            acc[r] = acc.get(r, 0.0) + float(v)
+    if not acc:
+        raise ValueError("stall table is empty; expected at least one reason with a value")
+    return sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
 def dominant(table: Any, include_selected: bool = False) -> str:
-    """The reason with the largest share in a stall table.
+    """The reason with the largest share in a stall table (rule: :func:`dominant_item`).
 
     ``table``: a DataFrame with columns ``reason`` and ``share`` (or ``samples``), or a dict
     ``{reason: share}``. ``selected`` is skipped unless ``include_selected`` (it is issuing,
@@ -105,12 +129,11 @@ def dominant(table: Any, include_selected: bool = False) -> str:
         if value is None:
             raise ValueError(f"stall table has columns {cols}; expected a 'share' or 'samples' column")
         items = list(zip(table["reason"], table[value]))
-    items = [(normalize(r), float(v)) for r, v in items if v is not None and v == v]
-    if not include_selected:
-        items = [(r, v) for r, v in items if r != "selected"]
-    if not items:
-        raise ValueError("stall table is empty; expected at least one reason with a value")
-    return max(items, key=lambda rv: rv[1])[0]
+    totals: dict[str, float] = {}
+    for r, v in items:
+        if v is not None and v == v:
+            totals[normalize(r)] = totals.get(normalize(r), 0.0) + float(v)
+    return dominant_item(totals, include_selected)[0]
 
 
 def card(table: Any) -> str:

@@ -6,20 +6,27 @@ multiply-add as two. These are predictions: ncu's ``dram__bytes_read.sum`` /
 ``dram__bytes_write.sum`` are the measurement, and where the two differ the assumptions say
 which one to doubt (usually an L2 reuse the model did or did not count).
 
-Copies use the 32-byte **sector model**: DRAM and L2 move whole 32-byte sectors, so a read
-pays for every sector it touches. With elements ``stride * elem_bytes`` apart, each useful
-element drags ``min(stride * elem_bytes, 32)`` bytes out of DRAM, a read amplification of
-``min(stride, 32 / elem_bytes)``. Triton gives each thread a 16-byte vector of consecutive
-elements, so a warp's coalesced load is 32 x 16 B = 512 B = 16 sectors per request; once
-``stride >= 2`` neighbouring threads are ``16 * stride >= 32`` bytes apart and every thread
-lands in its own sector: 32 sectors per request.
+Copies use a **two-level sector model**. Between L1 and L2 the unit is the 32-byte sector: a load
+pays for every sector it touches, so with elements ``stride * elem_bytes`` apart each useful
+element costs ``min(stride * elem_bytes, 32)`` bytes, an amplification of ``min(stride, 32 / elem_bytes)``
+(``read_amplification``, what ``l1tex__t_sectors_*`` counts). Between L2 and HBM on H100/H200 the
+unit is larger: DRAM is read in 64-byte sector pairs (:data:`DRAM_FETCH_BYTES`), so the amplification
+there is ``min(stride, 64 / elem_bytes)`` (``dram_read_amplification``, what ``dram__bytes_read.sum``
+measures once the working set is well above L2). The recorded H200 counters for fp32 strides 1..32 read
+1, 2, 4, 8, 16, 16: the 32-byte model's 8 at strides 16 and 32 is the L1/L2 number, not the DRAM one.
+Triton gives each thread a 16-byte vector of consecutive elements, so a warp's coalesced load is
+32 x 16 B = 512 B = 16 sectors per request; once ``stride >= 2`` neighbouring threads are
+``16 * stride >= 32`` bytes apart and every thread lands in its own sector: 32 sectors per request.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-SECTOR_BYTES = 32
+import pandas as pd
+
+SECTOR_BYTES = 32  # L1 <-> L2 transfer unit
+DRAM_FETCH_BYTES = 64  # L2 <-> HBM fetch unit on H100/H200 (sector pairs), from the recorded dram__bytes_read
 WARP_THREADS = 32
 VECTOR_BYTES = 16  # what one thread loads per instruction in Triton's 128-bit loads
 
@@ -74,12 +81,14 @@ def _elem(elem_bytes) -> int:
 # --------------------------------------------------------------------------- copies
 @dataclass(frozen=True)
 class SectorModel:
-    """What the 32-byte sector model predicts for a copy reading every ``stride``-th element.
+    """What the two-level sector model predicts for a copy reading every ``stride``-th element.
 
-    ``read_amplification``: DRAM bytes read per useful byte. ``sectors_per_request``: L1
-    sectors one warp-wide load instruction touches. ``useful_fraction``: useful bytes
-    (read + written) over DRAM bytes moved, i.e. the predicted useful bandwidth as a
-    fraction of a coalesced copy's bandwidth on the same GPU.
+    ``read_amplification``: bytes moved per useful byte in 32-byte sectors (L1 <-> L2).
+    ``sectors_per_request``: L1 sectors one warp-wide load instruction touches.
+    ``useful_fraction``: useful bytes (read + written) over bytes moved at that level.
+    ``dram_read_amplification`` / ``dram_useful_fraction``: the same at the L2 <-> HBM level, in
+    :data:`DRAM_FETCH_BYTES` fetches: the predicted useful bandwidth as a fraction of a coalesced
+    copy's on the same GPU when the working set does not fit in L2.
     """
 
     stride: int
@@ -87,6 +96,8 @@ class SectorModel:
     read_amplification: float
     sectors_per_request: int
     useful_fraction: float
+    dram_read_amplification: float = math.nan
+    dram_useful_fraction: float = math.nan
 
 
 def sector_model(stride: int, elem_bytes: int) -> SectorModel:
@@ -101,8 +112,24 @@ def sector_model(stride: int, elem_bytes: int) -> SectorModel:
         sectors = WARP_THREADS  # every thread in its own sector
     else:  # pragma: no cover - cannot happen with 16-byte vectors, kept for other VECTOR_BYTES
         sectors = math.ceil(WARP_THREADS * per_thread_gap / SECTOR_BYTES)
-    # One byte read usefully costs `amp` DRAM bytes; one byte written costs one.
-    return SectorModel(stride, e, amp, sectors, 2.0 / (amp + 1.0))
+    # One byte read usefully costs `amp` bytes; one byte written costs one.
+    dram = min(stride, DRAM_FETCH_BYTES / e)
+    return SectorModel(stride, e, amp, sectors, 2.0 / (amp + 1.0), dram, 2.0 / (dram + 1.0))
+
+
+
+def sector_table(elem_bytes: int = 4, strides=(1, 2, 4, 8, 16, 32)) -> pd.DataFrame:
+    """:func:`sector_model` per stride: bytes between neighbouring elements, sectors per warp load
+    (``pred_sectors_per_req``), DRAM bytes read per useful byte (``pred_read_x``) and the useful
+    bandwidth as a fraction of the coalesced copy's (``pred_useful_fraction``)."""
+    rows = []
+    for s in strides:
+        m = sector_model(s, elem_bytes)
+        rows.append({"stride": s, "bytes_apart": s * elem_bytes, "pred_sectors_per_req": m.sectors_per_request,
+                     "pred_read_x": m.read_amplification, "pred_useful_fraction": m.useful_fraction,
+                     "pred_dram_read_x": m.dram_read_amplification,
+                     "pred_dram_useful_fraction": m.dram_useful_fraction})
+    return pd.DataFrame(rows)
 
 
 def predicted_useful_fraction(stride: int, elem_bytes: int) -> float:

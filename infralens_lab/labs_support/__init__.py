@@ -1,10 +1,12 @@
 """Per-lab glue: the setups, tables and figure inputs one notebook needs, so its cells stay thin."""
+from __future__ import annotations
+
+from .. import evidence
+from ..quiz import check
 
 
 def check_on(qid: str, answer, ev):
     """``quiz.check(qid, answer, evidence=ev)``, or a note instead when the evidence is not there."""
-    from ..quiz import check
-
     if ev is None:
         print(f"{qid}: this question is checked against recorded evidence, which is missing here; "
               f"it cannot be marked until the recording exists.")
@@ -14,8 +16,6 @@ def check_on(qid: str, answer, ev):
 
 def store():
     """The recorded reference set, or None (after printing why) when there is none."""
-    from .. import evidence
-
     try:
         return evidence.reference()
     except evidence.EvidenceError as exc:

@@ -9,8 +9,6 @@ microseconds, ``_ms`` milliseconds.
 """
 from __future__ import annotations
 
-import contextlib
-import re
 import shlex
 
 import pandas as pd
@@ -20,9 +18,15 @@ from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab01.
 from ..device import is_gpu
 from ..measure import ncu as N
 from ..measure import nsys
-from ..measure.torch_trace import CAUSES, Trace, load_trace, profile
+from ..analysis import joins, stalls
+from ..analysis.roofline import sol_verdict
+from ..measure.ncu import demangled_regex  # noqa: F401  (re-exported: the lab shows it)
+from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, quiet_profiler_chatter,  # noqa: F401
+                                   step_gpu_work)
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
+from ..measure.timing import time_fn
+from ..analysis.stalls import explain
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
 CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -32,27 +36,6 @@ TARGET = ["--kernel", "train_step", "--warmup", "2", "--iters", "1"]
 
 
 # ---------------------------------------------------------------- live
-@contextlib.contextmanager
-def _quiet_native_stderr():
-    """Send file descriptor 2 to /dev/null for the duration: the profiler's native library prints
-    timestamped ``profiler_start``/``profiler_stop`` lines there, which would make a notebook's
-    output differ on every run. Python-level errors still raise as usual."""
-    import os
-    import sys
-
-    fd = 2  # native code writes to descriptor 2 itself, whatever sys.stderr is (Jupyter replaces that)
-    sys.stderr.flush()
-    saved = os.dup(fd)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-        os.close(devnull)
-
-
 def live_trace(version: str = "bubble"):
     """Profile a few steps of the pipeline now; returns ``(Trace, Evidence)``.
 
@@ -62,7 +45,7 @@ def live_trace(version: str = "bubble"):
     if version not in VERSIONS:
         raise ValueError(f"version {version!r}; expected one of {VERSIONS}")
     step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
-    with _quiet_native_stderr():
+    with quiet_profiler_chatter():
         tr = profile(step, wait=1, warmup=1, active=3)
     ev = evidence.live(f"trace_{version}_live", {"summary": tr.summary()},
                        f"infralens_lab.measure.torch_trace.profile(make_step({version!r}), wait=1, warmup=1, active=3)")
@@ -100,8 +83,6 @@ def ops_by_count(tr: Trace, top: int = 8) -> pd.DataFrame:
 def time_step(version: str = "fixed", warmup: int = 3, repeats: int = 20):
     """:func:`infralens_lab.measure.timing.time_fn` over whole pipeline steps (CUDA events on a GPU;
     in interpreter mode it declines to time, and says why)."""
-    from ..measure.timing import time_fn
-
     step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
     return time_fn(step, warmup=warmup, repeats=repeats)
 
@@ -124,66 +105,9 @@ def recorded_traces(st) -> dict | None:
     return out
 
 
-def step_gpu_work(tr: Trace) -> pd.DataFrame:
-    """Per profiled step: the GPU work its CPU side launched (kernels, copies, memsets whose launch call
-    falls inside the step's ``ProfilerStep`` range, on any thread), summed (``gpu_work_us``), and when
-    the last of it finished (``gpu_end_us``). GPU work left over from steps before the window, which a
-    CPU running ahead leaves queued, is not charged to any profiled step."""
-    ev = tr.events
-    steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
-    if steps.empty:
-        raise ValueError("trace has no ProfilerStep ranges; expected one from torch_trace.profile")
-    launched = [(float(ev.at[rt, "start_us"]), float(ev.at[g, "dur"]), float(ev.at[g, "end_us"]))
-                for g, rt in tr.launcher.items()]
-    rows = []
-    for st in steps.itertuples(index=False):
-        mine = [(d, e) for t, d, e in launched if st.start_us <= t < st.end_us]
-        rows.append({"step": st.name, "cpu_start_us": st.start_us, "cpu_end_us": st.end_us, "gpu_ops": len(mine),
-                     "gpu_work_us": sum(d for d, _ in mine),
-                     "gpu_end_us": max((e for _, e in mine), default=float("nan"))})
-    return pd.DataFrame(rows)
-
-
 def compare(traces: dict) -> pd.DataFrame:
-    """Before/after table, one row per version.
-
-    ``period_ms``: steady-state time per step, the spacing between the moments successive profiled
-    steps' GPU work finished (``(last gpu_end - first gpu_end) / (steps - 1)`` of :func:`step_gpu_work`);
-    a step is done when its GPU work is, whether or not the CPU has moved on. ``cpu_step_ms``: time the
-    CPU spent inside the step range. ``gpu_work_ms``: GPU time of the work each step launched.
-    ``gpu_util_pct``: GPU busy share of the profiled window (``Trace.summary``). Then the idle gaps.
-    """
-    rows = []
-    for v, (tr, _) in traces.items():
-        w = step_gpu_work(tr)
-        n = len(w)
-        if n < 2 or w["gpu_end_us"].isna().any():
-            raise ValueError(f"{v}: need at least two profiled steps that launched GPU work; got {n} steps, "
-                             f"{int(w['gpu_end_us'].notna().sum())} with GPU work")
-        s = tr.summary()
-        gaps = tr.idle_gaps()
-        row = {"version": v, "steps": n,
-               "period_ms": (w["gpu_end_us"].iloc[-1] - w["gpu_end_us"].iloc[0]) / (n - 1) / 1e3,
-               "cpu_step_ms": s["mean_step_us"] / 1e3, "gpu_work_ms": w["gpu_work_us"].mean() / 1e3,
-               "gpu_util_pct": 100 * (s.get("gpu_utilization") or 0.0),
-               "idle_gaps_per_step": len(gaps) / n, "idle_ms_per_step": float(gaps["gap_us"].sum()) / n / 1e3,
-               "largest_gap_ms": float(gaps["gap_us"].max()) / 1e3 if len(gaps) else 0.0,
-               "main_idle_cause": idle_by_cause(tr)["cause"].iloc[0] if len(gaps) else "none"}
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def idle_by_cause(tr: Trace) -> pd.DataFrame:
-    """GPU idle time (gaps over 50 µs) charged to what the CPU was doing: ``cause, idle_us, share``,
-    largest first (ties: by name)."""
-    gaps = tr.idle_gaps()
-    if gaps.empty:
-        return pd.DataFrame({"cause": list(CAUSES), "idle_us": [0.0] * len(CAUSES), "share": [0.0] * len(CAUSES)})
-    idle = {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}
-    total = sum(idle.values())
-    out = pd.DataFrame({"cause": list(idle), "idle_us": list(idle.values()),
-                        "share": [x / total if total else 0.0 for x in idle.values()]})
-    return out.sort_values(["idle_us", "cause"], ascending=[False, True]).reset_index(drop=True)
+    """Before/after table of the pipeline versions (:func:`infralens_lab.analysis.joins.trace_comparison`)."""
+    return joins.trace_comparison({v: tr for v, (tr, _) in traces.items()})
 
 
 def gap_view(tr: Trace, top: int = 8) -> pd.DataFrame:
@@ -239,23 +163,6 @@ def range_notes(tr: Trace, version: str) -> list[str]:
 kernel_regex = N.short_name_regex
 
 
-def demangled_regex(name: str) -> str:
-    """A regex for ``--kernel-name-base demangled``: the kernel's demangled name up to its argument list,
-    escaped, anchored at the start, so ``cutlass::Kernel2<cutlass_80_simt_sgemm_...>`` picks that one
-    instantiation and not every ``Kernel2``."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"kernel name {name!r}; expected a non-empty string")
-    head = re.sub(r"^void\s+", "", name.strip())
-    depth, cut = 0, len(head)
-    for i, ch in enumerate(head):
-        depth += ch == "<"
-        depth -= ch == ">"
-        if ch == "(" and depth == 0:
-            cut = i
-            break
-    return "^" + re.escape(head[:cut].strip())
-
-
 def commands(hot_kernel: str) -> dict:
     """The command lines a learner runs on their own GPU: nsys over the fixed step, then ncu on the
     hot kernel only (speed of light first, then the full set). Kernels are matched by their demangled
@@ -309,10 +216,8 @@ def hot_kernel_counters(st, hot_kernel: str):
     d = N.dram_bytes(sel).mean(numeric_only=True)
     row["dram_tbps"] = (d["read_bytes"] + d["write_bytes"]) / (sol["time_ns"] * 1e-9) / 1e12
     row["achieved_occupancy_pct"] = N.occupancy(sel)["achieved_pct"].mean()
-    b = N.stall_breakdown(sel)
-    if len(b):
-        per = b[b["reason"] != "selected"].groupby("reason")["samples"].sum()
-        row["dominant_stall"] = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    if N.has_stalls(sel):
+        row["dominant_stall"] = stalls.dominant(N.stall_breakdown(sel))
     return row, cap
 
 
@@ -369,8 +274,6 @@ def step_time_notes(table: pd.DataFrame) -> list[str]:
 
 # ---------------------------------------------------------------- the statement
 def _meaning(reason: str) -> str:
-    from ..analysis.stalls import explain
-
     try:
         return explain(reason).meaning
     except ValueError:
@@ -398,8 +301,6 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
         lines.append(f"What is left is GPU work: the hottest kernel ({h['kernel']}) takes {h['pct_of_kernel_time']:.0f}% "
                      f"of kernel time, so it is the one to hand to Nsight Compute.")
     if counters:
-        from .lab04 import sol_verdict
-
         c = counters
         lines.append(f"Why it takes that long: its speed of light ({c['memory_pct']:.0f}% of peak memory throughput, "
                      f"{c['sm_pct']:.0f}% of SM throughput) reads {sol_verdict(c['sm_pct'], c['memory_pct'])}"

@@ -8,16 +8,19 @@ Bytes are bytes; MiB = 2**20 B, GB = 1e9 B.
 """
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import replace
 
 import pandas as pd
 
 from ..analysis import ledger
+from ..measure.torch_trace import quiet_profiler_chatter  # noqa: F401  (re-exported)
 from ..workloads.tiny_gpt import GPTConfig
+from .. import device
+from ..measure.memory import measure_training_step
+from ..measure.memory import measure_inference
+from ..measure.memory import compare
+from ..evidence import EvidenceError
+from ..measure.memory import from_evidence
 
 MiB = 2 ** 20
 GB = 1e9
@@ -36,38 +39,13 @@ def live_training() -> ledger.Training:
     """The training setup of the live step, as the ledger describes it: fp32, AdamW, SDPA
     (flash-style, no s×s scores kept), PyTorch's Adam code path for this device (``foreach`` on a
     GPU, ``forloop`` on a CPU)."""
-    from ..device import is_gpu
-
     return ledger.Training(batch=LIVE_BATCH, seq=LIVE_SEQ, precision="fp32", optimizer="adamw",
-                           attention="flash", optimizer_impl="foreach" if is_gpu() else "forloop")
-
-
-@contextmanager
-def quiet_profiler_chatter():
-    """Drop the ``USDT: ... profiler_start/stop`` lines torch's Kineto writes straight to the
-    process's stderr (file descriptor 2) each time a profiler starts or stops: they carry clock
-    times and process ids, so a notebook showing them would differ on every run. Every other
-    line written to fd 2 meanwhile is passed on to ``sys.stderr``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            rest = [ln for ln in tmp.read().decode(errors="replace").splitlines() if not ln.startswith("USDT:")]
-            if rest:
-                print("\n".join(rest), file=sys.stderr)
+                           attention="flash", optimizer_impl="foreach" if device.is_gpu() else "forloop")
 
 
 def measure_live_step():
     """Measure one training step of :func:`live_config` with :func:`live_training`'s shapes on
     this machine (:func:`infralens_lab.measure.memory.measure_training_step`)."""
-    from ..measure.memory import measure_training_step
-
     t = live_training()
     with quiet_profiler_chatter():
         return measure_training_step(live_config(), batch=t.batch, seq=t.seq, precision=t.precision)
@@ -76,8 +54,6 @@ def measure_live_step():
 def measure_live_inference(batch: int = 4):
     """Measure generation with a KV cache for :func:`live_config` on this machine
     (:func:`infralens_lab.measure.memory.measure_inference`, fp32, ``batch`` sequences)."""
-    from ..measure.memory import measure_inference
-
     with quiet_profiler_chatter():
         return measure_inference(live_config(), batch=batch)
 
@@ -97,8 +73,6 @@ def in_mib(df: pd.DataFrame, columns=("bytes",)) -> pd.DataFrame:
 def reconcile(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     """:func:`infralens_lab.measure.memory.compare` in MiB: predicted, measured, measured minus
     predicted, gap in % of the prediction, and where the gap comes from."""
-    from ..measure.memory import compare
-
     cmp = compare(predicted, measured)
     cmp["difference_bytes"] = cmp["measured_bytes"] - cmp["predicted_bytes"]
     cmp = cmp[["category", "predicted_bytes", "measured_bytes", "difference_bytes", "gap_pct", "explanation"]]
@@ -249,9 +223,6 @@ def recorded_memory(store, which: str = "train"):
     """The recorded GPU measurement (``memory_train`` or ``memory_infer``) as
     ``(evidence, {run: measured DataFrame})`` with one run per precision (train) or dtype (infer),
     or ``(None, {})`` with a printed note when the recording lacks it."""
-    from ..evidence import EvidenceError
-    from ..measure.memory import from_evidence
-
     name = {"train": "memory_train", "infer": "memory_infer"}.get(which)
     if name is None:
         raise ValueError(f"which = {which!r}; expected 'train' or 'infer'")

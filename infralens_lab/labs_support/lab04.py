@@ -11,26 +11,29 @@ a notebook cell never crashes on an absent record. Numbers come from
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from .. import evidence
 from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab04.check_on and lab04.store)
+from ..analysis import joins
+from ..analysis import roofline as rl
 from ..analysis import stalls as stall_info
 from ..analysis import traffic
 from ..device import is_gpu
+from ..kernels import check
 from ..measure import ncu as N
+from ..measure.runs import ELEM_BYTES, copy_run
 from ..present import tables
 
 COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
 ATTN_FILE = "ncu_attention.csv"
 LIVE_COPY_N_IN = 40_003  # odd: the last program of every launch runs with a partial mask
 LIVE_ATTN_SHAPES = ((1, 2, 48, 32, False), (1, 2, 37, 16, True))  # (B, H, N, D, causal): N not a multiple of 32
-LIVE_NCU_N = 4 * 2**20  # useful elements per copy when ncu runs live on a GPU (16 MiB of fp32)
+LIVE_NCU_N = 64 * 2**20  # useful elements per copy when ncu runs live on a GPU (256 MiB of fp32, over 4x L2)
 LIVE_NCU_STRIDES = (2, 8, 32)
-VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttle", "math_pipe_throttle",
+VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttle", "drain", "math_pipe_throttle",
               "barrier", "wait", "not_selected", "selected", "no_instruction")
 
 
@@ -53,73 +56,22 @@ def _missing(what: str, files) -> None:
           f"It is written on a GPU by `python -m infralens_lab record --out data/recorded/<gpu-slug>`.")
 
 
-def command_of(csv_text: str, config_part: str) -> str | None:
-    """The ncu command line the recorder ran for the first config whose label contains ``config_part``."""
-    label = None
-    for line in csv_text.splitlines():
-        if line.startswith(N.CONFIG_MARK):
-            label = line[len(N.CONFIG_MARK):].strip()
-        elif line.startswith("==INFRALENS== command:") and label and config_part in label:
-            return line.split(":", 1)[1].strip()
-    return None
-
-
 # ---------------------------------------------------------------- live correctness
 def copies_correctness(n_in: int = LIVE_COPY_N_IN, seed: int = 0):
     """Run the coalesced copy and every strided copy now (interpreter on CPU, compiled on a GPU) on
-    fresh random input, each output poisoned with NaN first, and compare with the torch reference.
-
-    Returns ``(table, Evidence)``: one row per kernel and stride with the element counts and
-    whether the output equals the reference exactly (a copy moves bits; nothing is rounded).
-    """
-    import torch
-
-    from ..device import torch_device
-    from ..kernels import copies, reference
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n_in, generator=g).to(torch_device())
-    rows = []
-    out = torch.full_like(x, float("nan"))
-    ok = torch.equal(copies.copy(x, out=out), reference.copy_ref(x))
-    rows.append({"kernel": "copy_coalesced", "stride": 1, "n_in": n_in, "n_out": n_in, "equals_torch": bool(ok)})
-    for s in copies.STRIDES:
-        out = torch.full((copies.strided_len(n_in, s),), float("nan"), device=x.device)
-        ok = torch.equal(copies.copy_strided(x, s, out=out), reference.copy_strided_ref(x, s))
-        rows.append({"kernel": "copy_strided", "stride": s, "n_in": n_in, "n_out": out.numel(), "equals_torch": bool(ok)})
+    fresh random input, outputs poisoned with NaN, against the torch reference bit for bit
+    (:func:`infralens_lab.kernels.check.copy_checks`). Returns ``(table, Evidence)``."""
+    rows = check.copy_checks(n_in, seed)
     ev = evidence.live("copies_correctness", rows, "infralens_lab.labs_support.lab04.copies_correctness()")
     return pd.DataFrame(rows), ev
 
 
 def attention_correctness(shapes=LIVE_ATTN_SHAPES, seed: int = 0):
     """Run every attention variant now on small fp16 inputs (odd N, causal and not), outputs poisoned
-    with NaN, and compare with :func:`infralens_lab.kernels.reference.attention_ref` (fp32 math).
-
-    fp16 runs in both modes (the interpreter and a GPU; a GPU refuses fp32 attention). ``within_tol``
-    uses ``torch.testing.assert_close`` with atol=3e-3, rtol=2e-3: the kernels round P to fp16 before
-    the P·V matmul and round the output to fp16, two roundings of 2**-11 relative on values below about
-    5 for these randn draws (2.5e-3), while both accumulate in fp32. Returns ``(table, Evidence)``.
-    """
-    import torch
-
-    from ..device import torch_device
-    from ..kernels import attention, reference
-
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for B, H, n_ctx, D, causal in shapes:
-        q, k, v = (torch.randn(B, H, n_ctx, D, generator=g).to(torch_device(), torch.float16) for _ in range(3))
-        ref = reference.attention_ref(q, k, v, causal=causal)
-        for name, fn in attention.VARIANTS.items():
-            out = torch.full_like(q, float("nan"))
-            try:
-                got = fn(q, k, v, causal=causal, out=out)
-                torch.testing.assert_close(got, ref, atol=3e-3, rtol=2e-3)
-                ok = True
-            except AssertionError:
-                ok = False
-            rows.append({"variant": name, "shape (B,H,N,D)": f"{B},{H},{n_ctx},{D}", "dtype": "fp16",
-                         "causal": causal, "within_tol": ok})
+    with NaN, against the fp32-math reference with the float16 tolerance of the one table
+    (:data:`infralens_lab.kernels.check.TOLERANCES`: atol=3e-3, rtol=2e-3, two fp16 roundings).
+    fp16 runs in both modes (a GPU refuses fp32 attention). Returns ``(table, Evidence)``."""
+    rows = check.attention_checks(shapes, seed)
     ev = evidence.live("attention_correctness", rows, "infralens_lab.labs_support.lab04.attention_correctness()")
     return pd.DataFrame(rows), ev
 
@@ -133,15 +85,10 @@ def print_checks(table, flag: str, what: str) -> None:
 
 # ---------------------------------------------------------------- predictions
 def sector_predictions(elem_bytes: int = 4, strides=(1, 2, 4, 8, 16, 32)):
-    """What the 32-byte sector model predicts per stride (:func:`~infralens_lab.analysis.traffic.sector_model`):
-    bytes between neighbouring elements, sectors per warp load, DRAM bytes read per useful byte,
-    and the useful bandwidth as a fraction of the coalesced copy's."""
-    rows = []
-    for s in strides:
-        m = traffic.sector_model(s, elem_bytes)
-        rows.append({"stride": s, "bytes_apart": s * elem_bytes, "pred_sectors_per_req": m.sectors_per_request,
-                     "pred_read_x": m.read_amplification, "pred_useful_fraction": m.useful_fraction})
-    return pd.DataFrame(rows)
+    """What the 32-byte sector model predicts per stride (:func:`infralens_lab.analysis.traffic.sector_table`;
+    its ``pred_dram_*`` columns hold the 64-byte DRAM level, left out here until the lab teaches both)."""
+    t = traffic.sector_table(elem_bytes, strides)
+    return t[["stride", "bytes_apart", "pred_sectors_per_req", "pred_read_x", "pred_useful_fraction"]]
 
 
 PREDICTION_CAPTION = ("Formula: infralens_lab.analysis.traffic.sector_model(stride, elem_bytes=4): "
@@ -187,7 +134,7 @@ def _family(counters_text: str, stalls_text: str | None, bench_rows, caption, st
     sdf = N.parse_raw_csv(stalls_text) if stalls_text else None
     table = tables.copy_family(df, sdf, bench_rows)
     bd = N.stall_breakdown(sdf) if sdf is not None else None
-    cmds = {lab: command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"])}
+    cmds = {lab: N.command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"])}
     return CopyFamily(table, bd, caption, stall_caption, source, {k: v for k, v in cmds.items() if v})
 
 
@@ -243,24 +190,14 @@ def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> CopyFamil
     if not is_gpu():
         print("Live counters: none in interpreter mode (no GPU, so no ncu); the recorded counters follow.")
         return None
-    configs = [(f"copy n={n} fp32", "copy", ["--n", str(n), "--dtype", "fp32"])]
-    configs += [(f"copy_strided stride={s} n={n} fp32", "copy_strided",
-                 ["--stride", str(s), "--n", str(n), "--dtype", "fp32"]) for s in strides]
-    from ..measure.target import REGEX
-
-    blocks = {"counters": [], "stalls": []}
+    runs = [copy_run(n, "fp32")] + [copy_run(n, "fp32", s) for s in strides]
     try:
-        for label, kernel, args in configs:
-            target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
-            for part, metrics in (("counters", N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY),
-                                  ("stalls", N.TIME + N.STALLS)):
-                text = N.run_ncu(target, REGEX[kernel], metrics=metrics, launch_count=1)
-                cmd = N.command_line(target, REGEX[kernel], metrics=metrics, launch_count=1)
-                blocks[part].append(f"{N.CONFIG_MARK} {label}\n==INFRALENS== command: {cmd}\n{text.rstrip()}\n")
+        texts = N.profile_runs(runs, {"counters": N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY,
+                                      "stalls": N.TIME + N.STALLS})
     except N.NcuError as exc:
         print(f"Live counters: ncu could not run here: {exc.message}\nfix: {exc.fix}\nThe recorded counters follow.")
         return None
-    counters, stalls_text = "".join(blocks["counters"]), "".join(blocks["stalls"])
+    counters, stalls_text = texts["counters"], texts["stalls"]
     ev = evidence.live("ncu_copies_live", {"counters_csv": counters, "stalls_csv": stalls_text},
                        "infralens_lab.labs_support.lab04.live_copy_family() (ncu, see commands)")
     cap = ev.caption() + " · predictions: analysis.traffic.sector_model"
@@ -351,7 +288,7 @@ def before_after(a: Attention, before: str = "naive", after: str = "tiled") -> p
         raise ValueError(f"before_after: variants {before!r} and {after!r} needed; have {sorted(rows)}")
     b, f = dict(rows[before]), dict(rows[after])
     B, H, n_ctx, D = a.shape
-    e = tables.ELEM_BYTES.get(tables.config_fields(b["config"]).get("dtype", "fp16"), 2)
+    e = ELEM_BYTES.get(tables.config_fields(b["config"]).get("dtype") or "fp16", 2)
     sp_mb = B * H * n_ctx * n_ctx * (4 + e) * 2 / 1e6  # S (fp32) and P (input dtype), each written once, read once
 
     def speed(x, y):
@@ -416,23 +353,17 @@ def before_after(a: Attention, before: str = "naive", after: str = "tiled") -> p
     return out
 
 
-SOL_ROOF_PCT = 60.0  # Nsight Compute's speed-of-light rule: below 60% of peak on both, suspect latency
-
-
-def sol_verdict(sm_pct: float, memory_pct: float) -> str:
-    """Read a speed-of-light pair: the larger share names the unit closest to its roof; when both are
-    under :data:`SOL_ROOF_PCT` (the threshold Nsight Compute's own rule uses) neither roof explains
-    the time and the kernel is latency-bound (waits not hidden: look at occupancy and stalls)."""
-    hi, unit = (memory_pct, "memory") if memory_pct >= sm_pct else (sm_pct, "compute (SM)")
-    if hi >= SOL_ROOF_PCT:
-        return f"{unit}-bound: {hi:.0f}% of its peak"
-    return f"latency-bound: neither memory ({memory_pct:.0f}%) nor SM ({sm_pct:.0f}%) reaches {SOL_ROOF_PCT:.0f}% of peak"
-
-
 def sol_reading(a: Attention) -> list[str]:
-    """One line per attention variant: its speed-of-light pair read with :func:`sol_verdict`."""
-    return [f"{r['variant']}: {sol_verdict(r['sm_pct'], r['memory_pct'])}"
-            for r in a.variants.to_dict(orient="records")]
+    """One line per attention variant: its speed-of-light pair read with the series' one bound rule
+    (:func:`infralens_lab.analysis.roofline.sol_verdict`), with the launch's waves for a one-kernel variant."""
+    waves = a.kernels.groupby("variant", sort=False)["waves"].agg(["min", "size"]) if "waves" in a.kernels else None
+    out = []
+    for r in a.variants.to_dict(orient="records"):
+        w = None
+        if waves is not None and r["variant"] in waves.index and waves.loc[r["variant"], "size"] == 1:
+            w = float(waves.loc[r["variant"], "min"])
+        out.append(f"{r['variant']}: {rl.sol_verdict(r['sm_pct'], r['memory_pct'], waves=w)}")
+    return out
 
 
 def model_notes(a: Attention) -> list[str]:
@@ -477,19 +408,8 @@ def stall_vocabulary(reasons=VOCABULARY) -> pd.DataFrame:
 
 
 def occupancy_table(fam: CopyFamily | None, att: Attention | None) -> pd.DataFrame:
-    """Achieved occupancy beside what the kernel achieved (bandwidth or time), copies and attention."""
-    rows = []
-    if fam is not None:
-        for r in fam.table.to_dict(orient="records"):
-            rows.append({"kernel": f"copy {r['label']}", "achieved_occupancy_pct": r["achieved_occupancy_pct"],
-                         "time_us": r["time_us"], "useful GB moved": 2 * r["useful_read_mb"] / 1e3,
-                         "dram_tbps": r["dram_tbps"]})
-    if att is not None:
-        for r in att.variants.to_dict(orient="records"):
-            rows.append({"kernel": f"attention {r['variant']}", "achieved_occupancy_pct": r["achieved_occupancy_pct"],
-                         "time_us": r["time_us"], "useful GB moved": math.nan,
-                         "dram_tbps": r["dram_mb"] * 1e6 / (r["time_us"] * 1e-6) / 1e12})
-    return pd.DataFrame(rows)
+    """Achieved occupancy beside what each kernel achieved (:func:`infralens_lab.analysis.joins.occupancy_table`)."""
+    return joins.occupancy_table(fam.table if fam is not None else None, att.variants if att is not None else None)
 
 
 def occupancy_facts(occ: pd.DataFrame) -> str:
@@ -512,20 +432,6 @@ def occupancy_facts(occ: pd.DataFrame) -> str:
     return " ".join(out)
 
 
-def short_label(config: str) -> str:
-    """``'copy_strided stride=8 n=16777216 fp32'`` -> ``'stride 8'``; other labels lose their size fields."""
-    m = re.search(r"stride=(\d+)", config)
-    if m:
-        return f"stride {m.group(1)}"
-    return "coalesced" if config.startswith("copy ") else config.split(" shape=")[0]
-
-
 def attention_predictions(a: Attention) -> pd.DataFrame:
-    """The traffic model alone at the recorded shape, one row per kernel (what to expect before
-    looking at the counters): predicted DRAM MB read and written, nominal GFLOP, intensity."""
-    k = a.kernels
-    out = pd.DataFrame({"variant": k["variant"], "kernel": k["kernel"], "block_m": k["block_m"],
-                        "pred_dram_read_mb": k["pred_dram_read_mb"], "pred_dram_write_mb": k["pred_dram_write_mb"],
-                        "gflop": k["flops"] / 1e9})
-    out["flop_per_byte"] = k["flops"] / (k["pred_dram_mb"] * 1e6)
-    return out
+    """The traffic model alone at the recorded shape (:func:`infralens_lab.analysis.joins.attention_predictions`)."""
+    return joins.attention_predictions(a.kernels)

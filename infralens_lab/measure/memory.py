@@ -24,6 +24,8 @@ the same step.
 """
 from __future__ import annotations
 
+import gc
+
 import json
 import tempfile
 from dataclasses import asdict
@@ -52,7 +54,7 @@ def storage_bytes(tensors) -> int:
 
 def _device(device) -> torch.device:
     if device is None:
-        from ..device import torch_device
+        from ..device import torch_device  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
         device = torch_device()
     dev = torch.device(device)
     if dev.type not in ("cpu", "cuda"):
@@ -73,6 +75,17 @@ def _cpu_events(prof) -> list[int]:
     return [int(e["args"]["Bytes"]) for e in mem]
 
 
+def isolate(device: torch.device) -> None:
+    """Start a measurement from a clean allocator: on a GPU, free the cached blocks earlier work left
+    (``empty_cache``) and reset the peak counters, so peaks and reserved bytes are this measurement's,
+    not the process's history. Nothing to do on a CPU."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def run_phase(fn, device: torch.device):
     """Run ``fn()`` and return ``(result, end, peak)``: live bytes at the end and at the peak,
     both relative to the start (CUDA allocator on a GPU, profiler allocation events on a CPU)."""
@@ -83,7 +96,7 @@ def run_phase(fn, device: torch.device):
         out = fn()
         torch.cuda.synchronize(device)
         return out, torch.cuda.memory_allocated(device) - base, torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
@@ -157,6 +170,7 @@ def measure_training_step(config: GPTConfig | None = None, batch: int = 8, seq: 
         raise ValueError(f"seq = {seq} exceeds block_size = {cfg.block_size}; expected seq <= block_size")
     if precision not in TRAIN_PRECISIONS:
         raise ValueError(f"precision = {precision!r}; expected one of {TRAIN_PRECISIONS}")
+    isolate(dev)
     torch.manual_seed(seed)
     model = TinyGPT(cfg).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -231,6 +245,7 @@ def measure_inference(config: GPTConfig | None = None, batch: int = 4, context: 
     if context > cfg.block_size or prompt + new_tokens > context:
         raise ValueError(f"prompt + new_tokens = {prompt + new_tokens}, context = {context}, block_size = "
                          f"{cfg.block_size}; expected prompt + new_tokens <= context <= block_size")
+    isolate(dev)
     torch.manual_seed(seed)
     model = TinyGPT(cfg).to(dev, INFER_DTYPES[dtype]).eval()
     idx = torch.randint(0, cfg.vocab, (batch, prompt), device=dev)

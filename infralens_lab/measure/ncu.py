@@ -26,10 +26,15 @@ import subprocess
 import sys
 from typing import Sequence
 
+from .runs import RunConfig, target_args
+from .target import REGEX, subprocess_env
+import pandas as pd
+
 CONFIG_MARK = "==INFRALENS== config:"
+COMMAND_MARK = "==INFRALENS== command:"
 NVTX_RANGE = "infralens"  # push/pop NVTX range the target opens around measured launches
 
-# metric groups (names verified on Hopper, see shared/REFERENCE_GPU.md)
+# metric groups (the names every module uses; verified with ncu 2025.3 on an H100 and an H200)
 TIME = ["gpu__time_duration.sum"]
 DRAM = ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 SECTORS = ["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"]
@@ -37,16 +42,77 @@ HIT_RATES = ["lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct"]
 SOL = ["sm__throughput.avg.pct_of_peak_sustained_elapsed",
        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"]
 OCCUPANCY = ["sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct"]
-FLOPS = [f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")]
+FLOP_WEIGHTS = {"fadd": 1, "fmul": 1, "ffma": 2, "hadd": 1, "hmul": 1, "hfma": 2}  # FLOPs per thread instruction
+FLOP_METRICS = {op: f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in FLOP_WEIGHTS}
+FLOPS = list(FLOP_METRICS.values())
 # sm__ops_path_tensor_src_fp16_dst_fp32 reads "n/a" on the H200 with ncu 2025.3.1 (and is left out of the
 # raw CSV); --query-metrics there lists sm__ops_path_tensor_src_fp16. Triton's tl.dot on Hopper issues GMMA.
 TENSOR = ["sm__ops_path_tensor_src_fp16.sum", "sm__inst_executed_pipe_tensor.sum",
           "sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__inst_executed_pipe_tensor_op_hmma.sum"]
+# tensor-core work: "math ops executed in the tensor path" under the first name this ncu knows, and the
+# count of tensor-pipe instructions (warp-level; FLOPs per instruction depend on the MMA shape)
+TENSOR_OPS_NAMES = ("sm__ops_path_tensor_src_fp16.sum", "sm__ops_path_tensor_src_fp16_dst_fp32.sum")
+TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
+GRID, BLOCK, WAVES = "launch__grid_size", "launch__block_size", "launch__waves_per_multiprocessor"
+LAUNCH = [GRID, BLOCK, "launch__registers_per_thread", WAVES]
+# bytes through L1/TEX and L2 (the hierarchical roofline's upper levels) and the peaks ncu knows for them
+HIERARCHY = ["l1tex__t_bytes.sum", "lts__t_bytes.sum"]
+HIERARCHY_PEAKS = ["l1tex__t_bytes.sum.peak_sustained", "lts__t_bytes.sum.peak_sustained",
+                   "sm__cycles_elapsed.avg.per_second", "lts__cycles_elapsed.avg.per_second"]
+# the SM clock each launch ran at (ncu runs with --clock-control none: the GPU's own clock policy, not a lock)
+CLOCK = ["sm__cycles_elapsed.avg.per_second"]
+# Scheduler Statistics: issue-slot utilisation (% of cycles a scheduler issued), eligible and active warps per
+# scheduler per cycle (ncu's SchedulerStats section)
+SCHEDULER = ["smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__warps_eligible.avg.per_cycle_active",
+             "smsp__warps_active.avg.per_cycle_active"]
 STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "lg_throttle", "mio_throttle", "math_pipe_throttle",
                  "tex_throttle", "wait", "not_selected", "selected", "no_instructions", "dispatch_stall", "drain",
                  "membar", "branch_resolving", "sleeping", "misc", "imc_miss")
 STALLS = ["smsp__pcsamp_sample_count"] + [f"smsp__pcsamp_warps_issue_stalled_{r}" for r in STALL_REASONS]
 _STALL_RE = re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+?)$")
+
+
+def config_block(label: str, command: str, csv_text: str) -> str:
+    """One run's block in a recorded ncu file: the ``==INFRALENS== config:`` line (a
+    :meth:`~infralens_lab.measure.runs.RunConfig.label`), the ``==INFRALENS== command:`` line and ncu's CSV."""
+    if "\n" in label or "\n" in command:
+        raise ValueError(f"config label {label!r} / command {command!r}; expected single lines")
+    return f"{CONFIG_MARK} {label}\n{COMMAND_MARK} {command}\n{csv_text.rstrip()}\n"
+
+
+def read_blocks(text: str) -> list[dict]:
+    """The blocks of a recorded ncu file in order: ``{"label", "command", "first_line"}`` each
+    (``first_line``: 0-based index of the config line). A text without config lines is one block
+    labelled ``""``. The one reader of :func:`config_block`'s format."""
+    blocks: list[dict] = []
+    for i, ln in enumerate(text.splitlines()):
+        if ln.startswith(CONFIG_MARK):
+            blocks.append({"label": ln[len(CONFIG_MARK):].strip(), "command": None, "first_line": i})
+        elif ln.startswith(COMMAND_MARK) and blocks and blocks[-1]["command"] is None:
+            blocks[-1]["command"] = ln[len(COMMAND_MARK):].strip()
+    return blocks or [{"label": "", "command": None, "first_line": 0}]
+
+
+def demangled_regex(name: str) -> str:
+    """A regex for ``--kernel-name-base demangled``: the kernel's demangled name up to its argument list,
+    escaped, anchored at the start, so ``cutlass::Kernel2<cutlass_80_simt_sgemm_...>`` picks that one
+    instantiation and not every ``Kernel2``."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"kernel name {name!r}; expected a non-empty string")
+    head = re.sub(r"^void\s+", "", name.strip())
+    depth, cut = 0, len(head)
+    for i, ch in enumerate(head):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            cut = i
+            break
+    return "^" + re.escape(head[:cut].strip())
+
+
+def command_of(text: str, label_part: str) -> str | None:
+    """The ncu command recorded for the first block whose label contains ``label_part``."""
+    return next((b["command"] for b in read_blocks(text) if b["command"] and label_part in b["label"]), None)
 
 
 def short_name_regex(name: str) -> str:
@@ -162,6 +228,20 @@ def command_line(*args, **kwargs) -> str:
     return shlex.join(ncu_command(*args, **kwargs))
 
 
+def profile_runs(runs: Sequence[RunConfig], parts: dict[str, Sequence[str]], launch_count: int = 1) -> dict[str, str]:
+    """Profile each run once per part (``{part: metrics}``, e.g. counters and stall samples: separate
+    runs, as the recorder does) and join each part's outputs in the recorded block format
+    (:func:`config_block`). Raises the :class:`NcuError` of the first run that fails."""
+    out: dict[str, list[str]] = {p: [] for p in parts}
+    for cfg in runs:
+        target = ["--kernel", cfg.kind, *target_args(cfg), "--warmup", "1", "--iters", "1"]
+        for part, metrics in parts.items():
+            text = run_ncu(target, REGEX[cfg.kind], metrics=list(metrics), launch_count=launch_count)
+            cmd = command_line(target, REGEX[cfg.kind], metrics=list(metrics), launch_count=launch_count)
+            out[part].append(config_block(cfg.label(), cmd, text))
+    return {p: "".join(blocks) for p, blocks in out.items()}
+
+
 # ---------------------------------------------------------------- errors from output
 def classify_failure(output: str, returncode: int, requested: Sequence[str] = (), kernel_regex: str = "") -> NcuError | None:
     """The :class:`NcuError` that ncu's combined output describes, or None if it looks fine."""
@@ -203,8 +283,6 @@ def run_ncu(target_args: Sequence[str], kernel_regex: str, metrics: Sequence[str
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     cmd = ncu_command(target_args, kernel_regex, metrics, sections, launch_skip, launch_count, nvtx, ncu=ncu)
-    from .target import subprocess_env
-
     root, env = subprocess_env()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
@@ -253,8 +331,6 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
     matching :class:`NcuError` for known failure output, and :class:`NcuCsvError` when the
     text holds no ncu CSV or its rows do not match the header.
     """
-    import pandas as pd
-
     if not isinstance(text, str):
         raise TypeError(f"ncu output is {type(text).__name__}; expected str (the CSV text)")
     lines = text.splitlines()
@@ -266,11 +342,11 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
         raise NcuCsvError("no ncu CSV header found (a row starting with \"ID\"); "
                           f"the text begins {text[:120]!r}",
                           "Pass the stdout of `ncu --csv --page raw ...`.", text)
+    starts = {b["first_line"]: b["label"] for b in read_blocks(text)}
     labels: dict[int, str] = {}
     label = ""
-    for i, ln in enumerate(lines):
-        if ln.startswith(CONFIG_MARK):
-            label = ln[len(CONFIG_MARK):].strip()
+    for i in range(len(lines)):
+        label = starts.get(i, label)
         labels[i] = label
     records = []
     for h in headers:
@@ -285,6 +361,11 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
         missing = [c for c in _ID_COLUMNS if c not in header]
         if missing:
             raise NcuCsvError(f"line {h + 1}: header lacks {missing}", "Pass `--page raw` output.", text)
+        if "Metric Name" in header and not any("__" in c for c in header):
+            raise NcuCsvError(f"line {h + 1}: this is ncu's default 'details' page (columns Section Name, "
+                              f"Metric Name, Metric Value), not the raw page with one column per metric",
+                              "Profile again with `ncu --csv --page raw ...` (ncu_command adds it), or export the "
+                              "report with `ncu --import report.ncu-rep --csv --page raw`.", text)
         idx = {c: header.index(c) for c in _ID_COLUMNS}
         metric_cols = [j for j, c in enumerate(header) if "__" in c
                        and (device_attributes or not c.startswith("device__attribute"))]
@@ -302,6 +383,11 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
     if not records:
         if "No kernels were profiled" in text:
             raise NcuNoKernels("ncu profiled no kernel (\"No kernels were profiled\").", FIX_NO_KERNELS, text)
+        if any(c in lines[h] for h in headers for c in ('"Section Name"', '"Metric Name"')):
+            raise NcuCsvError("this CSV is ncu's default 'details' page (columns Section Name, Metric Name, "
+                              "Metric Value: one row per metric), not the raw page (one row per launch)",
+                              "Profile again with `ncu --csv --page raw ...` (ncu_command adds it), or export the "
+                              "report with `ncu --import report.ncu-rep --csv --page raw`.", text)
         raise NcuCsvError("the ncu CSV has a header but no launch rows", "Check the launch window.", text)
     return pd.DataFrame.from_records(records, columns=["config", "kernel", "launch", "metric", "unit", "value", "text"])
 
@@ -331,8 +417,19 @@ def speed_of_light(df):
     return _pick(df, {"gpu__time_duration.sum": "time_ns", SOL[0]: "sm_pct", SOL[1]: "memory_pct"})
 
 
+def _require(df, metrics: Sequence[str], what: str, fix: str) -> None:
+    have = set(df["metric"]) if hasattr(df, "columns") and "metric" in df.columns else None
+    if have is None:
+        raise TypeError(f"{what}: got {type(df).__name__}; expected the DataFrame of parse_raw_csv")
+    if not any(m in have for m in metrics):
+        raise NcuCsvError(f"{what}: the CSV has none of {list(metrics)}; it holds {len(have)} other metrics "
+                          f"(e.g. {sorted(have)[:3]})", fix)
+
+
 def sectors_per_request(df):
-    """Per launch: global-load sectors, requests and sectors per request (32-byte sectors)."""
+    """Per launch: global-load sectors, requests and sectors per request (32-byte sectors).
+    :class:`NcuCsvError` when the CSV has neither counter (profiled without them)."""
+    _require(df, SECTORS, "sectors_per_request", f"Profile with --metrics {','.join(SECTORS)}.")
     w = _pick(df, {SECTORS[0]: "sectors", SECTORS[1]: "requests"})
     w["sectors_per_request"] = w["sectors"] / w["requests"].where(w["requests"] > 0)
     return w
@@ -365,11 +462,12 @@ def occupancy(df):
 def stall_breakdown(df):
     """Long table per launch: ``reason`` (e.g. ``long_scoreboard``), ``samples`` and ``share`` of all
     sampled warp states (the reasons' sum; ``selected`` = issuing is included), largest first."""
-    import pandas as pd
-
     sub = df[df["metric"].str.match(_STALL_RE.pattern)].copy()
     if sub.empty:
-        return pd.DataFrame(columns=KEYS + ["reason", "samples", "share"])
+        raise NcuCsvError(f"stall_breakdown: the CSV has no stall samples (smsp__pcsamp_warps_issue_stalled_*); "
+                          f"its metrics: {sorted(set(df['metric']))[:5]}...",
+                          "Profile with --metrics " + ",".join(STALLS[:3]) + ",... (measure.ncu.STALLS), or pass "
+                          "the recorded ncu_copies_stalls.csv; use has_stalls(df) to test first.")
     sub["reason"] = sub["metric"].str.extract(_STALL_RE.pattern, expand=False)
     sub = sub[~sub["reason"].str.endswith("_not_issued")]
     sub["reason"] = sub["reason"].replace({"no_instructions": "no_instruction"})
@@ -379,9 +477,22 @@ def stall_breakdown(df):
     return sub.sort_values(KEYS[:2] + ["launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
 
 
+def scheduler(df):
+    """Per launch: ``issue_active_pct`` (issue-slot utilisation: % of active cycles with an instruction
+    issued), ``eligible_warps`` and ``active_warps`` (per scheduler per active cycle), from :data:`SCHEDULER`."""
+    _require(df, SCHEDULER, "scheduler", f"Profile with --metrics {','.join(SCHEDULER)}.")
+    return _pick(df, dict(zip(SCHEDULER, ("issue_active_pct", "eligible_warps", "active_warps"))))
+
+
+def has_stalls(df) -> bool:
+    """Whether a tidy ncu frame holds stall samples (so :func:`stall_breakdown` has something to read)."""
+    return bool(df["metric"].str.match(_STALL_RE.pattern).any())
+
+
 def summary(df):
     """Wide per-launch table of the common views joined (whatever metrics the CSV holds)."""
     out = speed_of_light(df)
-    for view in (dram_bytes, sectors_per_request, hit_rates, occupancy):
+    views = (dram_bytes, hit_rates, occupancy) + ((sectors_per_request,) if set(SECTORS) & set(df["metric"]) else ())
+    for view in views:
         out = out.merge(view(df), on=KEYS, how="left")
     return out

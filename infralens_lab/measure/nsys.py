@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
+import pandas as pd
 
 REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")
 
@@ -52,8 +53,6 @@ def command_line(target_args: Sequence[str], output: str = "infralens") -> str:
 
 def run_nsys(target_args: Sequence[str], timeout: float = 300.0, reports: Sequence[str] = REPORTS) -> dict:
     """Profile the target with nsys and return ``{report name: DataFrame}``; raises :class:`NsysUnavailable`."""
-    import pandas as pd
-
     nsys = shutil.which("nsys")
     if nsys is None:
         raise NsysUnavailable()

@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
 DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
@@ -91,15 +92,13 @@ def parser() -> argparse.ArgumentParser:
 
 def build(args) -> "callable":
     """Allocate inputs for ``args`` and return a zero-argument function running one iteration."""
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
-    from ..device import torch_device
-
-    dev = torch_device()
+    dev = device_mod.torch_device()
     torch.manual_seed(0)
     dtype = getattr(torch, DTYPES[args.dtype or ("fp32" if args.kernel.startswith("copy") else "fp16")])
     if args.kernel in ("copy", "copy_strided"):
-        from ..kernels import copies
+        from ..kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
         stride = 1 if args.kernel == "copy" else args.stride
         x = torch.randn(args.n * stride, device=dev, dtype=dtype)
@@ -111,10 +110,10 @@ def build(args) -> "callable":
     if args.kernel in ("naive", "tiled", "tiled_fast", "sdpa"):
         q, k, v = (torch.randn(args.shape, device=dev, dtype=dtype) for _ in range(3))
         if args.kernel == "sdpa":
-            import torch.nn.functional as F
+            import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
             return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
-        from ..kernels import attention
+        from ..kernels import attention  # lazy: defines Triton kernels / models only when this runs
 
         fn = attention.VARIANTS[args.kernel]
         return lambda: fn(q, k, v, causal=args.causal)
@@ -123,7 +122,7 @@ def build(args) -> "callable":
         a = torch.randn(m, kk, dtype=dtype).to(dev)  # made on the CPU and copied: no init kernels
         b = torch.randn(kk, n, dtype=dtype).to(dev)
         return lambda: a @ b
-    from ..workloads.pipeline import make_step
+    from ..workloads.pipeline import make_step  # lazy: defines Triton kernels / models only when this runs
 
     return make_step("fixed", device=dev)
 
@@ -135,22 +134,20 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < lo:
             print(f"target: --{name} is {getattr(args, name)}; expected an int >= {lo}", file=sys.stderr)
             return 2
-    import torch
-
-    from ..device import is_gpu, synchronize
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     fn = build(args)
     for _ in range(args.warmup):
         fn()
-    synchronize()
-    gpu = is_gpu()
+    device_mod.synchronize()
+    gpu = device_mod.is_gpu()
     if gpu:
         torch.cuda.nvtx.range_push("infralens")
     for _ in range(args.iters):
         fn()
     if gpu:
         torch.cuda.nvtx.range_pop()
-    synchronize()
+    device_mod.synchronize()
     return 0
 
 

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
+
 CLOCKS = ("auto", "cuda", "cpu")
 INTERPRETER_NOTE = ("no timing: kernels run in Triton's interpreter (Python on the CPU), so their "
                     "timings mean nothing about a GPU; see the recorded evidence instead")
@@ -88,9 +90,7 @@ def rotation_count(working_set_bytes: int, l2_bytes: int | None = None, factor: 
     if not isinstance(working_set_bytes, int) or working_set_bytes <= 0:
         raise ValueError(f"working_set_bytes={working_set_bytes!r}; expected a positive int (bytes)")
     if l2_bytes is None:
-        from ..device import facts
-
-        l2_bytes = facts().l2_bytes
+        l2_bytes = device_mod.facts().l2_bytes
     if not l2_bytes:
         return 1
     return int(min(max_sets, max(1, math.ceil(factor * l2_bytes / working_set_bytes))))
@@ -124,8 +124,6 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
         raise ValueError("rotate is empty; expected at least one argument set (or None)")
     args_at = (lambda i: None) if rotate is None else (lambda i: rotate[i % len(rotate)])
 
-    from ..device import is_gpu
-
     if clock == "cpu":
         for i in range(warmup):
             _call(fn, args_at(i))
@@ -135,18 +133,16 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
             _call(fn, args_at(warmup + i))
             samples.append((time.perf_counter() - t0) * 1e3)
         return summarize(samples, "cpu_wall", "host wall clock (time.perf_counter), not GPU time")
-    if not is_gpu():
+    if not device_mod.is_gpu():
         if clock == "cuda":
             raise RuntimeError("clock='cuda' needs a GPU, but infralens_lab runs in interpreter mode")
         return not_meaningful()
 
-    import torch
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     scratch = None
     if flush:
-        from ..device import facts
-
-        l2 = facts().l2_bytes or 64 * 2**20
+        l2 = device_mod.facts().l2_bytes or 64 * 2**20
         scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
     for i in range(warmup):
         _call(fn, args_at(i))
@@ -175,3 +171,30 @@ def throughput(amount: float, t: Timing, per: float = 1e12) -> float | None:
     if not t.meaningful or not t.median_ms:
         return None
     return amount / (t.median_ms * 1e-3) / per
+
+
+def time_steps(step: Callable[[], Any], synced: int = 40, batched: int = 30, skip: int = 10,
+               sync: Callable[[], None] | None = None) -> dict:
+    """Wall-clock times of a whole step function (ms): ``synced`` steps each followed by ``sync``
+    (default: the device's synchronize), the first ones included so warm-up shows, then ``batched``
+    steps back to back with one ``sync`` at the end (throughput). Median/p10/p90 over the synced steps
+    after the first ``skip``. Returns ``{per_step_sync_ms, throughput_ms_per_step, median_ms, p10_ms, p90_ms}``."""
+    if not (isinstance(synced, int) and isinstance(batched, int) and isinstance(skip, int)) \
+            or synced <= skip or batched < 1 or skip < 0:
+        raise ValueError(f"synced={synced!r}, batched={batched!r}, skip={skip!r}; expected ints with "
+                         f"synced > skip >= 0 and batched >= 1")
+    sync = sync or device_mod.synchronize
+    per = []
+    for _ in range(synced):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        per.append((time.perf_counter() - t0) * 1e3)
+    t0 = time.perf_counter()
+    for _ in range(batched):
+        step()
+    sync()
+    throughput = (time.perf_counter() - t0) * 1e3 / batched
+    t = summarize(per[skip:], clock="cpu", note="perf_counter around step(); synchronize")
+    return {"per_step_sync_ms": per, "throughput_ms_per_step": throughput,
+            "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}

@@ -3,8 +3,8 @@
 :func:`profile` runs a step function under ``torch.profiler`` (schedule wait/warmup/active,
 CPU activity plus CUDA on a GPU) and returns a :class:`Trace`; :func:`load_trace` builds the
 same :class:`Trace` from a chrome-trace JSON (a path, a dict, or a recorded Evidence), so live
-traces and recorded ones go through one code path. :func:`annotate` opens a
-``record_function`` range (and, on a GPU, an NVTX range for Nsight Systems).
+traces and recorded ones go through one code path. :func:`infralens_lab.annotate.annotate`
+opens the named ranges the workloads use.
 
 A kernel is attributed to the op and range that launched it: its ``correlation`` id (also
 carried by the ``ac2g`` flow events) names the ``cudaLaunchKernel``/``cuLaunchKernel`` call on
@@ -23,10 +23,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
-from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+from .. import device
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -39,32 +43,33 @@ NO_GPU_NOTE = "CPU-only trace: no kernels, memcpys or memsets were recorded, so 
 
 
 @contextlib.contextmanager
-def annotate(name: str):
-    """A ``record_function`` range named ``name`` (shown by torch.profiler), plus an NVTX range on a GPU."""
-    import torch
-    from torch.profiler import record_function
-
-    from ..device import is_gpu
-
-    gpu = is_gpu()
-    if gpu:
-        torch.cuda.nvtx.range_push(name)
-    try:
-        with record_function(name):
+def quiet_profiler_chatter():
+    """Drop the ``USDT: ... profiler_start/stop`` lines torch's Kineto writes straight to the
+    process's stderr (file descriptor 2, whatever ``sys.stderr`` is: Jupyter replaces that) each time
+    a profiler starts or stops: they carry clock times and process ids, so a notebook showing them
+    would differ on every run. Every other line written to fd 2 meanwhile is passed on to
+    ``sys.stderr``. The package's one way of silencing native output."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
             yield
-    finally:
-        if gpu:
-            torch.cuda.nvtx.range_pop()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            rest = [ln for ln in tmp.read().decode(errors="replace").splitlines() if not ln.startswith("USDT:")]
+            if rest:
+                print("\n".join(rest), file=sys.stderr)
 
 
 def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,
             active: int = 3, record_shapes: bool = False) -> "Trace":
     """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
     return the :class:`Trace` of the ``active`` steps. Each step is a ``ProfilerStep#N`` range."""
-    import torch
-    from torch.profiler import ProfilerActivity, schedule
-
-    from ..device import is_gpu, synchronize
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.profiler import ProfilerActivity, schedule  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     for name, v, lo in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
         if not isinstance(v, int) or v < lo:
@@ -72,7 +77,7 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
     steps = wait + warmup + active if steps is None else steps
     if not isinstance(steps, int) or steps < wait + warmup + active:
         raise ValueError(f"steps={steps!r}; expected an int >= wait + warmup + active = {wait + warmup + active}")
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_gpu() else [])
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_gpu() else [])
     got: dict = {}
 
     def ready(prof):
@@ -89,7 +94,7 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
         for _ in range(steps):
             step_fn()  # no per-step synchronize: it would hide the very overlap we look for
             p.step()
-    synchronize()
+    device.synchronize()
     if "data" not in got:
         raise RuntimeError("torch.profiler produced no trace; is steps >= wait + warmup + active?")
     return Trace(got["data"])
@@ -145,31 +150,41 @@ def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
             "traceEvents": keep}
 
 
-# ---------------------------------------------------------------- intervals
-def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(iv):
-        if b <= a:
-            continue
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _subtract(iv: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out = []
-    for a, b in iv:
-        pieces = [(a, b)]
-        for c, d in cut:
-            pieces = [p for x, y in pieces for p in ((x, min(y, c)), (max(x, d), y)) if p[1] > p[0]]
-        out += pieces
+# ---------------------------------------------------------------- intervals (vectorised)
+def union(starts, ends) -> np.ndarray:
+    """Merged intervals of ``[starts[i], ends[i])`` as an ``(n, 2)`` array, sorted; empty ones dropped."""
+    s, e = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return np.empty((0, 2))
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    group = np.cumsum(new) - 1
+    out = np.empty((group[-1] + 1, 2))
+    out[:, 0] = s[new]
+    out[:, 1] = np.maximum.reduceat(e, np.flatnonzero(new))
     return out
 
 
-def _length(iv) -> float:
-    return sum(b - a for a, b in iv)
+def covered(iv: np.ndarray, a, b) -> np.ndarray:
+    """Length of the merged intervals ``iv`` (from :func:`union`) inside each ``[a[j], b[j]]``."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not len(iv):
+        return np.zeros(np.broadcast(a, b).shape)
+    cum = np.concatenate([[0.0], np.cumsum(iv[:, 1] - iv[:, 0])])
+
+    def upto(t):  # covered length in (-inf, t]
+        k = np.searchsorted(iv[:, 0], t, side="right")  # intervals starting at or before t
+        inside = np.clip(t - iv[np.maximum(k - 1, 0), 0], 0, None)
+        part = np.where(k > 0, np.minimum(inside, iv[np.maximum(k - 1, 0), 1] - iv[np.maximum(k - 1, 0), 0]), 0.0)
+        return cum[np.maximum(k - 1, 0)] * (k > 0) + part
+
+    return upto(b) - upto(a)
 
 
 def _id(correlation, from_flow):
@@ -186,8 +201,6 @@ class Trace:
     ``start_us``/``end_us`` relative to the first event."""
 
     def __init__(self, data: dict):
-        import pandas as pd
-
         if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
             seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
@@ -207,6 +220,7 @@ class Trace:
         ev["end_us"] = ev["start_us"] + ev["dur"]
         self.events = ev
         self._flows = flows
+        self._gaps: dict[float, Any] = {}
         self._attribute()
 
     # -- attribution: which CPU events enclose the call that launched each GPU event
@@ -250,7 +264,6 @@ class Trace:
 
     def kernels(self, top: int | None = None):
         """Kernels by total device time: ``name, count, total_us, mean_us, pct`` (of all kernel time)."""
-        import pandas as pd
 
         k = self.events[self.events["cat"] == "kernel"]
         if k.empty:
@@ -267,32 +280,32 @@ class Trace:
         calls nested in it on its thread; a range owns every launch made while it was open on any
         thread of its process (autograd runs backward on a thread of its own)."""
         ev = self.events
-        dev: dict[int, float] = {}
-        num: dict[int, int] = {}
-
-        def add(i, d):
-            dev[i] = dev.get(i, 0.0) + d
-            num[i] = num.get(i, 0) + 1
-
-        if "cpu_op" in cats:
-            for g, rt in self.launcher.items():
-                for i in self.enclosing.get(rt, []):
-                    add(i, float(ev.at[g, "dur"]))
-        if "user_annotation" in cats and self.launcher:
-            calls = sorted((float(ev.at[rt, "start_us"]), ev.at[rt, "pid"], float(ev.at[g, "dur"]))
-                           for g, rt in self.launcher.items())
-            times = [c[0] for c in calls]
-            rng = ev[ev["cat"] == "user_annotation"]
-            for i, r in zip(rng.index, rng.itertuples(index=False)):
-                lo = bisect_right(times, r.start_us - 1e-9)
-                for t, pid, d in calls[lo:bisect_right(times, r.end_us)]:
-                    if pid == r.pid:
-                        add(i, d)
-        return dev, num
+        parts = []
+        if self.launcher:
+            launch = pd.DataFrame({"gpu": list(self.launcher), "rt": list(self.launcher.values())})
+            launch["dur"] = ev.loc[launch["gpu"], "dur"].to_numpy()
+            if "cpu_op" in cats:  # every op enclosing the launch call on its thread
+                enc = launch.assign(op=launch["rt"].map(lambda r: self.enclosing.get(r, []))).explode("op")
+                parts.append(enc.dropna(subset=["op"])[["op", "dur"]])
+            if "user_annotation" in cats:  # every range open at the launch call, any thread of its process
+                launch["t"] = ev.loc[launch["rt"], "start_us"].to_numpy()
+                launch["pid"] = ev.loc[launch["rt"], "pid"].to_numpy()
+                rng = ev[ev["cat"] == "user_annotation"]
+                for pid, calls in launch.sort_values("t", kind="stable").groupby("pid", sort=False):
+                    t, cum = calls["t"].to_numpy(), np.concatenate([[0.0], np.cumsum(calls["dur"].to_numpy())])
+                    mine = rng[rng["pid"] == pid]
+                    lo = np.searchsorted(t, mine["start_us"].to_numpy() - 1e-9, side="right")
+                    hi = np.searchsorted(t, mine["end_us"].to_numpy(), side="right")
+                    parts.append(pd.DataFrame({"op": mine.index, "dur": cum[hi] - cum[lo], "n": hi - lo}))
+        if not parts:
+            return {}, {}
+        both = pd.concat(parts, ignore_index=True)
+        both["n"] = both["n"].fillna(1) if "n" in both else 1
+        agg = both.groupby("op").agg(dev=("dur", "sum"), num=("n", "sum"))
+        agg = agg[agg["num"] > 0]
+        return {int(i): float(d) for i, d in agg["dev"].items()}, {int(i): int(n) for i, n in agg["num"].items()}
 
     def _table(self, cats: tuple[str, ...], value: str):
-        import pandas as pd
-
         ev = self.events
         sel = ev[ev["cat"].isin(cats)]
         dev, num = self._launched(cats)
@@ -325,66 +338,79 @@ class Trace:
     def busy(self) -> list[tuple[float, float]]:
         """Merged intervals (µs) when the GPU ran a kernel, memcpy or memset on any stream."""
         g = self.events[self.events["cat"].isin(GPU_CATS)]
-        return _union(list(zip(g["start_us"], g["end_us"])))
+        return [(float(x), float(y)) for x, y in union(g["start_us"], g["end_us"])]
+
+    def causes(self) -> pd.DataFrame:
+        """The CPU events that can explain GPU idle time, each with its ``cause`` (see module doc) and
+        the rank of that cause in :data:`CAUSES` (an earlier cause claims a moment first). Step ranges
+        and other runtime calls (event records...) are left out: a step covers everything."""
+        ev = self.events
+        cpu = ev[ev["cat"].isin(CPU_CATS)]
+        name, runtime = cpu["name"], cpu["cat"].isin(RUNTIME_CATS)
+        cause = np.select(
+            [name.isin(SYNC_NAMES) | name.str.contains("Synchronize", regex=False),
+             runtime & name.str.startswith(("cudaMemcpy", "cuMemcpy")),
+             runtime & name.str.contains("Launch", regex=False),
+             name.str.startswith("ProfilerStep") | runtime],
+            ["sync", "memcpy", "launch", ""], default="host")
+        out = cpu.assign(cause=cause)
+        out = out[out["cause"] != ""]
+        return out.assign(rank=out["cause"].map({c: i for i, c in enumerate(CAUSES)}))
 
     def idle_gaps(self, min_gap_us: float = 50.0):
         """GPU idle gaps longer than ``min_gap_us`` between consecutive GPU events, each with the CPU
         time charged to each cause (see module doc), the dominant ``cause``, and the ranges and top
-        ops overlapping it. Empty (with ``attrs['note']``) on a CPU-only trace."""
-        import pandas as pd
+        ops overlapping it. Empty (with ``attrs['note']``) on a CPU-only trace. Computed once per
+        threshold: the trace does not change."""
+        key = float(min_gap_us)
+        if key not in self._gaps:
+            self._gaps[key] = self._idle_gaps(key)
+        return self._gaps[key].copy()
 
+    def _idle_gaps(self, min_gap_us: float):
         cols = ["start_us", "end_us", "gap_us", "cause", *[f"{c}_us" for c in CAUSES], "ranges", "ops"]
-        busy = self.busy()
-        if not busy:
+        busy = union(*(lambda g: (g["start_us"], g["end_us"]))(self.events[self.events["cat"].isin(GPU_CATS)]))
+        if not len(busy):
             out = pd.DataFrame(columns=cols)
             out.attrs["note"] = NO_GPU_NOTE
             return out
-        ev = self.events
-        cpu = ev[ev["cat"].isin(CPU_CATS)]
-        by_cause: dict[str, list] = {c: [] for c in CAUSES[:4]}
-        for r in cpu.itertuples():
-            if r.name in SYNC_NAMES or "Synchronize" in r.name:
-                c = "sync"
-            elif r.cat in RUNTIME_CATS and r.name.startswith(("cudaMemcpy", "cuMemcpy")):
-                c = "memcpy"
-            elif r.cat in RUNTIME_CATS and "Launch" in r.name:
-                c = "launch"
-            elif r.name.startswith("ProfilerStep") or r.cat in RUNTIME_CATS:
-                continue  # a step range covers everything; other runtime calls (event record...) are tiny
-            else:
-                c = "host"
-            by_cause[c].append((r.start_us, r.end_us, r.name, r.cat))
-        starts = {c: sorted(v) for c, v in by_cause.items()}
-        rows = []
-        for (a0, a1), (b0, b1) in zip(busy, busy[1:]):
-            gap0, gap1 = a1, b0
-            if gap1 - gap0 <= min_gap_us:
-                continue
-            claimed: list[tuple[float, float]] = []
-            row = {"start_us": gap0, "end_us": gap1, "gap_us": gap1 - gap0}
-            names: dict[str, float] = {}
-            rng: dict[str, float] = {}
-            for c in CAUSES[:4]:
-                iv = []
-                for s, e, name, cat in starts[c]:
-                    if s >= gap1:
-                        break
-                    if e > gap0:
-                        iv.append((max(s, gap0), min(e, gap1)))
-                        ov = min(e, gap1) - max(s, gap0)
-                        if cat == "user_annotation":
-                            rng[name] = rng.get(name, 0.0) + ov
-                        elif cat == "cpu_op":
-                            names[name] = names.get(name, 0.0) + ov
-                mine = _subtract(_union(iv), claimed)
-                row[f"{c}_us"] = _length(mine)
-                claimed = _union(claimed + mine)
-            row["unaccounted_us"] = (gap1 - gap0) - _length(claimed)
-            row["cause"] = max(CAUSES, key=lambda c: row[f"{c}_us"])
-            row["ranges"] = ", ".join(sorted(rng, key=rng.get, reverse=True))
-            row["ops"] = ", ".join(sorted(names, key=names.get, reverse=True)[:3])
-            rows.append(row)
-        return pd.DataFrame(rows, columns=cols)
+        g0, g1 = busy[:-1, 1], busy[1:, 0]
+        keep = (g1 - g0) > min_gap_us
+        g0, g1 = g0[keep], g1[keep]
+        gaps = pd.DataFrame({"start_us": g0, "end_us": g1, "gap_us": g1 - g0})
+        if gaps.empty:
+            return pd.DataFrame(columns=cols)
+        ev = self.causes()
+        claimed = np.zeros(len(gaps))
+        for rank, c in enumerate(CAUSES[:4]):  # each cause gets what earlier causes left: |U_k ∩ gap| - |U_k-1 ∩ gap|
+            sel = ev[ev["rank"] <= rank]
+            upto = covered(union(sel["start_us"], sel["end_us"]), g0, g1)
+            gaps[f"{c}_us"] = upto - claimed
+            claimed = upto
+        gaps["unaccounted_us"] = gaps["gap_us"] - claimed
+        gaps["cause"] = gaps[[f"{c}_us" for c in CAUSES]].to_numpy().argmax(axis=1)
+        gaps["cause"] = [CAUSES[i] for i in gaps["cause"]]
+        gaps["ranges"], gaps["ops"] = self._names_in_gaps(ev, g0, g1)
+        return gaps[cols]
+
+    @staticmethod
+    def _names_in_gaps(ev: pd.DataFrame, g0: np.ndarray, g1: np.ndarray) -> tuple[list[str], list[str]]:
+        """Per gap: the ranges (all) and ops (top 3) overlapping it, by overlap, largest first; ties in
+        the order the events come (cause, then start)."""
+        ev = ev[ev["cat"].isin(("user_annotation", "cpu_op"))].sort_values(
+            ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
+        s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
+        ranges, ops = [], []
+        for a, b in zip(g0, g1):
+            hit = (s < b) & (e > a)
+            sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
+            names = {}
+            for cat in ("user_annotation", "cpu_op"):
+                per = sub[sub["cat"] == cat].groupby("name", sort=False)["overlap"].sum()
+                names[cat] = sorted(per.index, key=per.get, reverse=True)
+            ranges.append(", ".join(names["user_annotation"]))
+            ops.append(", ".join(names["cpu_op"][:3]))
+        return ranges, ops
 
     def summary(self, min_gap_us: float = 50.0) -> dict:
         """JSON-shaped summary: span, GPU busy time and utilisation, step times, idle time by cause."""
@@ -400,10 +426,10 @@ class Trace:
         window = (busy[0][0], busy[-1][1])
         if len(steps):
             window = (float(steps["start_us"].min()), float(steps["end_us"].max()))
-        inside = _subtract(busy, [(-1e18, window[0]), (window[1], 1e18)])
+        inside = float(covered(np.asarray(busy), window[0], window[1]))
         gaps = self.idle_gaps(min_gap_us)
-        out.update({"window_us": window[1] - window[0], "gpu_busy_us": _length(inside),
-                    "gpu_utilization": _length(inside) / (window[1] - window[0]) if window[1] > window[0] else None,
+        out.update({"window_us": window[1] - window[0], "gpu_busy_us": inside,
+                    "gpu_utilization": inside / (window[1] - window[0]) if window[1] > window[0] else None,
                     "idle_gaps": int(len(gaps)), "idle_gap_us": float(gaps["gap_us"].sum()),
                     "idle_by_cause_us": {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}})
         return out
@@ -413,3 +439,38 @@ class Trace:
         p = Path(path)
         p.write_text(json.dumps(self.data))
         return p
+
+
+# ---------------------------------------------------------------- functions over a Trace
+def step_gpu_work(tr: Trace) -> pd.DataFrame:
+    """Per profiled step: the GPU work its CPU side launched (kernels, copies, memsets whose launch call
+    falls inside the step's ``ProfilerStep`` range, on any thread), summed (``gpu_work_us``), and when
+    the last of it finished (``gpu_end_us``). GPU work left over from steps before the window, which a
+    CPU running ahead leaves queued, is not charged to any profiled step."""
+    ev = tr.events
+    steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
+    if steps.empty:
+        raise ValueError("trace has no ProfilerStep ranges; expected one from torch_trace.profile")
+    g, rt = list(tr.launcher), list(tr.launcher.values())
+    call = ev.loc[rt, "start_us"].to_numpy()
+    dur, end = ev.loc[g, "dur"].to_numpy(), ev.loc[g, "end_us"].to_numpy()
+    rows = []
+    for st in steps.itertuples(index=False):
+        mine = (call >= st.start_us) & (call < st.end_us)
+        rows.append({"step": st.name, "cpu_start_us": st.start_us, "cpu_end_us": st.end_us, "gpu_ops": int(mine.sum()),
+                     "gpu_work_us": float(dur[mine].sum()),
+                     "gpu_end_us": float(end[mine].max()) if mine.any() else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def idle_by_cause(tr: Trace) -> pd.DataFrame:
+    """GPU idle time (gaps over 50 µs) charged to what the CPU was doing: ``cause, idle_us, share``,
+    largest first (ties: by name)."""
+    gaps = tr.idle_gaps()
+    if gaps.empty:
+        return pd.DataFrame({"cause": list(CAUSES), "idle_us": [0.0] * len(CAUSES), "share": [0.0] * len(CAUSES)})
+    idle = {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}
+    total = sum(idle.values())
+    out = pd.DataFrame({"cause": list(idle), "idle_us": list(idle.values()),
+                        "share": [x / total if total else 0.0 for x in idle.values()]})
+    return out.sort_values(["idle_us", "cause"], ascending=[False, True]).reset_index(drop=True)

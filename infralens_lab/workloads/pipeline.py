@@ -23,8 +23,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..measure.torch_trace import annotate
+from ..annotate import annotate
 from .tiny_gpt import GPTConfig, TinyGPT
+from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 VERSIONS = ("bubble", "fixed")
 CHARS_PER_TOKEN = 4  # the toy tokenizer folds this many characters into one token
@@ -61,10 +62,9 @@ class Pipeline:
                  batch: int | None = None, seq: int | None = None, prefetch: int = 4, seed: int = 0):
         if version not in VERSIONS:
             raise ValueError(f"pipeline version {version!r}; expected one of {VERSIONS}")
-        from ..device import torch_device
 
         self.version = version
-        self.device = device or torch_device()
+        self.device = device or device_mod.torch_device()
         cfg, default_batch = default_sizes(self.device)
         self.config = config or cfg
         batch = default_batch if batch is None else batch

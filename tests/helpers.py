@@ -1,0 +1,31 @@
+"""Shared test builders: the one fake Nsight Compute CSV writer the tests use."""
+from __future__ import annotations
+
+import csv
+import io
+
+from infralens_lab.measure import ncu as N
+
+ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+              "Grid Size", "Device", "CC"]
+
+
+def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", missing=0,
+              units: dict | None = None, chatter: bool = True) -> str:
+    """One recorded block as ncu ``--csv --page raw`` prints it, after the recorder's config and command
+    lines (:func:`infralens_lab.measure.ncu.config_block`): ``==PROF==`` chatter, the header (id columns,
+    then the metrics sorted), the units row (``ns`` for times unless ``units`` says otherwise) and one
+    row per ``(kernel, {metric: value})`` launch, values written with ``fmt`` (thousands separators,
+    as ncu does), a metric a launch lacks as ``missing``."""
+    metrics = sorted({m for _, vals in launches for m in vals})
+    unit = {m: "ns" for m in metrics if m.startswith("gpu__time")} | dict(units or {})
+    s = io.StringIO()
+    w = csv.writer(s, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    if chatter:
+        s.write("==PROF== Connected to process 4242 (/usr/bin/python3)\n")
+    w.writerow(ID_COLUMNS + metrics)
+    w.writerow([""] * len(ID_COLUMNS) + [unit.get(m, "") for m in metrics])
+    for i, (kernel, vals) in enumerate(launches):
+        w.writerow([str(i), "4242", "python3", "h", kernel, "1", "7", "(256, 1, 1)", "(1, 1, 1)", "0", "9.0"]
+                   + [fmt.format(vals[m]) if m in vals else str(missing) for m in metrics])
+    return N.config_block(label, f"ncu --csv --page raw --fake {label.split()[0]}", s.getvalue())

@@ -1,0 +1,84 @@
+"""Bad input refused clearly (issue 12's battery, the parts this layer owns): what was seen, what was
+expected, and the fix; never a raw traceback nor a silent empty result."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from infralens_lab.analysis import ledger as L
+from infralens_lab.evidence import EvidenceError, EvidenceWriter
+from infralens_lab.measure import ncu as N
+
+DATA = Path(__file__).parent / "data"
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    return blocker / "set"  # a folder below a regular file cannot be made, whoever runs the test (root too)
+
+
+def test_evidence_writer_on_an_unwritable_path(tmp_path):
+    with pytest.raises(EvidenceError, match=r"cannot write the recorded set to .*a_file/set.*Fix: choose another"):
+        EvidenceWriter(_unwritable(tmp_path), "test")
+
+
+def test_record_to_an_unwritable_folder(tmp_path, monkeypatch, capsys):
+    from infralens_lab import device, record
+
+    monkeypatch.setattr(device, "is_gpu", lambda: True)  # get past the GPU check to the folder
+    assert record.main(["--out", str(_unwritable(tmp_path)), "--only", "device"]) == 2
+    err = capsys.readouterr().err
+    assert "record: cannot write the recorded set" in err and "Fix:" in err
+
+
+@pytest.mark.parametrize("params", [math.nan, math.inf, -5, 0])
+def test_model_states_refuses_non_finite_params(params):
+    with pytest.raises(ValueError, match="expected a positive, finite parameter count"):
+        L.model_states(params)
+
+
+M = L.Model.preset("gpt2-125m")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(precision="fp64"), r"precision = 'fp64'; expected one of \["),
+    (dict(recompute="bogus"), r"recompute = 'bogus'; expected one of \['full', 'none', 'selective'\]"),
+    (dict(attention="sdpa"), r"attention = 'sdpa'; expected one of"),
+    (dict(batch=0), r"batch = 0; expected an int >= 1"),
+    (dict(seq=-1), r"seq = -1; expected an int >= 1"),
+])
+def test_activation_bytes_refuses_bad_arguments(kw, match):
+    args = dict(batch=2, seq=128) | kw
+    with pytest.raises(ValueError, match=match):
+        L.activation_bytes_per_layer(M, **args)
+
+
+def test_stall_breakdown_without_stall_metrics_says_so():
+    df = N.parse_raw_csv((DATA / "ncu_copies.csv").read_text())  # counters, no pc sampling
+    assert not N.has_stalls(df)
+    with pytest.raises(N.NcuCsvError, match="no stall samples") as e:
+        N.stall_breakdown(df)
+    assert "ncu_copies_stalls.csv" in e.value.fix
+
+
+def test_sectors_per_request_without_its_counters_says_so():
+    df = N.parse_raw_csv((DATA / "ncu_copies_stalls.csv").read_text())
+    with pytest.raises(N.NcuCsvError, match="sectors_per_request: the CSV has none of") as e:
+        N.sectors_per_request(df)
+    assert "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum" in e.value.fix
+    assert "sectors_per_request" not in N.summary(df).columns  # summary shows what the CSV has
+
+
+DETAILS = '''==PROF== Connected to process 4242
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3","host","copy_strided","1","7","(1024, 1, 1)","(4096, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Frequency","Ghz","2.62"
+'''
+
+
+def test_details_page_csv_asks_for_page_raw():
+    with pytest.raises(N.NcuCsvError, match="default 'details' page") as e:
+        N.parse_raw_csv(DETAILS)
+    assert "--page raw" in e.value.fix
