@@ -44,7 +44,8 @@ from .measure.torch_trace import profile, trim
 from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
-         "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap")
+         "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
+         "memory_timeline")
 COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
 ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
 NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
@@ -143,6 +144,10 @@ class Recorder:
                            f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")
         return "; ".join(f"{v}: median {o['median_ms']:.1f} ms synced, {o['throughput_ms_per_step']:.1f} ms/step "
                          f"back to back" for v, o in out.items())
+
+    def step_memory_timeline(self):
+        timeline = _optional("infralens_lab.measure.memory_timeline", "record_into")
+        timeline.record_into(self.w)
 
     def step_overlap(self):
         overlap = _optional("infralens_lab.measure.overlap", "record_into")

@@ -16,7 +16,7 @@ from ..measure import overlap as M
 from ..measure.torch_trace import load_trace, profile
 from ..workloads.overlap import COPY_MODES, NeedsGpu, small_ops_step, sleep_stages
 from . import check_on, store  # noqa: F401  (re-exported for the notebook)
-from .lab01 import _quiet_native_stderr, step_gpu_work
+from ..measure.torch_trace import quiet_profiler_chatter, step_gpu_work
 
 RECORD_HINT = "`python -m infralens_lab record --only overlap` on a GPU"
 STAGE_MS = (20.0, 30.0)  # the CPU pipeline's stand-in stage times
@@ -83,7 +83,7 @@ def copy_traces(st) -> dict | None:
 def live_pipeline(items: int = CPU_ITEMS, stage_ms: tuple = STAGE_MS) -> dict:
     """The two-stage pipeline on this CPU with sleeping stand-in stages, depth 1 and 2:
     ``{depth: Trace}`` (see :func:`infralens_lab.measure.overlap.pipeline_trace`)."""
-    with _quiet_native_stderr():
+    with quiet_profiler_chatter():
         return {d: M.pipeline_trace(d, sleep_stages(*stage_ms), items=items) for d in (1, 2)}
 
 
@@ -108,7 +108,7 @@ def live_dispatches(ops: int = 40) -> pd.DataFrame:
     import torch
 
     x = torch.randn(1024)
-    with _quiet_native_stderr():
+    with quiet_profiler_chatter():
         tr = profile(lambda: small_ops_step(x, ops), wait=1, warmup=1, active=2)
     return A.launches_per_step(tr)[["step", "cpu_ops", "launch_calls", "gpu_events"]]
 
@@ -279,7 +279,7 @@ def live_copies():
     if not is_gpu():
         print("Live copy/compute traces: no GPU here, so the recorded ones below stand in.")
         return None
-    with _quiet_native_stderr():
+    with quiet_profiler_chatter():
         trs = M.copy_traces()
     t = copy_table({m: (tr, None) for m, tr in trs.items()})
     return t, evidence.live("copy_compute_live", {"rows": t.to_dict(orient="records")}, "measure.overlap.copy_traces()")
@@ -293,7 +293,7 @@ def live_launches():
     if not is_gpu():
         print("Live launch study: no GPU here, so the recorded one below stands in.")
         return None
-    with _quiet_native_stderr():
+    with quiet_profiler_chatter():
         vals, trs = M.launch_study(compile_too=False)
     ev = evidence.live("launch_overhead_live", vals, "measure.overlap.launch_study(compile_too=False)")
     return launch_table(ev, {v: (tr, None) for v, tr in trs.items()}), ev

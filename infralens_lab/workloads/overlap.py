@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from ..measure.torch_trace import annotate
+from ..annotate import annotate
 
 COPY_MODES = ("pageable", "pinned", "double_buffered")
 CHAIN_OPS = 8
