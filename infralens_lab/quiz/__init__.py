@@ -13,11 +13,11 @@ Outside grade mode ``check`` prints feedback and never raises for a learner's an
 """
 from __future__ import annotations
 
-from .bank import BankError, Question, all_questions, labs, load_bank, normalise_word, question
+from .bank import BankError, Question, all_questions, answer_variable, labs, load_bank, normalise_word, question
 from .check import CheckResult, check, grade_mode, judge
 from .derive import DerivationError, derivations, register_derivation
 from .widgets import question_text, self_check
 
-__all__ = ["BankError", "CheckResult", "DerivationError", "Question", "all_questions", "check",
+__all__ = ["BankError", "CheckResult", "answer_variable", "DerivationError", "Question", "all_questions", "check",
            "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question",
            "question_text", "register_derivation", "self_check"]
