@@ -388,3 +388,23 @@ def test_summary_lines_add_up_per_lab_and_notebook():
 def test_rows_are_json_serialisable():
     row = G.Row("a.ipynb", "lab00", "lab00.q1", "correct", 1, 1, "")
     assert json.loads(json.dumps(row.as_dict()))["status"] == "correct"
+
+
+def test_make_grade_run0_scores_without_executing_anything(tmp_path):
+    """RUN=0: the same scores from the files alone; no submitted cell runs (nothing to sandbox)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    marker = tmp_path / "executed"
+    nb = _after(_answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1)), "ANSWER_Q1 = ",
+                f"open({str(marker)!r}, 'w').write('student code ran')")
+    (tmp_path / "class" / "zoe").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "class" / "zoe" / "00_start_here.ipynb")
+    scores = tmp_path / "scores.csv"
+    proc = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", "RUN=0",
+                           f"PY={sys.executable}", f"SUBMISSIONS={tmp_path / 'class'}", f"SCORES={scores}"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = list(csv.DictReader(scores.open()))
+    assert [(r["question"], r["status"]) for r in rows] == [
+        ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.q3", "unanswered")]
+    assert not marker.exists()
