@@ -608,3 +608,12 @@ def test_evidence_provider_only_on_derived_questions():
              "tolerance": {"abs": 0}, "answer": 1, "evidence": "infralens_lab.quiz.grading_evidence:lab00_vector_add"}
     with pytest.raises(BankError, match="only on a question with 'derive'"):
         bank_mod.question_from_plain(plain)
+
+
+def test_reciprocal_derivation_gives_the_ceiling_speedup():
+    ev = pd.DataFrame({"version": ["bubble", "fixed"], "gpu_util_pct": [80.0, 98.0]})
+    got = derive_mod.derive("reciprocal", ev, scale=100, column="gpu_util_pct", where={"version": "bubble"})
+    assert got == pytest.approx(1.25)
+    with pytest.raises(DerivationError, match="zero"):
+        derive_mod.derive("reciprocal", ev.assign(gpu_util_pct=0.0), column="gpu_util_pct",
+                          where={"version": "fixed"})

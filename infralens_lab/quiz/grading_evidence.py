@@ -46,6 +46,12 @@ def lab01_idle_by_cause():
     return lab01.idle_by_cause(traces["bubble"][0]) if traces is not None else None
 
 
+def lab01_bubble_row():
+    """Lab 01: the bubble step alone (its period and GPU busy share), shown before the fix."""
+    lab01, traces = _lab01_traces()
+    return lab01.compare({"bubble": traces["bubble"]}) if traces is not None else None
+
+
 def lab01_before_after():
     """Lab 01: the before/after table of the bubble and fixed recorded traces."""
     lab01, traces = _lab01_traces()
