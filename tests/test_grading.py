@@ -408,3 +408,14 @@ def test_make_grade_run0_scores_without_executing_anything(tmp_path):
     assert [(r["question"], r["status"]) for r in rows] == [
         ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.q3", "unanswered")]
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("text", ["", "[]", '{"nbformat": 4, "nbformat_minor": 5}',
+                                  '{"cells": "x", "nbformat": 4, "nbformat_minor": 5, "metadata": {}}'],
+                         ids=["empty", "a list", "no cells", "cells not a list"])
+def test_files_that_are_not_notebooks_get_unreadable_rows(tmp_path, text):
+    p = tmp_path / "01_nsight_workflow.ipynb"
+    p.write_text(text)
+    rows = G.grade_notebook(p, "x.ipynb")
+    assert [r.question for r in rows] == list(load_bank("lab01"))  # the lab from the file name
+    assert all(r.status == "unreadable" and r.points == 0 and "could not be read" in r.feedback for r in rows)
