@@ -617,3 +617,26 @@ def test_reciprocal_derivation_gives_the_ceiling_speedup():
     with pytest.raises(DerivationError, match="zero"):
         derive_mod.derive("reciprocal", ev.assign(gpu_util_pct=0.0), column="gpu_util_pct",
                           where={"version": "fixed"})
+
+
+def test_widget_pickers_follow_the_question_kind(lab98):
+    ipywidgets = pytest.importorskip("ipywidgets")
+    word = widgets_mod._build(question("lab98.word"), ipywidgets, None).children[1]
+    assert isinstance(word, ipywidgets.RadioButtons) and list(word.options) == list(question("lab98.word").vocabulary)
+    stall = widgets_mod._build(question("lab98.stall"), ipywidgets, None).children[1]
+    many = widgets_mod._build(question("lab04.q3"), ipywidgets, None).children[1]
+    assert isinstance(many, ipywidgets.Dropdown) and len(question("lab04.q3").vocabulary) > widgets_mod.RADIO_MAX_WORDS
+    assert isinstance(stall, (ipywidgets.RadioButtons, ipywidgets.Dropdown))
+    assert isinstance(widgets_mod._build(question("lab98.abs"), ipywidgets, None).children[1], ipywidgets.Text)
+
+
+def test_widget_feedback_for_a_derived_question_without_evidence_points_to_the_check_cell(lab98):
+    msg = widgets_mod.widget_feedback(question("lab98.stall"), "Barrier")
+    assert "cannot check it" in msg and "ANSWER_STALL = 'Barrier'" in msg
+
+
+def test_widget_says_the_exact_line_to_write_for_a_choice():
+    q = question("lab00.q1")
+    msg = widgets_mod.widget_feedback(q, q.answer.lower())  # a lower-case pick is still right
+    assert f"Now set ANSWER_Q1 = {q.answer!r} in the answer cell below" in msg
+    assert widgets_mod._literal(q, " c ") == "'C'"
