@@ -124,3 +124,15 @@ def test_fixed_leaks_stay_fixed(qid, text, what):
     raw_html = "\n".join(_text(o.get("data", {}).get("text/html", "")) for c in nb.cells[:at]
                          if c.cell_type == "code" for o in c.get("outputs", []))
     assert text not in before and text not in raw_html, f"{qid}: {what} is shown before the question again"
+
+
+def test_offline_site_fallback_shows_every_option_and_allowed_word():
+    """The offline edition replaces the widget with static HTML: it too shows prompt and options."""
+    from infralens_lab import site
+    from infralens_lab.quiz import all_questions
+
+    for q in all_questions():
+        shown = html.unescape(re.sub(r"<[^>]+>", " ", site._quiz_fallback(q.id, "")))
+        assert _squash(q.prompt) in _squash(shown), q.id
+        for text in [*q.options.values(), *q.vocabulary]:
+            assert text in shown, f"{q.id}: {text!r} missing from the offline self-check"
