@@ -32,14 +32,21 @@ bench: $(STAMP)
 	$(PY) -m infralens_lab bench
 
 # Grade a folder of submitted notebooks: `make grade SUBMISSIONS=path/` (see docs/instructors.md).
+# RUN=0 grades from the files alone and executes no submitted code (no sandbox needed).
 SUBMISSIONS ?=
 SCORES ?= scores.csv
+RUN ?= 1
+GRADE_EXEC := $(if $(filter 0,$(RUN)),-p no:nbval,--nbval-lax --nbval-current-env)
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv]"; exit 2; }
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0]"; exit 2; }
 	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors
-	rc=0; $(PY) -m pytest --nbval-lax --nbval-current-env --infralens-grade -p no:cacheprovider \
-	    "$(SUBMISSIONS)" --infralens-score-csv $(SCORES) $(PYTEST_ARGS) || rc=$$?; \
-	echo "scores written to $(SCORES)"; test $$rc -le 1
+	@# (an unwritable SCORES path is refused before any notebook runs). The grader, not the notebooks,
+	@# decides every score: see docs/instructors.md (and run untrusted submissions in a sandbox).
+	rc=0; $(PY) -m pytest $(GRADE_EXEC) --infralens-grade -p no:cacheprovider \
+	    "$(SUBMISSIONS)" --infralens-score-csv "$(SCORES)" $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -le 1 ]; then echo "scores written to $(SCORES)"; \
+	else echo "make grade: pytest stopped with status $$rc (see above); no scores written" >&2; fi; \
+	test $$rc -le 1
 
 # Re-execute the labs in place, as they are committed: on a machine without a GPU, mode auto
 # (interpreter), so nbval on CI reproduces the outputs.

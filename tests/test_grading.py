@@ -1,17 +1,18 @@
-"""Instructor grading end to end: nbval in grade mode over submissions built from lab 00.
+"""Instructor grading end to end, and the grader's pieces (issue 14).
 
-Two submissions are made from ``labs/00_start_here.ipynb`` with nbformat: one answers every
-question right, one answers q1 wrong, leaves q2 unanswered and crashes in the cell that sets
-q3's answer (so q3's check is never reached). ``pytest --nbval-lax --infralens-grade`` runs
-both in a subprocess; the per-cell pass/fail pattern and the score CSV, JUnit XML and printed
-summary are checked. The plugin's switch (no-op without grade mode, on with the option or
-``INFRALENS_GRADE=1``) is checked in-process, as one subprocess costs seconds of imports.
+One class folder of lab 00 submissions, made with nbformat from ``labs/00_start_here.ipynb``,
+is graded once through ``make grade`` (the Makefile's own recipe and pytest command): honest
+right and wrong work, and every tampering trick the issue lists, plus a corrupt file and a
+lab submitted under another lab's file name. Each must score exactly what its final answers
+earn. The grader's static reading of answers and the plugin's switch are tested in-process.
 """
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -20,12 +21,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from infralens_lab.quiz import grader as G
+from infralens_lab.quiz import grading_evidence, labs, load_bank, question
 from infralens_lab.quiz import pytest_plugin as plugin
-from infralens_lab.quiz import question
-from infralens_lab.quiz.check import GRADE_ENV, SCORE_ENV
+from infralens_lab.quiz.check import GRADE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB00 = ROOT / "labs" / "00_start_here.ipynb"
+SCORE_ENV = plugin.SCORE_ENV
 
 
 def _env(**extra):
@@ -34,133 +37,268 @@ def _env(**extra):
     return env
 
 
-def _pytest(args, cwd, timeout=240, **env):
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-current-env",
-           "--nbval-cell-timeout=120", *args]
-    return subprocess.run(cmd, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=timeout)
-
-
-def _code_cells(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def _cell_index(nb, startswith: str) -> int:
-    """Index among code cells (nbval's 'Cell N') of the one cell starting with ``startswith``."""
-    hits = [i for i, c in enumerate(_code_cells(nb)) if c.source.startswith(startswith)]
-    assert len(hits) == 1, f"expected one code cell starting with {startswith!r} in lab 00, found {hits}"
-    return hits[0]
-
-
-def _submission(dest: Path, answers: dict[str, str]) -> tuple[Path, dict[str, int]]:
-    """Lab 00 with the answer cells replaced; returns its path and the nbval 'Cell N' index of key cells."""
+def _lab00():
     nb = nbformat.read(LAB00, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    where = {}
+    return nb
+
+
+def _code(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _cell(nb, startswith: str):
+    hits = [c for c in _code(nb) if c.source.startswith(startswith)]
+    assert len(hits) == 1, f"expected one code cell starting with {startswith!r} in lab 00, found {len(hits)}"
+    return hits[0]
+
+
+def _answers(nb, **answers):
     for var, src in answers.items():
-        i = _cell_index(nb, f"{var} = ")
-        _code_cells(nb)[i].source = f"{var} = {src}"
-        where[var] = i
-    for q in ("q1", "q2", "q3"):
-        where[f"check_{q}"] = _cell_index(nb, f'check("lab00.{q}"')
-        where[f"self_{q}"] = _cell_index(nb, f'self_check("lab00.{q}"')
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest)
-    return dest, where
+        _cell(nb, f"{var} = ").source = f"{var} = {src}"
+    return nb
+
+
+def _after(nb, startswith: str, source: str):
+    cell = _cell(nb, startswith)
+    nb.cells.insert(nb.cells.index(cell) + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+RIGHT_Q1 = question("lab00.q1").answer
+WRONG_Q1 = next(k for k in question("lab00.q1").options if k != RIGHT_Q1)
+RIGHT_Q3 = int(G.expected_for_grading(question("lab00.q3")))
+
+
+def _class_folder(subs: Path, scores: Path) -> None:
+    """Write the class folder: one sub-folder per student."""
+    def put(who, nb, name="00_start_here.ipynb"):
+        (subs / who).mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, subs / who / name)
+
+    right = dict(ANSWER_Q1=repr(RIGHT_Q1), ANSWER_Q2='"Live"', ANSWER_Q3=str(RIGHT_Q3))
+    put("alice", _answers(_lab00(), **right))                                      # honest, all right
+    put("bob", _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1), ANSWER_Q2="None",        # honest: wrong, blank,
+                        ANSWER_Q3="-(-n // intro.BLOCK_SIZE) * intro.BLOCK_SIZE - n"))  # and computed by code
+    carol = _answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1), ANSWER_Q2='"recorded"', ANSWER_Q3=str(RIGHT_Q3))
+    carol.cells.remove(_cell(carol, 'check("lab00.q2"'))                            # deletes a check cell
+    put("carol", carol)
+    dave = _answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1))
+    dave.cells = [c for c in dave.cells if "check(" not in c.source or "self_check(" in c.source]  # all checks gone
+    put("dave", dave)
+    erin = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                             # writes the score files
+    forged = [{"qid": f"lab00.q{i}", "lab": "lab00", "status": "correct", "points": 1, "max_points": 1,
+               "message": "forged"} for i in (1, 2, 3)]
+    _after(erin, 'check("lab00.q1"', (
+        "import json, os\n"
+        f"for path in [os.environ.get({SCORE_ENV!r}) or 'forged.jsonl', {str(scores)!r}]:\n"
+        "    with open(path, 'a') as f:\n"
+        f"        f.write('\\n'.join(json.dumps(r) for r in {forged!r}) + '\\n')\n"
+        f"        f.write('erin/00_start_here.ipynb,lab00,lab00.q1,correct,100,1,forged\\n')\n"))
+    put("erin", erin)
+    frank = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                            # patches the judge
+    _after(frank, "ANSWER_Q1 = ", (
+        "import sys\n"
+        "import infralens_lab.quiz.check as c\n"
+        "c._judge = lambda q, answer, expected: ('correct', '')\n"
+        "for name in list(sys.modules):\n"
+        "    if name.startswith('infralens_lab.quiz'):\n"
+        "        m = sys.modules[name]\n"
+        "        for attr in ('judge', '_judge', 'judge_question', 'grade_notebook'):\n"
+        "            if hasattr(m, attr):\n"
+        "                setattr(m, attr, lambda *a, **k: ('correct', 1, ''))\n"))
+    put("frank", frank)
+    grace = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                            # tries every option
+    _cell(grace, 'check("lab00.q1"').source = (
+        "for ANSWER_Q1 in 'ABCD':\n"
+        "    try:\n"
+        "        check('lab00.q1', ANSWER_Q1)\n"
+        "        break\n"
+        "    except AssertionError:\n"
+        "        pass\n")
+    put("grace", grace)
+    (subs / "heidi").mkdir()
+    (subs / "heidi" / "00_start_here.ipynb").write_text(LAB00.read_text()[:2000])   # a truncated upload
+    put("ivan", _answers(_lab00(), **right), name="01_nsight_workflow.ipynb")       # lab 00 under lab 01's name
+
+
+EXPECTED = {  # (student, question): (status, points)
+    ("alice", "lab00.q1"): ("correct", 1), ("alice", "lab00.q2"): ("correct", 1), ("alice", "lab00.q3"): ("correct", 1),
+    ("bob", "lab00.q1"): ("wrong", 0), ("bob", "lab00.q2"): ("unanswered", 0), ("bob", "lab00.q3"): ("invalid", 0),
+    ("carol", "lab00.q1"): ("correct", 1), ("carol", "lab00.q2"): ("wrong", 0), ("carol", "lab00.q3"): ("correct", 1),
+    ("dave", "lab00.q1"): ("correct", 1), ("dave", "lab00.q2"): ("unanswered", 0), ("dave", "lab00.q3"): ("unanswered", 0),
+    ("erin", "lab00.q1"): ("wrong", 0), ("erin", "lab00.q2"): ("unanswered", 0), ("erin", "lab00.q3"): ("unanswered", 0),
+    ("frank", "lab00.q1"): ("wrong", 0), ("frank", "lab00.q2"): ("unanswered", 0), ("frank", "lab00.q3"): ("unanswered", 0),
+    ("grace", "lab00.q1"): ("invalid", 0), ("grace", "lab00.q2"): ("unanswered", 0), ("grace", "lab00.q3"): ("unanswered", 0),
+    ("heidi", "lab00.q1"): ("unreadable", 0), ("heidi", "lab00.q2"): ("unreadable", 0),
+    ("heidi", "lab00.q3"): ("unreadable", 0),
+    ("ivan", "lab00.q1"): ("correct", 1), ("ivan", "lab00.q2"): ("correct", 1), ("ivan", "lab00.q3"): ("correct", 1),
+}
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Run the grading command once over a right and a wrong submission."""
+    """``make grade`` once over the class folder (the Makefile's recipe, this interpreter)."""
     tmp = tmp_path_factory.mktemp("grading")
-    subs = tmp / "submissions"
-    right_answer = repr(question("lab00.q1").answer)
-    right, right_cells = _submission(subs / "alice" / "00_start_here.ipynb", {
-        "ANSWER_Q1": right_answer,
-        "ANSWER_Q2": '"Live"',  # read off the caption; normalised like any text answer
-        "ANSWER_Q3": "-(-n // intro.BLOCK_SIZE) * intro.BLOCK_SIZE - n  # the learner works it out",
-    })
-    wrong_q1 = next(k for k in question("lab00.q1").options if k != question("lab00.q1").answer)
-    wrong, wrong_cells = _submission(subs / "bob" / "00_start_here.ipynb", {
-        "ANSWER_Q1": repr(wrong_q1),
-        "ANSWER_Q2": "None",
-        "ANSWER_Q3": "1 / 0  # crashes, so q3's check is never reached",
-    })
-    csv_path, junit_path, report = tmp / "scores.csv", tmp / "scores.xml", tmp / "cells.xml"
-    proc = _pytest(["--nbval-lax", "--infralens-grade", f"--infralens-score-csv={csv_path}",
-                    f"--infralens-score-junit={junit_path}", f"--junitxml={report}", "submissions"], cwd=tmp)
-    return dict(proc=proc, csv=csv_path, junit=junit_path, report=report, wrong_q1=wrong_q1,
-                right_cells=right_cells, wrong_cells=wrong_cells,
-                n_code=sum(c.cell_type == "code" for c in nbformat.read(LAB00, 4).cells))
+    subs, scores, junit, cells = tmp / "class", tmp / "scores.csv", tmp / "scores.xml", tmp / "cells.xml"
+    _class_folder(subs, scores)
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    args = f"--infralens-score-junit={junit} --junitxml={cells} --nbval-cell-timeout=120"
+    cmd = ["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}",
+           f"SUBMISSIONS={subs}", f"SCORES={scores}", f"PYTEST_ARGS={args}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    rows = list(csv.DictReader(scores.open())) if scores.exists() else []
+    return dict(proc=proc, rows=rows, junit=junit, cells=cells, subs=subs)
 
 
-def _cells_by_notebook(report: Path) -> dict[str, dict[int, str]]:
-    out: dict[str, dict[int, str]] = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        m = re.search(r"Cell (\d+)$", case.get("name", ""))
-        if not m:
-            continue
-        who = "alice" if "alice" in case.get("classname", "") else "bob"
-        failed = case.find("failure") is not None or case.find("error") is not None
-        out.setdefault(who, {})[int(m.group(1))] = "failed" if failed else "passed"
-    return out
+def _who(row) -> str:
+    return Path(row["notebook"]).parts[-2]
 
 
-def test_right_submission_passes_every_cell(graded):
-    cells = _cells_by_notebook(graded["report"])
-    assert len(cells["alice"]) == graded["n_code"], graded["proc"].stdout[-3000:]
-    assert set(cells["alice"].values()) == {"passed"}, graded["proc"].stdout[-3000:]
+def test_make_grade_succeeds_and_reports(graded):
+    proc = graded["proc"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # make: pytest's 1 is a result
+    assert "InfraLens grade summary" in proc.stdout and "scores written to" in proc.stdout
 
 
-def test_wrong_submission_fails_exactly_the_check_and_crash_cells(graded):
-    cells = _cells_by_notebook(graded["report"])["bob"]
-    w = graded["wrong_cells"]
-    failing = {w["check_q1"], w["check_q2"], w["ANSWER_Q3"], w["check_q3"]}
-    assert {i for i, s in cells.items() if s == "failed"} == failing, graded["proc"].stdout[-3000:]
-    for q in ("q1", "q2", "q3"):
-        assert cells[w[f"self_{q}"]] == "passed"  # self-checks never fail, even in grade mode
-    assert graded["proc"].returncode == 1
+def test_every_student_scores_exactly_what_their_final_answers_earn(graded):
+    got = {(_who(r), r["question"]): (r["status"], float(r["points"])) for r in graded["rows"]}
+    assert got == EXPECTED, graded["proc"].stdout[-3000:]
+    assert all(float(r["max_points"]) == question(r["question"]).points for r in graded["rows"])
+    assert list(graded["rows"][0]) == list(plugin.COLUMNS)
 
 
-def test_failure_output_carries_the_feedback(graded):
-    out = graded["proc"].stdout
-    assert question("lab00.q1").feedback[graded["wrong_q1"]] in out
-    assert "lab00.q2: not answered yet" in out
-    assert "ZeroDivisionError" in out
+def test_forged_score_lines_do_not_survive(graded):
+    rows = graded["rows"]
+    assert len(rows) == len(EXPECTED) and not any("forged" in r["feedback"] for r in rows)
+    assert sum(float(r["points"]) for r in rows if _who(r) == "erin") == 0
 
 
-def test_score_csv_adds_up(graded):
-    rows = list(csv.DictReader(graded["csv"].open()))
-    got = {(r["notebook"], r["question"]): (r["status"], float(r["points"]), float(r["max_points"])) for r in rows}
-    assert got == {
-        ("submissions/alice/00_start_here.ipynb", "lab00.q1"): ("correct", 1, 1),
-        ("submissions/alice/00_start_here.ipynb", "lab00.q2"): ("correct", 1, 1),
-        ("submissions/alice/00_start_here.ipynb", "lab00.q3"): ("correct", 1, 1),
-        ("submissions/bob/00_start_here.ipynb", "lab00.q1"): ("wrong", 0, 1),
-        ("submissions/bob/00_start_here.ipynb", "lab00.q2"): ("unanswered", 0, 1),
-        ("submissions/bob/00_start_here.ipynb", "lab00.q3"): ("not reached", 0, 1),
-    }
-    assert [r["question"] for r in rows] == ["lab00.q1", "lab00.q2", "lab00.q3"] * 2  # cell order
-    bob_q1 = next(r for r in rows if r["notebook"].startswith("submissions/bob") and r["question"] == "lab00.q1")
-    assert question("lab00.q1").feedback[graded["wrong_q1"]] in bob_q1["feedback"]
+def test_rows_say_why(graded):
+    by = {(_who(r), r["question"]): r["feedback"] for r in graded["rows"]}
+    assert question("lab00.q1").feedback[WRONG_Q1] in by[("bob", "lab00.q1")]
+    assert "ANSWER_Q3 is set by code" in by[("bob", "lab00.q3")]
+    assert "ANSWER_Q1 is set by code" in by[("grace", "lab00.q1")]
+    assert "could not be read as a Jupyter notebook" in by[("heidi", "lab00.q1")]
+    assert all("lab mismatch" in by[("ivan", f"lab00.q{i}")] and "says lab01" in by[("ivan", f"lab00.q{i}")]
+               for i in (1, 2, 3))
 
 
-def test_printed_summary_and_junit_agree_with_csv(graded):
-    out = graded["proc"].stdout
-    assert "InfraLens grade summary" in out
-    assert re.search(r"submissions/alice/00_start_here.ipynb\n  lab00: 3/3 points\n", out)
-    assert re.search(r"    lab00.q3\s+not reached\s+0/1\n", out)
-    assert "all notebooks: 3/6 points over 2 notebook(s)" in out
-    root = ET.parse(graded["junit"]).getroot()
-    suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures")) == ("6", "3")
+def test_one_pytest_item_per_question_and_nbval_still_runs(graded):
+    cases = list(ET.parse(graded["cells"]).getroot().iter("testcase"))
+    grade_items = [c for c in cases if re.fullmatch(r"lab00\.q\d", c.get("name", ""))]
+    assert len(grade_items) == len(EXPECTED)
+    cell_items = [c for c in cases if re.fullmatch(r"Cell \d+", c.get("name", ""))]
+    ran = {who for c in cell_items for who in ("alice", "ivan", "heidi") if f"{who}." in c.get("classname", "")}
+    assert ran == {"alice", "ivan"}  # executed, and the corrupt file was not handed to nbval
+    suite = ET.parse(graded["junit"]).getroot().find("testsuite")
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    assert props == {"points": "3", "max_points": "6"}
-    statuses = sorted(f.get("message") for f in root.iter("failure"))
-    assert statuses == ["not reached", "unanswered", "wrong"]
+    assert props == {"points": f"{sum(p for _, p in EXPECTED.values()):g}", "max_points": f"{len(EXPECTED)}"}
 
 
+# ---------------------------------------------------------------- static reading, in-process
+def _nb(*sources, metadata=None):
+    nb = nbformat.v4.new_notebook(metadata={"infralens": {"lab": "lab00"}} if metadata is None else metadata)
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    return nb
+
+
+@pytest.mark.parametrize("sources, want", [
+    (['ANSWER_Q1 = "B"'], ("B", True)),
+    (['ANSWER_Q1 = "B"', 'ANSWER_Q1 = "C"  # changed my mind'], ("C", True)),
+    (["ANSWER_Q1 = -3.5"], (-3.5, True)),
+    (["ANSWER_Q1: int = 7"], (7, True)),
+    (["ANSWER_Q1 = None"], (None, True)),
+    (['ANSWER_Q1 = "B"', "ANSWER_Q1 = answer_key()"], (None, False)),
+    (['ANSWER_Q1 = "B"', 'if True:\n    ANSWER_Q1 = "C"'], (None, False)),
+    (['ANSWER_Q1 = "B"', 'try:\n    ANSWER_Q1 = "C"\nexcept Exception:\n    pass'], (None, False)),
+    (['ANSWER_Q1 = "B"', "for ANSWER_Q1 in 'ABCD':\n    pass"], (None, False)),
+    (['ANSWER_Q1 = "B"', "ANSWER_Q1 += 'x'"], (None, False)),
+    (['ANSWER_Q1 = "B"', "ANSWER_Q1, x = 'C', 1"], (None, False)),
+    (['ANSWER_Q1 = "B"', "def ANSWER_Q1():\n    pass"], (None, False)),
+    (['ANSWER_Q1 = "B"', "from os import sep as ANSWER_Q1"], (None, False)),
+    (["ANSWER_Q1 = True"], (None, False)),
+    (['ANSWER_Q1 = f"{1}"'], (None, False)),
+    (['x = 1\nANSWER_Q1 = "A"\nANSWER_Q1 = "D"'], ("D", True)),
+    (['%time x = 1\nANSWER_Q1 = "A"'], ("A", True)),  # IPython syntax is understood
+])
+def test_final_answer_is_the_last_literal_assignment(sources, want):
+    answers, notes = G.final_answers(_nb(*sources))
+    a = answers["ANSWER_Q1"]
+    assert (a.value, a.literal) == want and notes == []
+
+
+def test_a_cell_that_is_not_python_is_noted_not_fatal():
+    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', "ANSWER_Q2 = (", 'ANSWER_Q3 = 4'))
+    assert answers["ANSWER_Q1"].value == "B" and "ANSWER_Q2" not in answers and answers["ANSWER_Q3"].value == 4
+    assert len(notes) == 1 and "code cell 1 is not valid Python" in notes[0]
+
+
+def test_grade_notebook_questions_come_from_the_bank(tmp_path):
+    p = tmp_path / "00_start_here.ipynb"
+    nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)  # no check cells at all, no q2/q3 cells
+    rows = G.grade_notebook(p, "x.ipynb")
+    assert [(r.question, r.status, r.points) for r in rows] == [
+        ("lab00.q1", "correct", 1), ("lab00.q2", "unanswered", 0), ("lab00.q3", "unanswered", 0)]
+    assert "no ANSWER_Q2 = ... cell" in rows[1].feedback
+
+
+@pytest.mark.parametrize("metadata, name, lab, flagged", [
+    ({"infralens": {"lab": "lab00"}}, "00_a.ipynb", "lab00", False),
+    ({"infralens": {"title": "Lab 00 — Start here"}}, "00_a.ipynb", "lab00", False),
+    ({"infralens": {"lab": "lab00"}}, "03_a.ipynb", "lab00", True),
+    ({}, "01_a.ipynb", "lab01", False),
+    ({}, "homework.ipynb", None, False),
+])
+def test_lab_identity_from_metadata_then_file_name(metadata, name, lab, flagged):
+    got, flag = G.identify_lab(_nb(metadata=metadata), Path(name))
+    assert got == lab and bool(flag) == flagged
+
+
+def test_notebook_of_unknown_lab_gets_a_row(tmp_path):
+    p = tmp_path / "homework.ipynb"
+    nbformat.write(_nb('ANSWER_Q1 = "B"', metadata={}), p)
+    (row,) = G.grade_notebook(p, "homework.ipynb")
+    assert row.status == "unknown lab" and "cannot tell which lab" in row.feedback
+    nbformat.write(_nb('ANSWER_Q1 = "B"', metadata={"infralens": {"lab": "lab97"}}), p)
+    (row,) = G.grade_notebook(p, "homework.ipynb")
+    assert row.status == "unknown lab" and "lab97" in row.feedback
+
+
+def test_lab00_launch_length_matches_the_grader():
+    """The grader rebuilds lab 00's vector_add evidence with LAB00_N: it must be the notebook's `n`."""
+    src = _cell(_lab00(), "import torch").source
+    m = re.search(r"^n = ([\d_]+)", src, re.M)
+    assert m and int(m.group(1).replace("_", "")) == grading_evidence.LAB00_N
+
+
+@pytest.mark.parametrize("q", [q for lab in labs() for q in load_bank(lab).values() if q.derive],
+                         ids=lambda q: q.id)
+def test_every_derived_question_can_be_marked_by_the_grader(q):
+    assert q.evidence, f"{q.id}: a derived question needs 'evidence': 'infralens_lab.module:function' in its bank"
+    try:
+        G.expected_for_grading(q)
+    except G.EvidenceUnavailable as exc:
+        if "found no evidence" in str(exc):
+            pytest.skip(str(exc))  # no recording in this checkout: the row would say 'no evidence'
+        raise
+
+
+def test_missing_evidence_is_a_row_not_a_crash(monkeypatch):
+    q = question("lab00.q3")
+    monkeypatch.setattr(grading_evidence, "lab00_vector_add", lambda: None)
+    G.grader_evidence.cache_clear()
+    try:
+        status, points, feedback = G.judge_question(q, G.Answer(value=5))
+    finally:
+        G.grader_evidence.cache_clear()
+    assert (status, points) == ("no evidence", 0) and "found no evidence" in feedback
+
+
+# ---------------------------------------------------------------- the plugin's switch
 class _StubPluginManager:
     def __init__(self):
         self.registered = {}
@@ -183,16 +321,14 @@ class _StubConfig:
 
 def test_plugin_is_a_no_op_without_grade_mode(monkeypatch):
     monkeypatch.delenv(GRADE_ENV, raising=False)
-    monkeypatch.delenv(SCORE_ENV, raising=False)
     config = _StubConfig()
     plugin.pytest_configure(config)
-    assert config.pluginmanager.registered == {}
-    assert GRADE_ENV not in os.environ and SCORE_ENV not in os.environ
+    assert config.pluginmanager.registered == {} and GRADE_ENV not in os.environ
 
 
 @pytest.mark.parametrize("how", ["option", "env"])
-def test_grade_option_or_env_turns_grading_on_and_unconfigure_restores(monkeypatch, how):
-    monkeypatch.delenv(SCORE_ENV, raising=False)
+def test_grade_mode_gives_kernels_no_score_file_and_unconfigure_restores(monkeypatch, how):
+    monkeypatch.setenv(SCORE_ENV, "/tmp/left-over.jsonl")
     if how == "env":
         monkeypatch.setenv(GRADE_ENV, "1")
         config = _StubConfig()
@@ -201,10 +337,9 @@ def test_grade_option_or_env_turns_grading_on_and_unconfigure_restores(monkeypat
         config = _StubConfig(infralens_grade=True)
     plugin.pytest_configure(config)
     session = config.pluginmanager.registered["infralens-grade-session"]
-    assert os.environ[GRADE_ENV] == "1" and Path(os.environ[SCORE_ENV]).is_file()
-    tmp = session.tmp
+    assert os.environ[GRADE_ENV] == "1" and SCORE_ENV not in os.environ
     session.pytest_unconfigure(config)
-    assert not Path(tmp).exists() and SCORE_ENV not in os.environ
+    assert os.environ[SCORE_ENV] == "/tmp/left-over.jsonl"
     assert (GRADE_ENV in os.environ) == (how == "env")
 
 
@@ -214,13 +349,73 @@ def test_score_files_without_grade_mode_are_a_usage_error(monkeypatch):
         plugin.pytest_configure(_StubConfig(infralens_score_csv="x.csv"))
 
 
+@pytest.mark.parametrize("where", ["missing folder", "a folder", "read-only folder"])
+def test_unwritable_score_file_is_refused_before_grading(monkeypatch, tmp_path, where):
+    monkeypatch.delenv(GRADE_ENV, raising=False)
+    if where == "missing folder":
+        path = tmp_path / "no" / "scores.csv"
+    elif where == "a folder":
+        path = tmp_path
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        path = ro / "scores.csv"
+    with pytest.raises(pytest.UsageError, match=r"cannot write the score file there .*SCORES="):
+        plugin.pytest_configure(_StubConfig(infralens_grade=True, infralens_score_csv=str(path)))
+    assert not (tmp_path / "no").exists()
+
+
+def test_writable_score_path_is_left_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.delenv(GRADE_ENV, raising=False)
+    plugin.check_writable(tmp_path / "new.csv", "--infralens-score-csv")
+    assert not (tmp_path / "new.csv").exists()
+
+
 def test_summary_lines_add_up_per_lab_and_notebook():
     rows = [dict(notebook="a.ipynb", lab="lab00", question="lab00.q1", status="correct", points=2, max_points=2),
             dict(notebook="a.ipynb", lab="lab01", question="lab01.q1", status="wrong", points=0, max_points=1.5),
-            dict(notebook="b.ipynb", lab="lab00", question="lab00.q1", status="not reached", points=0, max_points=2)]
+            dict(notebook="b.ipynb", lab="lab00", question="lab00.q1", status="unreadable", points=0, max_points=2)]
     lines = plugin.summary_lines(rows)
     assert lines == ["a.ipynb", "  lab00: 2/2 points", "    lab00.q1     correct      2/2",
                      "  lab01: 0/1.5 points", "    lab01.q1     wrong        0/1.5", "  total: 2/3.5",
-                     "b.ipynb", "  lab00: 0/2 points", "    lab00.q1     not reached  0/2", "  total: 0/2",
+                     "b.ipynb", "  lab00: 0/2 points", "    lab00.q1     unreadable   0/2", "  total: 0/2",
                      "all notebooks: 2/5.5 points over 2 notebook(s)"]
     assert plugin.summary_lines([]) == ["no quiz checks found in the collected notebooks"]
+
+
+def test_rows_are_json_serialisable():
+    row = G.Row("a.ipynb", "lab00", "lab00.q1", "correct", 1, 1, "")
+    assert json.loads(json.dumps(row.as_dict()))["status"] == "correct"
+
+
+def test_make_grade_run0_scores_without_executing_anything(tmp_path):
+    """RUN=0: the same scores from the files alone; no submitted cell runs (nothing to sandbox)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    marker = tmp_path / "executed"
+    nb = _after(_answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1)), "ANSWER_Q1 = ",
+                f"open({str(marker)!r}, 'w').write('student code ran')")
+    (tmp_path / "class" / "zoe").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "class" / "zoe" / "00_start_here.ipynb")
+    scores = tmp_path / "scores.csv"
+    proc = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", "RUN=0",
+                           f"PY={sys.executable}", f"SUBMISSIONS={tmp_path / 'class'}", f"SCORES={scores}"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = list(csv.DictReader(scores.open()))
+    assert [(r["question"], r["status"]) for r in rows] == [
+        ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.q3", "unanswered")]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("text", ["", "[]", '{"nbformat": 4, "nbformat_minor": 5}',
+                                  '{"cells": "x", "nbformat": 4, "nbformat_minor": 5, "metadata": {}}'],
+                         ids=["empty", "a list", "no cells", "cells not a list"])
+def test_files_that_are_not_notebooks_get_unreadable_rows(tmp_path, text):
+    p = tmp_path / "01_nsight_workflow.ipynb"
+    p.write_text(text)
+    rows = G.grade_notebook(p, "x.ipynb")
+    assert [r.question for r in rows] == list(load_bank("lab01"))  # the lab from the file name
+    assert all(r.status == "unreadable" and r.points == 0 and "could not be read" in r.feedback for r in rows)

@@ -21,7 +21,7 @@ from infralens_lab.quiz import bank as bank_mod
 from infralens_lab.quiz import derive as derive_mod
 from infralens_lab.quiz import widgets as widgets_mod
 from infralens_lab.quiz.__main__ import main as quiz_main
-from infralens_lab.quiz.check import GRADE_ENV, SCORE_ENV
+from infralens_lab.quiz.check import GRADE_ENV
 from infralens_lab.quiz.pytest_plugin import CHECK_RE
 
 QUESTIONS = all_questions()
@@ -31,13 +31,11 @@ SENTINEL_EVIDENCE = object()  # stands in for evidence when the derivation is re
 @pytest.fixture
 def grade(monkeypatch):
     monkeypatch.setenv(GRADE_ENV, "1")
-    monkeypatch.delenv(SCORE_ENV, raising=False)
 
 
 @pytest.fixture
 def learner(monkeypatch):
     monkeypatch.delenv(GRADE_ENV, raising=False)
-    monkeypatch.delenv(SCORE_ENV, raising=False)
 
 
 def _expect_fail(qid, answer, evidence=None, contains=()):
@@ -150,24 +148,13 @@ def test_check_output_is_deterministic(learner, capsys):
     assert outs[0] == outs[1] and outs[0].count("\n") == 3
 
 
-def test_grade_mode_records_one_json_line_per_check(grade, monkeypatch, tmp_path):
+def test_checks_write_no_score_file_in_any_mode(monkeypatch, tmp_path):
+    """Only the grader writes scores: a check in a kernel with the old score variable set writes nothing."""
     score = tmp_path / "scores.jsonl"
-    monkeypatch.setenv(SCORE_ENV, str(score))
-    check("lab00.q1", "B")
-    with pytest.raises(AssertionError):
-        check("lab00.q1", "D")
-    with pytest.raises(AssertionError):
-        check("lab00.q1", None)
-    recs = [json.loads(line) for line in score.read_text().splitlines()]
-    assert [(r["qid"], r["lab"], r["status"], r["points"], r["max_points"]) for r in recs] == [
-        ("lab00.q1", "lab00", "correct", 1, 1), ("lab00.q1", "lab00", "wrong", 0, 1),
-        ("lab00.q1", "lab00", "unanswered", 0, 1)]
-
-
-def test_outside_grade_mode_writes_no_score(learner, monkeypatch, tmp_path):
-    score = tmp_path / "scores.jsonl"
-    monkeypatch.setenv(SCORE_ENV, str(score))
-    check("lab00.q1", "D")
+    monkeypatch.setenv("INFRALENS_SCORE_FILE", str(score))
+    for mode in ("0", "1"):
+        monkeypatch.setenv(GRADE_ENV, mode)
+        check("lab00.q1", question("lab00.q1").answer)
     assert not score.exists()
 
 
@@ -349,8 +336,7 @@ def test_derived_question_without_evidence_raises_in_both_modes(lab98, monkeypat
         monkeypatch.setenv(GRADE_ENV, mode)
         with pytest.raises(ValueError, match=r"lab98.stall is checked against the evidence shown.*evidence="):
             check("lab98.stall", "barrier")
-        with pytest.raises(ValueError, match="checked against evidence"):
-            self_check("lab98.stall")
+        self_check("lab98.stall")  # shown without evidence: the question is still visible
 
 
 def test_derivation_giving_a_word_outside_the_vocabulary_is_an_authoring_error(lab98, learner):
@@ -502,7 +488,7 @@ def test_encode_cli_round_trip(tmp_path, capsys):
     again = bank_mod.encode_bank(decoded)
     assert again == json.loads(out.read_text())
     assert quiz_main(["answers", "lab00"]) == 0
-    assert "lab00.q1\tchoice\t1 pt\tB" in capsys.readouterr().out
+    assert "lab00.q1\tchoice\t1 pt\tC" in capsys.readouterr().out
     bad = tmp_path / "bad.py"
     bad.write_text("X = 1\n")
     assert quiz_main(["encode", str(bad)]) == 1
@@ -520,13 +506,14 @@ def test_self_check_without_ipython_prints_the_question(capsys):
     self_check("lab00.q1")
     out = capsys.readouterr().out
     assert out == question_text("lab00.q1") + "\n"
-    assert out.startswith("lab00.q1 (1 point): You open lab 02") and "  B) A recorded set" in out
+    assert out.startswith("lab00.q1 (1 point): You open lab 02") and "  C) A recorded set" in out
 
 
 def test_question_text_for_number_and_text(lab98):
-    assert "Answer with a number in ms." in question_text("lab98.abs")
-    assert "Answer with one of: long_scoreboard, short_scoreboard, barrier, selected." in question_text("lab98.word")
-    assert "checked against the evidence" in question_text("lab98.stall")
+    assert "Answer in ANSWER_ABS with a number in ms." in question_text("lab98.abs")
+    assert ("Answer in ANSWER_WORD with one of: long_scoreboard, short_scoreboard, barrier, selected."
+            in question_text("lab98.word"))
+    assert "worked out from the evidence" in question_text("lab98.stall")
 
 
 def test_self_check_widget_in_jupyter(monkeypatch, capsys):
@@ -545,26 +532,33 @@ def test_self_check_widget_in_jupyter(monkeypatch, capsys):
     assert widgets_mod.CSS_CLASS in box._dom_classes
     radio, button = box.children[1], box.children[2]
     assert button.description == "Check"
-    radio.value = "C"
     button.click()
-    assert question("lab00.q1").feedback["C"] in capsys.readouterr().out
+    assert capsys.readouterr().out.endswith("Nothing chosen yet: pick one first.\n")  # after Output's clear codes
     radio.value = "B"
     button.click()
-    assert "✓ lab00.q1: right" in capsys.readouterr().out
+    assert question("lab00.q1").feedback["B"] in capsys.readouterr().out
+    radio.value = "C"
+    button.click()
+    out = capsys.readouterr().out
+    assert "✓ lab00.q1: right" in out
+    assert 'Now set ANSWER_Q1 = \'C\' in the answer cell below: only that variable is graded.' in out
 
 
 def test_self_check_never_raises_or_records_in_grade_mode(grade, monkeypatch, tmp_path, capsys):
     ipywidgets = pytest.importorskip("ipywidgets")
     box = widgets_mod._build(question("lab00.q3"), ipywidgets,
                              pd.DataFrame({"n": [2000], "block_size": [1024]}))
-    monkeypatch.setenv(SCORE_ENV, str(tmp_path / "s.jsonl"))
+    monkeypatch.setenv("INFRALENS_SCORE_FILE", str(tmp_path / "s.jsonl"))
     text, button = box.children[1], box.children[2]
+    button.click()
+    assert capsys.readouterr().out.endswith("The box is empty: type your answer first.\n")
     text.value = "7"
     button.click()
     text.value = "48"
     button.click()
     out = capsys.readouterr().out
     assert "Too few" in out and "not right" in out and "✓ lab00.q3: right (from your evidence: 48 lanes)" in out
+    assert "Now set ANSWER_Q3 = 48 in the answer cell below" in out
     assert not (tmp_path / "s.jsonl").exists()
 
 
@@ -572,3 +566,77 @@ def test_self_check_never_raises_or_records_in_grade_mode(grade, monkeypatch, tm
 def test_plugin_finds_check_calls_but_not_self_checks():
     src = 'self_check("lab00.q1")\ncheck("lab00.q2", A)\nquiz.check( \'lab00.q3\', B, evidence=ev)\nrecheck("lab00.q4", 1)'
     assert CHECK_RE.findall(src) == ["lab00.q2", "lab00.q3"]
+
+
+# ------------------------------------------------------------------ bad input to the authoring tool (issue 12)
+def test_decode_of_an_unknown_lab_is_a_clear_error(capsys):
+    assert quiz_main(["decode", "lab99"]) == 1
+    err = capsys.readouterr().err
+    assert "no question bank 'lab99'" in err and "lab00" in err and "Traceback" not in err
+
+
+def test_decode_of_a_file_that_is_not_json_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "lab05.json"
+    bad.write_text("{not json")
+    assert quiz_main(["decode", str(bad)]) == 1
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_encode_to_an_unwritable_path_is_a_clear_error(tmp_path, capsys):
+    src = tmp_path / "plain.json"
+    src.write_text(json.dumps(bank_mod.decode_bank(json.loads((bank_mod.BANKS_DIR / "lab00.json").read_text()))))
+    assert quiz_main(["encode", str(src), "-o", str(tmp_path / "no" / "such" / "folder" / "lab00.json")]) == 1
+    err = capsys.readouterr().err
+    assert "No such file or directory" in err and "writable output path" in err
+
+
+@pytest.mark.parametrize("provider, ok", [
+    ("infralens_lab.quiz.grading_evidence:lab00_vector_add", True),
+    ("os:system", False), ("infralens_lab.quiz.grading_evidence", False), ("", False)])
+def test_bank_evidence_provider_must_name_a_package_function(provider, ok):
+    plain = {"id": "lab98.d", "kind": "number", "prompt": "p", "hint": "h", "explanation": "e",
+             "tolerance": {"abs": 0}, "derive": "value", "derive_args": {"column": "n"}, "evidence": provider}
+    if ok:
+        assert bank_mod.question_from_plain(plain).evidence == provider
+    else:
+        with pytest.raises(BankError, match="infralens_lab.module:function"):
+            bank_mod.question_from_plain(plain)
+
+
+def test_evidence_provider_only_on_derived_questions():
+    plain = {"id": "lab98.n", "kind": "number", "prompt": "p", "hint": "h", "explanation": "e",
+             "tolerance": {"abs": 0}, "answer": 1, "evidence": "infralens_lab.quiz.grading_evidence:lab00_vector_add"}
+    with pytest.raises(BankError, match="only on a question with 'derive'"):
+        bank_mod.question_from_plain(plain)
+
+
+def test_reciprocal_derivation_gives_the_ceiling_speedup():
+    ev = pd.DataFrame({"version": ["bubble", "fixed"], "gpu_util_pct": [80.0, 98.0]})
+    got = derive_mod.derive("reciprocal", ev, scale=100, column="gpu_util_pct", where={"version": "bubble"})
+    assert got == pytest.approx(1.25)
+    with pytest.raises(DerivationError, match="zero"):
+        derive_mod.derive("reciprocal", ev.assign(gpu_util_pct=0.0), column="gpu_util_pct",
+                          where={"version": "fixed"})
+
+
+def test_widget_pickers_follow_the_question_kind(lab98):
+    ipywidgets = pytest.importorskip("ipywidgets")
+    word = widgets_mod._build(question("lab98.word"), ipywidgets, None).children[1]
+    assert isinstance(word, ipywidgets.RadioButtons) and list(word.options) == list(question("lab98.word").vocabulary)
+    stall = widgets_mod._build(question("lab98.stall"), ipywidgets, None).children[1]
+    many = widgets_mod._build(question("lab04.q3"), ipywidgets, None).children[1]
+    assert isinstance(many, ipywidgets.Dropdown) and len(question("lab04.q3").vocabulary) > widgets_mod.RADIO_MAX_WORDS
+    assert isinstance(stall, (ipywidgets.RadioButtons, ipywidgets.Dropdown))
+    assert isinstance(widgets_mod._build(question("lab98.abs"), ipywidgets, None).children[1], ipywidgets.Text)
+
+
+def test_widget_feedback_for_a_derived_question_without_evidence_points_to_the_check_cell(lab98):
+    msg = widgets_mod.widget_feedback(question("lab98.stall"), "Barrier")
+    assert "cannot check it" in msg and "ANSWER_STALL = 'Barrier'" in msg
+
+
+def test_widget_says_the_exact_line_to_write_for_a_choice():
+    q = question("lab00.q1")
+    msg = widgets_mod.widget_feedback(q, q.answer.lower())  # a lower-case pick is still right
+    assert f"Now set ANSWER_Q1 = {q.answer!r} in the answer cell below" in msg
+    assert widgets_mod._literal(q, " c ") == "'C'"

@@ -1,23 +1,25 @@
-"""Quiz checks for the labs: answers in variables, feedback for learners, grade mode for nbval.
+"""Quiz checks for the labs: questions shown, answers in variables, feedback, and a grader.
 
-A graded answer is a plain variable; the next cell checks it::
+Every question is shown by a ``self_check(qid)`` cell; the answer is a plain variable and the
+next cell gives feedback::
 
+    self_check("lab01.q1")
     ANSWER_Q1 = None   # e.g. "B"
     check("lab01.q1", ANSWER_Q1)
     check("lab04.q3", ANSWER_Q3, evidence=stalls_ev)   # right answer derived from the evidence
 
-Outside grade mode ``check`` prints feedback and never raises for a learner's answer; with
-``INFRALENS_GRADE=1`` (``pytest --infralens-grade``) a wrong or unanswered check raises
-``AssertionError``. ``self_check(qid)`` is an optional widget. Banks live in
-``quiz/banks/<lab>.json``; see docs/instructors.md for adding questions.
+``check`` prints feedback and never raises for a learner's answer; with ``INFRALENS_GRADE=1``
+(``pytest --infralens-grade``) a wrong or unanswered check also fails its cell. Neither decides
+a grade: :mod:`.grader` reads each answer's final literal from the submitted file and judges it
+in the grader's process (see docs/instructors.md). Banks live in ``quiz/banks/<lab>.json``.
 """
 from __future__ import annotations
 
-from .bank import BankError, Question, all_questions, labs, load_bank, normalise_word, question
+from .bank import BankError, Question, all_questions, answer_variable, labs, load_bank, normalise_word, question
 from .check import CheckResult, check, grade_mode, judge
 from .derive import DerivationError, derivations, register_derivation
 from .widgets import question_text, self_check
 
-__all__ = ["BankError", "CheckResult", "DerivationError", "Question", "all_questions", "check",
+__all__ = ["BankError", "CheckResult", "answer_variable", "DerivationError", "Question", "all_questions", "check",
            "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question",
            "question_text", "register_derivation", "self_check"]

@@ -16,7 +16,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from .bank import BANKS_DIR, BankError, decode_bank, encode_bank, labs, load_bank
+from .bank import BANKS_DIR, BankError, banks_dirs, decode_bank, encode_bank, labs, load_bank
 
 
 def _read_plain(src: Path) -> dict:
@@ -31,10 +31,19 @@ def _read_plain(src: Path) -> dict:
 
 
 def _bank_doc(ref: str) -> dict:
+    """The sealed bank document for a lab name (``lab00``) or a path to a bank file."""
     p = Path(ref)
     if not p.is_file():
-        p = BANKS_DIR / f"{ref}.json"
-    return json.loads(p.read_text())
+        found = [d / f"{ref}.json" for d in banks_dirs() if (d / f"{ref}.json").is_file()]
+        if not found:
+            raise BankError(f"no question bank {ref!r}: it is neither a file nor a lab with a bank; "
+                            f"expected a path to a bank .json or one of the labs {labs()}")
+        p = found[0]
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise BankError(f"{p}: not valid JSON ({exc}); expected a bank written by "
+                        "`python -m infralens_lab.quiz encode`") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{q.id}\t{q.kind}\t{q.points:g} pt\t{key}{tol}")
     except BankError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a source that cannot be read, an output folder that cannot be written
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}; expected a readable source and a "
+              "writable output path (-o)", file=sys.stderr)
         return 1
     return 0
 

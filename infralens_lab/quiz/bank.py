@@ -32,7 +32,9 @@ BANKS_ENV = "INFRALENS_QUIZ_BANKS"  # extra folders searched first, os.pathsep-s
 SEAL_NOTE = ("Answers, feedback and explanations are sealed (zlib + XOR with a key from the question id + "
              "base64) so that reading this file does not spoil them. This is obfuscation, not security.")
 _ID_RE = re.compile(r"^(lab\d{2})\.[a-z0-9_]+$")
-_PUBLIC = ("id", "kind", "prompt", "options", "vocabulary", "unit", "hint", "points", "derive", "derive_args")
+_PUBLIC = ("id", "kind", "prompt", "options", "vocabulary", "unit", "hint", "points", "derive", "derive_args",
+           "evidence")
+_PROVIDER_RE = re.compile(r"^infralens_lab(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET = ("answer", "feedback", "tolerance", "explanation")
 
 
@@ -67,6 +69,7 @@ class Question:
     tolerance: dict[str, float] = field(default_factory=dict)   # number: abs and/or rel
     derive: str | None = None
     derive_args: dict[str, Any] = field(default_factory=dict)
+    evidence: str | None = None  # derived: 'infralens_lab.module:function' giving the grader its evidence
 
     @property
     def lab(self) -> str:
@@ -131,6 +134,10 @@ def question_from_plain(d: Any, lab: str | None = None) -> Question:
           f"derive is {derive!r}, expected the name of a registered derivation")
     derive_args = d.get("derive_args", {})
     _need(isinstance(derive_args, dict), w, f"derive_args is {type(derive_args).__name__}, expected an object")
+    provider = d.get("evidence")
+    _need(provider is None or (derive is not None and isinstance(provider, str) and bool(_PROVIDER_RE.match(provider))),
+          w, f"evidence is {provider!r}; expected 'infralens_lab.module:function' (the grader's evidence "
+             "provider), and only on a question with 'derive'")
     _need(derive is not None or "answer" in d, w, "has no 'answer' (and no 'derive' to compute one)")
     _need(derive is None or "answer" not in d, w, "has both 'answer' and 'derive'; keep one")
     feedback = d.get("feedback", {})
@@ -180,7 +187,7 @@ def question_from_plain(d: Any, lab: str | None = None) -> Question:
         kw["vocabulary"] = vocab_n
     return Question(id=qid, kind=kind, prompt=d["prompt"], hint=d["hint"], points=points,
                     explanation=d["explanation"], answer=answer, feedback=dict(feedback),
-                    derive=derive, derive_args=dict(derive_args), **kw)
+                    derive=derive, derive_args=dict(derive_args), evidence=provider, **kw)
 
 
 def _plain_to_file_entry(d: dict) -> dict:
@@ -289,6 +296,11 @@ def question(qid: str) -> Question:
     if qid not in bank:
         raise BankError(f"no question {qid!r}; {qid.split('.')[0]} has {list(bank)}")
     return bank[qid]
+
+
+def answer_variable(qid: str) -> str:
+    """The notebook variable graded for ``qid``: ``'lab01.q3'`` -> ``'ANSWER_Q3'``."""
+    return "ANSWER_" + qid.split(".", 1)[1].upper()
 
 
 def all_questions() -> list[Question]:

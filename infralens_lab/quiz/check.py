@@ -4,25 +4,24 @@
 deterministic block of feedback (right + explanation; why wrong + hint; or "not answered
 yet") and never raises for anything a learner typed. In grade mode (``INFRALENS_GRADE=1``,
 set by ``pytest --infralens-grade``) a wrong or unanswered answer raises ``AssertionError``
-carrying the feedback, so nbval fails that cell, and every check appends one JSON line to
-``$INFRALENS_SCORE_FILE`` for the pytest plugin's score summary. Mistakes of the notebook
+carrying the feedback, so nbval fails that cell. A check decides no grade and writes no
+score: the grader (:mod:`.grader`) reads the answers from the submitted file and judges them
+in its own process. Mistakes of the notebook
 itself (unknown question id, a derived question checked without evidence) raise
 ``ValueError`` in both modes.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .bank import Question, normalise_word, question
 from .derive import derive
 
 GRADE_ENV = "INFRALENS_GRADE"
-SCORE_ENV = "INFRALENS_SCORE_FILE"
 STATUSES = ("correct", "wrong", "unanswered")
 
 
@@ -162,15 +161,6 @@ def _message(q: Question, status: str, text: str, evidence_answer: Any) -> str:
     return f"✗ {text}\n  Hint: {q.hint}"
 
 
-def _record(q: Question, result: CheckResult) -> None:
-    path = os.environ.get(SCORE_ENV)
-    if not path:
-        return
-    line = json.dumps({**asdict(result), "lab": q.lab}, sort_keys=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-
-
 def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
     """Mark ``answer`` to question ``qid`` and print feedback; see the module docstring for grade mode.
 
@@ -183,10 +173,7 @@ def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
     status, text = _judge(q, answer, expected)
     result = CheckResult(qid, status, q.points if status == "correct" else 0, q.points,
                          _message(q, status, text, expected))
-    grading = grade_mode()
-    if grading:
-        _record(q, result)
     print(result.message)
-    if grading and status != "correct":
+    if grade_mode() and status != "correct":
         raise AssertionError(result.message)
     return result

@@ -130,6 +130,15 @@ def ratio(evidence: Any, num: dict, den: dict) -> float:
     return n / d
 
 
+@register_derivation("reciprocal")
+def reciprocal(evidence: Any, scale: float = 1.0, **spec: Any) -> float:
+    """``scale / value(**spec)``: e.g. with ``scale=100`` the step's ceiling speedup ``100 / gpu_util_pct``."""
+    v = _number(value(evidence, **spec), f"value {spec!r}")
+    if v == 0:
+        raise DerivationError(f"value {spec!r} is zero; its reciprocal is undefined")
+    return scale / v
+
+
 def _arg(evidence: Any, column: str, label: str, where: dict | None, key: str | None, largest: bool) -> Any:
     df = _select(as_frame(evidence, key), where)
     for c in (column, label):

@@ -1,25 +1,25 @@
-"""pytest plugin: grade notebooks with nbval and print a score summary.
+"""pytest plugin: grade submitted notebooks; nbval executes them, the grader decides the score.
 
 Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing unless grade
-mode is on (``--infralens-grade`` or ``INFRALENS_GRADE=1``). Then, in ``pytest_configure``,
-it sets ``INFRALENS_GRADE=1`` and ``INFRALENS_SCORE_FILE`` in ``os.environ``; nbval's
-notebook kernels are child processes and inherit both, so every ``check(...)`` in a kernel
-raises on a wrong answer and appends one JSON line to the score file. After each notebook
-cell the plugin reads the new lines and files them under that notebook. At the end it prints
-points per notebook, lab and question; a question whose check cell never ran to its check
-(a cell above crashed) counts 0 and is listed as ``not reached``. ``--infralens-score-csv``
-and ``--infralens-score-junit`` write the same rows to files.
+mode is on (``--infralens-grade`` or ``INFRALENS_GRADE=1``). Then every collected ``.ipynb``
+gets, next to nbval's cell items, one item per question of its lab's bank
+(``path::grade::lab00.q1``): it passes for a right answer and fails with the feedback
+otherwise, so JUnit and ``-k`` work per question. Those items are judged in this process by
+:mod:`infralens_lab.quiz.grader` from the file itself (the bank's question list, each answer's
+final literal, evidence rebuilt here), never from what the notebook's kernel prints or writes.
+nbval still runs every cell (``INFRALENS_GRADE=1`` reaches the kernels, so a wrong check cell
+fails there too): that shows the instructor whether a notebook runs, and decides nothing.
 
-Run it without xdist (``-n``): the score file lives with the controlling process.
+A file that is not a readable notebook is not handed to nbval (which would stop the whole
+run at collection); it gets rows saying why. At the end the plugin prints points per
+notebook, lab and question; ``--infralens-score-csv`` and ``--infralens-score-junit`` write
+the same rows, from this process only. Both paths are checked at start-up.
 """
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
-import shutil
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -27,15 +27,16 @@ import pytest
 
 GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
-CHECK_RE = re.compile(r"""(?<![\w.])(?:\w+\.)*check\(\s*["'](lab\d{2}\.[a-z0-9_]+)["']""")
-NOT_REACHED = "not reached"
+# a check in a notebook cell: check("lab01.q2", ...), quiz.check(...), lab01.check_on("lab01.q3", ...)
+CHECK_RE = re.compile(r"""(?<![\w.])(?:\w+\.)*check(?:_on)?\(\s*["'](lab\d{2}\.[a-z0-9_]+)["']""")
 COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback")
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("infralens", "InfraLens Lab grading")
     group.addoption("--infralens-grade", action="store_true", default=False,
-                    help="grade mode: a wrong or unanswered quiz check fails its cell; print a score summary")
+                    help="grade mode: one item per bank question per notebook, judged by the grader; "
+                         "print a score summary")
     group.addoption("--infralens-score-csv", default=None, metavar="PATH",
                     help="grade mode: also write the score rows as CSV")
     group.addoption("--infralens-score-junit", default=None, metavar="PATH",
@@ -46,68 +47,113 @@ def _env_grade() -> bool:
     return os.environ.get(GRADE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def check_writable(path: str | os.PathLike, option: str) -> None:
+    """UsageError (before any notebook runs) when the score file at ``path`` cannot be written."""
+    p = Path(path)
+    existed = p.exists()
+    try:
+        if p.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        with open(p, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"{option} {str(path)!r}: cannot write the score file there ({exc.strerror or exc}); "
+            f"expected a file path in a folder you can write to (with make grade: SCORES=path/scores.csv)") from None
+    if not existed:
+        p.unlink()
+
+
 def pytest_configure(config):
     on = config.getoption("infralens_grade") or _env_grade()
-    wants_files = config.getoption("infralens_score_csv") or config.getoption("infralens_score_junit")
-    if wants_files and not on:
+    csv_path, junit_path = config.getoption("infralens_score_csv"), config.getoption("infralens_score_junit")
+    if (csv_path or junit_path) and not on:
         raise pytest.UsageError("--infralens-score-csv/--infralens-score-junit need --infralens-grade "
                                 "(or INFRALENS_GRADE=1)")
     if on:
+        for path, option in ((csv_path, "--infralens-score-csv"), (junit_path, "--infralens-score-junit")):
+            if path:
+                check_writable(path, option)
         config.pluginmanager.register(GradeSession(config), "infralens-grade-session")
 
 
-def notebook_of(item) -> str | None:
-    """The notebook path (relative to rootdir where possible) of an nbval cell item, else None."""
-    path = Path(str(getattr(item, "path", getattr(item, "fspath", ""))))
-    if path.suffix != ".ipynb" or not hasattr(item, "cell"):
-        return None
+def notebook_name(config, path: Path) -> str:
+    """How rows name a notebook: its path relative to pytest's rootdir where possible."""
     try:
-        return str(path.resolve().relative_to(Path(str(item.config.rootpath)).resolve()))
+        return str(Path(path).resolve().relative_to(Path(str(config.rootpath)).resolve()))
     except ValueError:
         return str(path)
 
 
-def _max_points(qid: str) -> float:
-    from .bank import BankError, question
+class GradeFailure(Exception):
+    """A question that did not earn its points (wrong, unanswered, invalid, ...)."""
 
-    try:
-        return question(qid).points
-    except BankError:
-        return 0
+
+class GradeItem(pytest.Item):
+    """One (notebook, question): its row was decided by the grader when the notebook was collected."""
+
+    def __init__(self, *, row: dict, **kw):
+        super().__init__(**kw)
+        self.row = row
+
+    def runtest(self):
+        self.session.config.pluginmanager.get_plugin("infralens-grade-session").record(self.row)
+        if self.row["status"] != "correct":
+            raise GradeFailure(f"{self.row['status']}: {self.row['feedback']}")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, GradeFailure):
+            r = self.row
+            return f"{r['notebook']} {r['question'] or '(notebook)'}: {r['points']:g}/{r['max_points']:g}, {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.row['notebook']}::grade::{self.row['question'] or 'notebook'}"
+
+
+class GradeFile(pytest.File):
+    """The grader's view of one submitted notebook: one item per row of its score."""
+
+    def collect(self):
+        from .grader import grade_notebook
+
+        name = notebook_name(self.config, self.path)
+        for row in grade_notebook(self.path, name):
+            yield GradeItem.from_parent(self, name=row.question or "notebook", row=row.as_dict())
 
 
 class GradeSession:
-    """State of one grading run: expected questions per notebook and the records that came back."""
+    """State of one grading run: the rows the grade items decided, in run order."""
 
     def __init__(self, config):
         self.config = config
-        self.tmp = tempfile.mkdtemp(prefix="infralens-grade-")
-        self.score_file = Path(self.tmp) / "scores.jsonl"
-        self.score_file.touch()
         self.saved_env = {k: os.environ.get(k) for k in (GRADE_ENV, SCORE_ENV)}
-        os.environ[GRADE_ENV] = "1"
-        os.environ[SCORE_ENV] = str(self.score_file)
-        self.offset = 0
-        self.expected: dict[str, list[str]] = {}
-        self.records: dict[str, dict[str, dict]] = {}
+        os.environ[GRADE_ENV] = "1"       # checks in the kernels print and fail cells, as learners see them
+        os.environ.pop(SCORE_ENV, None)   # and the kernels get no score file: only this process writes one
+        self.rows: list[dict] = []
 
     # ------------------------------------------------------------ hooks
-    def pytest_collection_modifyitems(self, items):
-        for item in items:
-            nb = notebook_of(item)
-            if nb is None:
-                continue
-            qids = self.expected.setdefault(nb, [])
-            for qid in CHECK_RE.findall(str(item.cell.get("source", ""))):
-                if qid not in qids:
-                    qids.append(qid)
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collect_file(self, file_path, parent):
+        result = yield
+        if file_path.suffix != ".ipynb":
+            return result
+        from .grader import NotebookError, read_notebook
 
-    def pytest_runtest_teardown(self, item, nextitem):
-        self._drain(notebook_of(item) or item.nodeid)
+        result = list(result or [])
+        try:
+            read_notebook(file_path)
+        except NotebookError:  # nbval would fail collection and stop every notebook; the rows say why
+            result = [c for c in result if Path(str(getattr(c, "path", ""))) != Path(file_path)]
+        nodeid = notebook_name(self.config, file_path) + "::grade"
+        result.append(GradeFile.from_parent(parent, path=file_path, nodeid=nodeid))
+        return result
+
+    def record(self, row: dict) -> None:
+        self.rows.append(row)
 
     def pytest_terminal_summary(self, terminalreporter):
-        self._drain(None)
-        rows = self.rows()
+        rows = self.rows
         tr = terminalreporter
         tr.write_sep("=", "InfraLens grade summary")
         for line in summary_lines(rows):
@@ -127,45 +173,6 @@ class GradeSession:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    # ------------------------------------------------------------ records
-    def _drain(self, notebook: str | None) -> None:
-        """File the score lines written since the last call under ``notebook``."""
-        with open(self.score_file, encoding="utf-8") as f:
-            f.seek(self.offset)
-            text = f.read()
-        complete = text[: text.rfind("\n") + 1]  # leave a half-written line for next time
-        self.offset += len(complete.encode("utf-8"))
-        for line in complete.splitlines():
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            nb = notebook or "(unknown notebook)"
-            self.records.setdefault(nb, {})[rec["qid"]] = rec  # a re-run check replaces the earlier one
-
-    def rows(self) -> list[dict]:
-        """One row per (notebook, question): expected questions in cell order, then any others seen."""
-        out = []
-        for nb in sorted(set(self.expected) | set(self.records)):
-            recs = self.records.get(nb, {})
-            qids = list(self.expected.get(nb, []))
-            qids += [q for q in recs if q not in qids]
-            for qid in qids:
-                rec = recs.get(qid)
-                if rec is None:
-                    row = dict(notebook=nb, lab=qid.split(".")[0], question=qid, status=NOT_REACHED,
-                               points=0, max_points=_max_points(qid),
-                               feedback="the check did not run (a cell above it failed)")
-                else:
-                    row = dict(notebook=nb, lab=rec.get("lab", qid.split(".")[0]), question=qid,
-                               status=rec["status"], points=rec["points"], max_points=rec["max_points"],
-                               feedback="" if rec["status"] == "correct" else rec.get("message", ""))
-                out.append(row)
-        return out
 
 
 # ---------------------------------------------------------------- output

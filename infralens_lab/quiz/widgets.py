@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .bank import Question, question
+from .bank import Question, answer_variable, question
 from .check import _judge, _message, expected_answer
 
 CSS_CLASS = "infralens-selfcheck"
@@ -27,13 +27,14 @@ def question_text(qid: str) -> str:
     lines = [f"{q.id} ({pts}): {q.prompt}"]
     if q.kind == "choice":
         lines += [f"  {k}) {v}" for k, v in q.options.items()]
-        lines.append(f"Answer with the option key as a string, e.g. {next(iter(q.options))!r}.")
+        lines.append(f"Answer in {answer_variable(q.id)} with the option letter as a string, e.g. "
+                     f"{next(iter(q.options))!r}.")
     elif q.kind == "number":
-        lines.append(f"Answer with a number{' in ' + q.unit if q.unit else ''}.")
+        lines.append(f"Answer in {answer_variable(q.id)} with a number{' in ' + q.unit if q.unit else ''}.")
     else:
-        lines.append(f"Answer with one of: {', '.join(q.vocabulary)}.")
+        lines.append(f"Answer in {answer_variable(q.id)} with one of: {', '.join(q.vocabulary)}.")
     if q.derive is not None:
-        lines.append("This answer is checked against the evidence shown above.")
+        lines.append("The right answer is worked out from the evidence this notebook shows.")
     return "\n".join(lines)
 
 
@@ -65,22 +66,62 @@ def feedback_for(q: Question, answer: Any, evidence: Any = None) -> str:
     return _message(q, status, text, expected)
 
 
+RADIO_MAX_WORDS = 8  # a text question with at most this many allowed words gets radio buttons
+
+
+def widget_feedback(q: Question, value: Any, evidence: Any = None) -> str:
+    """What the widget's Check button prints for ``value`` (None or blank: nothing chosen yet).
+
+    A right answer also says which line to write, because only the answer variable is graded;
+    a derived question shown without its evidence says where it is checked instead.
+    """
+    var = answer_variable(q.id)
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        if q.kind == "number":
+            return "The box is empty: type your answer first."
+        return "Nothing chosen yet: pick one first."
+    if q.derive is not None and evidence is None:
+        return (f"This answer is worked out from the evidence in this notebook, so this box cannot check it. "
+                f"Set {var} = {_literal(q, value)} in the answer cell below and run the check cell after it.")
+    text = feedback_for(q, value, evidence)
+    if text.startswith("✓"):
+        text += f"\nNow set {var} = {_literal(q, value)} in the answer cell below: only that variable is graded."
+    return text
+
+
+def _literal(q: Question, value: Any) -> str:
+    """``value`` as the Python literal to type into the answer cell."""
+    if q.kind == "number" and isinstance(value, str):
+        v = value.strip().replace(",", "")
+        try:
+            float(v)
+            return v
+        except ValueError:
+            return repr(value.strip())
+    if q.kind == "choice" and isinstance(value, str):
+        return repr(value.strip().upper())
+    return repr(value.strip() if isinstance(value, str) else value)
+
+
 def _build(q: Question, ipywidgets, evidence: Any):
     if q.kind == "choice":
         # option letters only: the full option texts are shown above the widget, and long labels
         # wrap onto the next radio button in JupyterLab
         picker = ipywidgets.RadioButtons(options=[(k, k) for k in q.options], value=None,
                                          orientation="horizontal", layout=ipywidgets.Layout(width="auto"))
+    elif q.kind == "text" and len(q.vocabulary) <= RADIO_MAX_WORDS:
+        picker = ipywidgets.RadioButtons(options=list(q.vocabulary), value=None, layout=ipywidgets.Layout(width="auto"))
+    elif q.kind == "text":
+        picker = ipywidgets.Dropdown(options=[("(choose)", None)] + [(w, w) for w in q.vocabulary], value=None)
     else:
-        placeholder = "a number" if q.kind == "number" else " / ".join(q.vocabulary)
-        picker = ipywidgets.Text(value="", placeholder=placeholder)
+        picker = ipywidgets.Text(value="", placeholder="a number" + (f" in {q.unit}" if q.unit else ""))
     button = ipywidgets.Button(description="Check", button_style="primary")
     out = ipywidgets.Output()
 
     def on_click(_):
         with out:
             out.clear_output()
-            print(feedback_for(q, picker.value, evidence))
+            print(widget_feedback(q, picker.value, evidence))
 
     button.on_click(on_click)
     box = ipywidgets.VBox([ipywidgets.HTML(question_html(q.id)), picker, button, out])
@@ -91,12 +132,11 @@ def _build(q: Question, ipywidgets, evidence: Any):
 def self_check(qid: str, evidence: Any = None) -> None:
     """Show an optional self-check for ``qid`` (widgets in Jupyter, printed question elsewhere).
 
-    ``evidence`` is needed for questions whose answer is derived from evidence, as in ``check``.
-    Returns None so nothing extra is displayed.
+    ``evidence`` lets the widget check a question whose answer is derived from evidence; without
+    it the question is still shown, and the widget points to the check cell. Returns None so
+    nothing extra is displayed.
     """
     q = question(qid)
-    if q.derive is not None and evidence is None:
-        raise ValueError(f"{qid} is checked against evidence: call self_check({qid!r}, evidence=<the evidence above>)")
     text = question_text(qid)
     env = _ipython_and_widgets()
     if env is None:

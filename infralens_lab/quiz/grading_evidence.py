@@ -1,0 +1,149 @@
+"""Evidence the grader marks derived questions against, rebuilt in the grader's own process.
+
+A bank question with ``"derive"`` names one of these functions in its ``"evidence"`` field
+(``"infralens_lab.quiz.grading_evidence:lab04_stride8_stalls"``). Each one repeats, step for
+step, what its lab's notebook does to build the table the question is about, so the grader
+computes the right answer from the same evidence the notebook shows on the same machine:
+the recorded reference set on a CPU machine, live measurements where the lab measures live
+(lab 03's TinyGPT step runs live on any machine; lab 02's ceilings are recorded). A function
+returns None when the evidence is not there (no recording); the row then says so.
+
+This module belongs to the grader (an app, like ``record`` and ``site``), above the labs:
+it imports ``labs_support`` lazily, inside each function, so ``quiz``'s own modules never do.
+A new lab adds its provider here or in its own ``labs_support`` module and names it in its bank.
+"""
+from __future__ import annotations
+
+import functools
+
+# Lab 00's vector_add check: the length the notebook launches with (a test holds it against the
+# notebook's `n = ...` cell, so the two cannot drift apart).
+LAB00_N = 98_437
+
+
+def lab00_vector_add():
+    """Lab 00: the vector_add check record (live, n and block size of the notebook's launch)."""
+    from infralens_lab import evidence
+    from infralens_lab.kernels import intro
+
+    return evidence.live("vector_add_check",
+                         {"rows": [{"kernel": "add_kernel", "n": LAB00_N, "dtype": "float32",
+                                    "block_size": intro.BLOCK_SIZE}]},
+                         command="grader: labs/00_start_here.ipynb's vector_add launch",
+                         units={"n": "elements", "block_size": "elements per program"})
+
+
+def _lab01_traces():
+    from infralens_lab.labs_support import lab01
+
+    st = lab01.store()
+    return lab01, (lab01.recorded_traces(st) if st is not None else None)
+
+
+def lab01_idle_by_cause():
+    """Lab 01: GPU idle time by CPU cause in the recorded bubble trace."""
+    lab01, traces = _lab01_traces()
+    return lab01.idle_by_cause(traces["bubble"][0]) if traces is not None else None
+
+
+def lab01_bubble_row():
+    """Lab 01: the bubble step alone (its period and GPU busy share), shown before the fix."""
+    lab01, traces = _lab01_traces()
+    return lab01.compare({"bubble": traces["bubble"]}) if traces is not None else None
+
+
+def lab01_before_after():
+    """Lab 01: the before/after table of the bubble and fixed recorded traces."""
+    lab01, traces = _lab01_traces()
+    return lab01.compare(traces) if traces is not None else None
+
+
+def _lab02_tables():
+    from infralens_lab import evidence
+    from infralens_lab.labs_support import lab02
+
+    try:
+        ref = evidence.reference()
+    except evidence.EvidenceError:
+        return None, None
+    _, ceil = lab02.ceilings_from(ref)
+    if ceil is None:
+        return None, None
+    attn = lab02.load_counters(ref, "ncu_attention.csv")
+    mm = lab02.load_counters(ref, "ncu_matmul.csv")
+    check_tc = lab02.tensor_op_check(mm) if mm is not None else None
+    kt = lab02.kernel_table([attn, mm], ceil, lab02.tensor_flops_per_op(check_tc))
+    return ceil, kt
+
+
+def lab02_ceilings():
+    """Lab 02: measured ceilings against the datasheet (recorded)."""
+    ceil, _ = _lab02_tables()
+    return ceil.versus_datasheet() if ceil is not None else None
+
+
+def lab02_kernels_on_roof():
+    """Lab 02: the kernel table rows that have a fraction of the roof."""
+    _, kt = _lab02_tables()
+    return kt[kt["fraction_of_roof"].notna()] if kt is not None and len(kt) else None
+
+
+def lab02_kernels():
+    """Lab 02: the whole kernel table."""
+    _, kt = _lab02_tables()
+    return kt if kt is not None and len(kt) else None
+
+
+@functools.lru_cache(maxsize=1)
+def _lab03_step():
+    from infralens_lab.labs_support import lab03
+
+    return lab03, lab03.measure_live_step()
+
+
+def lab03_ledger():
+    """Lab 03: the measured ledger of TinyGPT's step (live, as in the notebook)."""
+    lab03, meas = _lab03_step()
+    return lab03.ledger_rows(meas)
+
+
+def lab03_moments():
+    """Lab 03: live bytes by moment of the same measured step."""
+    lab03, meas = _lab03_step()
+    return lab03.moments_table(meas)
+
+
+def lab03_scaling():
+    """Lab 03: the ledger's scaling table (a formula)."""
+    from infralens_lab.labs_support import lab03
+
+    return lab03.scaling()
+
+
+def _lab04_store():
+    from infralens_lab.labs_support import lab04
+
+    return lab04, lab04.store()
+
+
+def lab04_stride8_stalls():
+    """Lab 04: the stride-8 copy's stall breakdown (recorded)."""
+    lab04, st = _lab04_store()
+    fam = lab04.recorded_copy_family(st) if st is not None else None
+    if fam is None or fam.breakdown is None:
+        return None
+    return fam.stalls_for("stride 8")
+
+
+def lab04_copy_family():
+    """Lab 04: the copy-family table (recorded)."""
+    lab04, st = _lab04_store()
+    fam = lab04.recorded_copy_family(st) if st is not None else None
+    return fam.table if fam is not None else None
+
+
+def lab04_attention_variants():
+    """Lab 04: DRAM traffic per attention variant (recorded)."""
+    lab04, st = _lab04_store()
+    att = lab04.recorded_attention(st) if st is not None else None
+    return att.variants if att is not None else None
