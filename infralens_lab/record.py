@@ -34,7 +34,7 @@ from pathlib import Path
 from .measure import ncu as N
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
-         "ncu_attention", "ncu_matmul", "ncu_train_step")
+         "ncu_attention", "ncu_matmul", "ncu_train_step", "gates")
 COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
 ATTN_SHAPE = (1, 8, 2048, 64)
 MATMUL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -142,6 +142,9 @@ class Recorder:
     def step_memory(self):
         memory = _optional("infralens_lab.measure.memory", "record_into")
         memory.record_into(self.w)
+
+    def step_gates(self):
+        return _optional("infralens_lab.measure.gates", "record_into").record_into(self.w, quick=self.quick)
 
     def step_traces(self):
         from .measure.torch_trace import profile, trim
