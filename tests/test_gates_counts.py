@@ -129,3 +129,15 @@ def test_ratio_gates_refuse_without_gpu(capsys):
     assert "interpreter mode" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="need a GPU"):
         G.ratio_samples(lambda: None, lambda: None, 1)
+
+
+def test_recorder_regressions_dry_run_on_cpu():
+    """The recorder's regression part, run on a CPU at tiny sizes with k=1 (compiled rows use dynamo's
+    eager backend there): every row is present and the counts match the live table's story."""
+    rows = G._regressions(1, "cpu", dict(batch=2, seq=8, width=16))
+    assert [(r["regression"], r["compiled"]) for r in rows] == \
+        [(r, c) for c in (False, True) for r in ("intended",) + REGRESSIONS]
+    eager = {r["regression"]: r for r in rows if not r["compiled"]}
+    assert eager["item"]["syncs_per_step"] == 1 and eager["intended"]["syncs_per_step"] == 0
+    assert eager["lost_fusion"]["graph_breaks"] == 1
+    assert all(len(r["ratio_samples"]) == 1 and r["ratio_samples"][0] > 0 for r in rows)

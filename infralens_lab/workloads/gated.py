@@ -112,11 +112,12 @@ class MLPStep:
 
     ``batch``, ``seq``, ``width``: the input is (batch, seq, width), fp32. ``compiled``: run the
     block through ``torch.compile`` (the fusion the ``lost_fusion`` regression loses exists only
-    there). Calling the object runs one step and returns ``y``.
+    there; ``backend='eager'`` traces without generating code, for quick tests). Calling the object
+    runs one step and returns ``y``.
     """
 
     def __init__(self, regression: str | None = None, batch: int = 4, seq: int = 32, width: int = 64,
-                 compiled: bool = False, device: str | None = None, seed: int = 0):
+                 compiled: bool = False, device: str | None = None, seed: int = 0, backend: str = "inductor"):
         from ..device import torch_device
 
         if regression is not None and regression not in REGRESSIONS:
@@ -138,7 +139,7 @@ class MLPStep:
         self.logged: list[float] = []
         brk = regression == "lost_fusion"
         self.chain = lambda h, b, s: _chain(h, b, s, brk)  # what torch.compile sees
-        self._chain = torch.compile(self.chain) if compiled else self.chain
+        self._chain = torch.compile(self.chain, backend=backend) if compiled else self.chain
 
     def chain_args(self) -> tuple:
         """Arguments for :attr:`chain` of this step's shapes (for counting graph breaks)."""
