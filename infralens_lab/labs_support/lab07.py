@@ -16,7 +16,7 @@ from .lab01 import _quiet_native_stderr as quiet_stderr
 from ..analysis import gates as A
 from ..measure import gates as G
 from ..measure.timing import percentile, time_fn
-from ..measure.top_ops import innermost_ops, kernel_families
+from ..measure.top_ops import kernel_families
 from ..measure.torch_trace import Trace, load_trace, profile
 from ..workloads.gated import REGRESSIONS, MLPStep
 from ..workloads.resnet import MEMORY_FORMATS, inference_step
