@@ -141,3 +141,10 @@ def test_recorder_regressions_dry_run_on_cpu():
     assert eager["item"]["syncs_per_step"] == 1 and eager["intended"]["syncs_per_step"] == 0
     assert eager["lost_fusion"]["graph_breaks"] == 1
     assert all(len(r["ratio_samples"]) == 1 and r["ratio_samples"][0] > 0 for r in rows)
+
+
+def test_gates_command_is_wired(tmp_path, capsys):
+    from infralens_lab.__main__ import main as cli
+
+    assert cli(["gates", "--thresholds", str(tmp_path / "nope.json")]) == 2
+    assert "no threshold file" in capsys.readouterr().err
