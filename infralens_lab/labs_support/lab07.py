@@ -86,7 +86,7 @@ def format_compare(traces: dict) -> pd.DataFrame:
 def forward_times(ev) -> pd.DataFrame:
     """Recorded ResNet-50 forward time per memory format: batch, dtype, median and p10/p90 (ms)."""
     return pd.DataFrame([{"memory_format": f, "batch": r["batch"], "dtype": r["dtype"], "median_ms": r["median_ms"],
-                          "p10_ms": r["p10_ms"], "p90_ms": r["p90_ms"]} for f, r in ev.values["resnet"].items()])
+                          "p10_ms": r["p10_ms"], "p90_ms": r["p90_ms"]} for f, r in ev.values.get("resnet", {}).items()])
 
 
 # ---------------------------------------------------------------- part 2: noise here
@@ -184,7 +184,7 @@ def regression_times(ev, tolerance: float | None = None) -> pd.DataFrame | None:
     """Recorded on the GPU, per regression and mode: CUDA launches and syncs per step, and the median of
     the k wall-clock ratios ``t_intended / t_regressed`` with its p10-p90. ``caught_by_time``: the median
     is below ``1 - tolerance``; the tolerance defaults to the recorded A/A spread."""
-    if ev is None:
+    if ev is None or "regressions" not in ev.values:
         return None
     v = ev.values
     tol = tolerance if tolerance is not None else A.spread(v["aa_ratios"])
@@ -195,7 +195,7 @@ def regression_times(ev, tolerance: float | None = None) -> pd.DataFrame | None:
         x = r["ratio_samples"]
         med = percentile(x, 50)
         rows.append({"regression": r["regression"], "mode": "compiled" if r["compiled"] else "eager",
-                     "launches_per_step": r["launches_per_step"], "cuda_syncs_per_step": r["cuda_syncs_per_step"],
+                     "launches_per_step": r.get("launches_per_step"), "cuda_syncs_per_step": r.get("cuda_syncs_per_step"),
                      "ratio_median": med, "ratio_p10": percentile(x, 10), "ratio_p90": percentile(x, 90),
                      "caught_by_time": bool(med < 1 - tol)})
     out = pd.DataFrame(rows)
@@ -208,7 +208,7 @@ def gpu_counts(ev) -> pd.DataFrame | None:
     if ev is None:
         return None
     cols = ["regression", "compiled", "launches_per_step", "cuda_syncs_per_step", "graph_breaks", "aten_ops_per_step"]
-    return pd.DataFrame([{c: r.get(c) for c in cols} for r in ev.values["regressions"]])
+    return pd.DataFrame([{c: r.get(c) for c in cols} for r in ev.values.get("regressions", [])])
 
 
 def matmul_kernels(ev) -> pd.DataFrame | None:
@@ -219,10 +219,10 @@ def matmul_kernels(ev) -> pd.DataFrame | None:
     from ..measure.top_ops import kernel_family
 
     rows = []
-    for r in ev.values["regressions"]:
+    for r in ev.values.get("regressions", []):
         if r["compiled"] or r["regression"] not in ("intended", "fp32_matmul"):
             continue
-        for k in r["kernels"]:
+        for k in r.get("kernels", []):
             if kernel_family(k["name"]) in ("gemm", "convolution"):
                 rows.append({"step": r["regression"], "kernel": k["name"][:90], "per_step": k["per_step"],
                              "us_per_step": k["total_us"]})
@@ -237,7 +237,7 @@ def ratio_gate_table(ev, thresholds: dict) -> pd.DataFrame | None:
     ref = G.reference_ratios()
     rows = []
     for name, rule in thresholds["ratios"].items():
-        x = ev.values["ratio_gates"].get(name)
+        x = ev.values.get("ratio_gates", {}).get(name)
         if not x:
             continue
         s = A.spread(x)
