@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: lab test install doctor bench record site grade notebooks clean
+.PHONY: lab test install doctor bench gates-gpu record site grade notebooks clean
 
 $(STAMP): pyproject.toml tools/install.sh
 	bash tools/install.sh "$(PYTHON)" "$(VENV)"
@@ -30,6 +30,10 @@ doctor: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m infralens_lab bench
+
+# Time-ratio gates (GPU) against the reference set's bench ratios, plus the count gates (data/gates.json).
+gates-gpu: $(STAMP)
+	$(PY) -m infralens_lab gates --counts --ratios
 
 # Grade a folder of submitted notebooks: `make grade SUBMISSIONS=path/` (see docs/instructors.md).
 # RUN=0 grades from the files alone and executes no submitted code (no sandbox needed).

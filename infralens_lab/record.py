@@ -45,7 +45,7 @@ from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
          "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
-         "memory_timeline")
+         "memory_timeline", "gates")
 COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
 ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
 NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
@@ -107,6 +107,9 @@ class Recorder:
     def step_memory(self):
         memory = _optional("infralens_lab.measure.memory", "record_into")
         memory.record_into(self.w)
+
+    def step_gates(self):
+        return _optional("infralens_lab.measure.gates", "record_into").record_into(self.w, quick=self.quick)
 
     def step_traces(self):
         summary, sizes = {}, []

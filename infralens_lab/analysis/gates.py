@@ -1,0 +1,185 @@
+"""Regression gates as arithmetic: count rules, time ratios with a tolerance, and how many runs to take.
+
+Two kinds of gate (see :mod:`infralens_lab.measure.gates` for the measuring side):
+
+* **count gates** compare a count (aten ops per step, syncs per step, launches per step, graph
+  breaks, peak bytes) with a rule from the threshold file: ``max`` (at most), ``equals`` (exactly),
+  with an optional ``slack`` fraction for byte counts. Counts do not depend on how busy the machine
+  is, so the rule can be exact and the gate never flakes.
+* **ratio gates** compare the speed of a candidate with a reference measured *in the same run*
+  (``ratio = t_reference / t_candidate``, above 1 when the candidate is faster: the bench's
+  convention). A machine that is slower today slows both, so the ratio moves much less than either
+  time. The gate takes the median of ``k`` ratios and fails when it falls more than ``tolerance``
+  (a fraction) below the expected ratio.
+
+How to choose ``k`` and the tolerance from data: measure ``n`` ratios of the *unchanged* code (an
+A/A run). Their spread ``(p90 - p10) / median`` is the noise one ratio carries. The median of ``k``
+ratios varies less; :func:`median_band` bootstraps how much, and :func:`false_alarm_rate` says how
+often an unchanged candidate would fail at a given tolerance. Pick the tolerance a little above the
+noise of the median of ``k`` (so false alarms are rare) and below the smallest slowdown you want to
+catch; :func:`runs_needed` gives the ``k`` a normal model asks for. Fractions throughout (0.05 = 5%).
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+RULES = ("max", "equals")
+_Z90 = 1.2816  # the normal distribution's 90th percentile, in standard deviations
+_MEDIAN_SE = math.sqrt(math.pi / 2)  # standard error of a median / that of a mean, for normal samples
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One gate's outcome: ``measured`` against ``limit`` under ``rule``; ``passed`` and a sentence."""
+
+    gate: str
+    metric: str
+    measured: float
+    limit: float
+    rule: str
+    passed: bool
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"gate": self.gate, "metric": self.metric, "measured": self.measured, "limit": self.limit,
+                "rule": self.rule, "passed": self.passed, "message": self.message}
+
+
+def count_verdict(gate: str, metric: str, measured: float, rule: dict) -> Verdict:
+    """Hold a measured count against a rule ``{"max": x}`` or ``{"equals": x}`` (optional ``"slack"``:
+    a fraction the count may exceed ``max`` by, for byte counts whose last few percent depend on the
+    library build). Raises ValueError for a rule without exactly one of ``max``/``equals``."""
+    kinds = [k for k in RULES if k in rule]
+    if len(kinds) != 1:
+        raise ValueError(f"gate {gate!r} metric {metric!r}: rule {rule!r}; expected exactly one of {RULES}")
+    kind = kinds[0]
+    limit = float(rule[kind])
+    slack = float(rule.get("slack", 0.0))
+    if not 0 <= slack < 1:
+        raise ValueError(f"gate {gate!r} metric {metric!r}: slack={slack!r}; expected a fraction in [0, 1)")
+    if kind == "equals":
+        ok = float(measured) == limit
+        msg = f"{metric} = {measured:g}, expected exactly {limit:g}"
+    else:
+        allowed = limit * (1 + slack)
+        ok = float(measured) <= allowed
+        msg = f"{metric} = {measured:g}, allowed at most {limit:g}" + (f" (+{slack:.0%})" if slack else "")
+    if not ok:
+        msg += (": a regression, or an intended change: if intended, set the new value in the threshold file")
+    return Verdict(gate, metric, float(measured), limit, kind, ok, msg)
+
+
+def spread(samples: Sequence[float]) -> float:
+    """``(p90 - p10) / median`` of ``samples``: the relative noise band (a fraction)."""
+    from ..measure.timing import percentile
+
+    med = percentile(samples, 50)
+    if med == 0:
+        raise ValueError("median of the samples is 0; a spread relative to it is undefined")
+    return (percentile(samples, 90) - percentile(samples, 10)) / med
+
+
+def ratio_verdict(gate: str, ratios: Sequence[float], expected: float, tolerance: float) -> Verdict:
+    """A ratio gate: the median of ``ratios`` (t_reference / t_candidate from one run, k of them)
+    against ``expected`` (the committed reference's ratio). Fails when the median is below
+    ``expected * (1 - tolerance)``. The message also says when the measured spread is wider than the
+    tolerance: then one run cannot decide, and ``k`` should grow (:func:`runs_needed`)."""
+    from ..measure.timing import percentile
+
+    if not ratios:
+        raise ValueError(f"gate {gate!r}: no ratios measured; expected k >= 1 ratios")
+    if not (isinstance(expected, (int, float)) and expected > 0):
+        raise ValueError(f"gate {gate!r}: expected ratio {expected!r}; expected a positive number")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"gate {gate!r}: tolerance={tolerance!r}; expected a fraction in (0, 1)")
+    med = percentile(ratios, 50)
+    limit = expected * (1 - tolerance)
+    ok = med >= limit
+    s = spread(ratios) if len(ratios) > 1 else 0.0
+    msg = (f"median ratio {med:.3f} over k={len(ratios)} (p10-p90 spread {s:.1%}); reference {expected:.3f}, "
+           f"gate at {limit:.3f} (-{tolerance:.0%})")
+    if s > tolerance:
+        msg += f"; spread {s:.1%} is wider than the tolerance: take more runs before trusting this verdict"
+    return Verdict(gate, "time_ratio", med, limit, "min", ok, msg)
+
+
+def _check_k(k) -> None:
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k={k!r}; expected an int >= 1 (runs per median)")
+
+
+def median_band(samples: Sequence[float], k: int, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Bootstrap the median of ``k`` runs drawn from ``samples``: its ``(p10, median, p90)``.
+
+    What a gate taking ``k`` runs would see on this machine, from runs already measured (resampled
+    with replacement, a fixed ``seed`` so the answer is reproducible for the same samples)."""
+    from ..measure.timing import percentile
+
+    _check_k(k)
+    if len(samples) < 2:
+        raise ValueError(f"{len(samples)} samples; expected at least 2 to resample")
+    rng = random.Random(seed)
+    xs = list(map(float, samples))
+    meds = [percentile([rng.choice(xs) for _ in range(k)], 50) for _ in range(n_boot)]
+    return percentile(meds, 10), percentile(meds, 50), percentile(meds, 90)
+
+
+def false_alarm_rate(ratios: Sequence[float], k: int, tolerance: float, n_boot: int = 2000, seed: int = 0) -> float:
+    """How often a gate on the median of ``k`` ratios would fail an *unchanged* candidate.
+
+    ``ratios`` come from an A/A run (the same code as reference and candidate); the expected ratio is
+    their own median. A failure is a bootstrap median more than ``tolerance`` below it."""
+    from ..measure.timing import percentile
+
+    _check_k(k)
+    if len(ratios) < 2:
+        raise ValueError(f"{len(ratios)} ratios; expected at least 2 to resample")
+    rng = random.Random(seed)
+    xs = list(map(float, ratios))
+    limit = percentile(xs, 50) * (1 - tolerance)
+    fails = sum(percentile([rng.choice(xs) for _ in range(k)], 50) < limit for _ in range(n_boot))
+    return fails / n_boot
+
+
+def detection_rate(ratios: Sequence[float], k: int, tolerance: float, slowdown: float, n_boot: int = 2000,
+                   seed: int = 1) -> float:
+    """How often the same gate would catch a candidate ``slowdown`` (a fraction, 0.1 = 10% slower) worse
+    than the A/A ``ratios`` show: each resampled ratio divided by ``1 + slowdown``. A model applied to
+    measured noise, not a measurement of a slower candidate."""
+    if slowdown < 0:
+        raise ValueError(f"slowdown={slowdown!r}; expected a fraction >= 0")
+    from ..measure.timing import percentile
+
+    _check_k(k)
+    rng = random.Random(seed)
+    xs = list(map(float, ratios))
+    limit = percentile(xs, 50) * (1 - tolerance)
+    hits = sum(percentile([rng.choice(xs) / (1 + slowdown) for _ in range(k)], 50) < limit for _ in range(n_boot))
+    return hits / n_boot
+
+
+def runs_needed(spread_one: float, tolerance: float, z: float = 2.0) -> int:
+    """Runs ``k`` so that the median of ``k`` ratios stays within ``tolerance`` of its centre ``z``
+    standard errors out (z=2: about 1 false alarm in 40 on the low side), for ratios whose single-run
+    spread ``(p90 - p10) / median`` is ``spread_one``.
+
+    Normal model: one ratio's standard deviation is ``spread_one / (2 * 1.2816)``; a median of ``k``
+    has a standard error ``sqrt(pi / 2)`` times that over ``sqrt(k)``. So
+    ``k = ceil((z * sqrt(pi/2) * sd / tolerance) ** 2)``, at least 1."""
+    if spread_one < 0:
+        raise ValueError(f"spread_one={spread_one!r}; expected a fraction >= 0")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance={tolerance!r}; expected a fraction in (0, 1)")
+    sd = spread_one / (2 * _Z90)
+    return max(1, math.ceil((z * _MEDIAN_SE * sd / tolerance) ** 2))
+
+
+def absolute_flake_rate(times: Sequence[float], threshold: float) -> float:
+    """Share of ``times`` above an absolute ``threshold`` (same unit): how often an absolute time gate
+    set at ``threshold`` fails runs of unchanged code."""
+    if not times:
+        raise ValueError("no times; expected at least one")
+    return sum(float(t) > threshold for t in times) / len(times)

@@ -1,0 +1,617 @@
+"""Performance regression gates: counts that never flake, and time ratios measured in one run.
+
+**Counts per step** (:func:`count_step`), measured on any machine:
+
+* ``aten_ops_per_step``: operator calls that reach a backend kernel, seen by a
+  ``TorchDispatchMode`` below autograd (a composite op such as ``aten::linear`` is counted as what
+  it decomposes into, so on a GPU each one is about one kernel launch);
+* ``syncs_per_step``: calls among them that make the host wait for the device on a GPU
+  (:data:`SYNC_OPS`: ``.item()``/``bool()`` via ``aten::_local_scalar_dense``, ops whose output
+  size depends on the data such as ``aten::nonzero``, and copies from a CUDA tensor to the CPU).
+  On a GPU, :func:`cuda_syncs` also counts what ``torch.cuda.set_sync_debug_mode`` reports;
+* ``launches_per_step``: Triton kernel launches, counted at Triton's launcher (the same number in
+  the interpreter and on a GPU); on a GPU, :func:`cuda_launches` counts every CUDA launch call in a
+  torch.profiler trace;
+* ``graph_breaks``: breaks ``torch._dynamo.explain`` finds when the step's function is compiled;
+* ``peak_bytes``: the most bytes live above the start of the step (:func:`measure.memory.run_phase`:
+  the CUDA caching allocator on a GPU, the profiler's allocation events on a CPU).
+
+**Threshold file** (``data/gates.json``, :func:`load_thresholds`): ``{"schema": 1, "counts":
+{workload: {metric: {"max"|"equals": number, "slack"?: fraction}}}, "ratios": {bench ratio name:
+{"tolerance": fraction, "k": runs}}}``. Missing or malformed files, unknown workloads and unknown
+metrics raise :class:`ThresholdError` saying what was seen and what was expected.
+
+**Time ratios** (:func:`ratio_samples`, :func:`check_ratios`, GPU only): for each ratio the bench
+reports, candidate and reference are timed alternately ``k`` times in this process (CUDA events,
+medians, L2 flushed as the bench does), giving ``k`` ratios ``t_reference / t_candidate``; their
+median is held against the committed reference set's ``bench`` ratio with the file's tolerance
+(:func:`infralens_lab.analysis.gates.ratio_verdict`). ``python -m infralens_lab gates`` runs both.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+METRICS = {
+    "aten_ops_per_step": "aten operator calls below autograd per step",
+    "syncs_per_step": "calls per step that make the host wait for the device on a GPU",
+    "launches_per_step": "Triton kernel launches per step (CUDA launch calls in a GPU trace)",
+    "graph_breaks": "graph breaks torch._dynamo.explain finds in the compiled function",
+    "peak_bytes": "peak bytes live above the step's start (byte)",
+}
+SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
+                      "aten::unique_consecutive", "aten::unique_dim", "aten::repeat_interleave"})
+SCHEMA = 1
+DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "gates.json"
+
+
+class ThresholdError(ValueError):
+    """The threshold file is missing, malformed, or names a workload or metric that does not exist."""
+
+
+# ---------------------------------------------------------------- counting
+class _OpCounter(TorchDispatchMode):
+    """Counts aten ops and sync-inducing ones. Reads of an optimizer's ``step`` counter are not syncs:
+    torch keeps that counter on the host by design (unless ``capturable``/``fused``), so reading it
+    waits for nothing on a GPU either; their storages are collected by an optimizer pre-step hook."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter = Counter()
+        self.syncs: Counter = Counter()
+        self.host_counters: set[int] = set()
+        self._hook = None
+
+    def _collect(self, opt, args, kwargs):
+        for st in opt.state.values():
+            t = st.get("step") if isinstance(st, dict) else None
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self.host_counters.add(t.untyped_storage().data_ptr())
+
+    def __enter__(self):
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self._hook = register_optimizer_step_pre_hook(self._collect)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self._hook.remove()
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name
+        self.ops[name] += 1
+        if name in SYNC_OPS:
+            t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            if not (t is not None and t.device.type == "cpu" and t.untyped_storage().data_ptr() in self.host_counters):
+                self.syncs[name] += 1
+        elif name in ("aten::_to_copy", "aten::copy_") and _device_to_host(func, args, kwargs):
+            self.syncs[name] += 1
+        return func(*args, **kwargs)
+
+
+def _device_to_host(func, args, kwargs) -> bool:
+    """A copy whose source is on a CUDA device and whose destination is the CPU."""
+    if func._schema.name == "aten::copy_":
+        dst, src = args[0], args[1]
+        return src.device.type == "cuda" and dst.device.type == "cpu"
+    src, dev = args[0], kwargs.get("device")
+    return src.device.type == "cuda" and dev is not None and torch.device(dev).type == "cpu"
+
+
+@contextlib.contextmanager
+def triton_launches():
+    """Count Triton kernel launches by kernel name while the block runs (a ``Counter``, filled in
+    place). Wraps the ``run`` method of Triton's JIT and interpreter functions, so it counts the same
+    launches on a GPU and in the interpreter; autotuner benchmarking runs are counted too, so warm up
+    first."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    got: Counter = Counter()
+    saved = {cls: cls.run for cls in (JITFunction, InterpretedFunction)}
+
+    def wrap(orig):
+        def run(self, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                got[getattr(self, "__name__", None) or self.fn.__name__] += 1
+            return orig(self, *args, **kwargs)
+        return run
+
+    for cls, orig in saved.items():
+        cls.run = wrap(orig)
+    try:
+        yield got
+    finally:
+        for cls, orig in saved.items():
+            cls.run = orig
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Counts per step of one workload (see the module doc); ``ops`` and ``kernels``: per-name counts
+    per step; ``device``: where the step ran."""
+
+    workload: str
+    steps: int
+    aten_ops_per_step: float
+    syncs_per_step: float
+    launches_per_step: float
+    peak_bytes: int | None
+    device: str
+    ops: dict = field(default_factory=dict, repr=False)
+    kernels: dict = field(default_factory=dict, repr=False)
+
+    def metric(self, name: str) -> float:
+        if name not in METRICS or name == "graph_breaks":
+            raise ThresholdError(f"metric {name!r} is not a step count; expected one of "
+                                 f"{[m for m in METRICS if m != 'graph_breaks']}")
+        v = getattr(self, name)
+        if v is None:
+            raise ThresholdError(f"metric {name!r} was not measured for {self.workload!r} (peak=False?)")
+        return v
+
+    def as_dict(self) -> dict:
+        return {"workload": self.workload, "steps": self.steps, "aten_ops_per_step": self.aten_ops_per_step,
+                "syncs_per_step": self.syncs_per_step, "launches_per_step": self.launches_per_step,
+                "peak_bytes": self.peak_bytes, "device": self.device, "ops": self.ops, "kernels": self.kernels}
+
+
+def count_step(step_fn: Callable[[], Any], steps: int = 2, warmup: int = 1, peak: bool = True,
+               workload: str = "step") -> StepCounts:
+    """Run ``step_fn`` ``warmup`` times, then ``steps`` times counting aten ops, sync-inducing ops and
+    Triton launches, then (``peak``) once more for the peak bytes above the start. Returns a
+    :class:`StepCounts`; counts are per step (totals divided by ``steps``)."""
+    from ..device import torch_device
+    from .memory import run_phase
+
+    if not callable(step_fn):
+        raise TypeError(f"step_fn is {type(step_fn).__name__}; expected a callable")
+    for name, v, lo in (("steps", steps, 1), ("warmup", warmup, 0)):
+        if not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name}={v!r}; expected an int >= {lo}")
+    device = str(getattr(step_fn, "device", None) or torch_device())
+    for _ in range(warmup):
+        step_fn()
+    counter = _OpCounter()
+    with triton_launches() as launches, counter:
+        for _ in range(steps):
+            step_fn()
+    peak_bytes = None
+    if peak:
+        _, _, peak_bytes = run_phase(step_fn, torch.device(device))
+    return StepCounts(workload, steps, sum(counter.ops.values()) / steps, sum(counter.syncs.values()) / steps,
+                      sum(launches.values()) / steps, None if peak_bytes is None else int(peak_bytes),
+                      device, {k: v / steps for k, v in sorted(counter.ops.items())},
+                      {k: v / steps for k, v in sorted(launches.items())})
+
+
+@dataclass(frozen=True)
+class GraphBreaks:
+    """What ``torch._dynamo.explain`` found: graphs, breaks and the first line of each break reason."""
+
+    graphs: int
+    breaks: int
+    reasons: tuple[str, ...]
+
+
+def graph_breaks(fn: Callable, *args, **kwargs) -> GraphBreaks:
+    """Trace ``fn(*args, **kwargs)`` with ``torch._dynamo.explain`` (no code generated, so it is quick on
+    a CPU) and return the number of graphs and graph breaks. Resets dynamo's caches first and after."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        e = torch._dynamo.explain(fn)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    reasons = tuple(str(r.reason).strip().splitlines()[0] for r in e.break_reasons)
+    return GraphBreaks(int(e.graph_count), int(e.graph_break_count), reasons)
+
+
+def cuda_launches(step_fn: Callable[[], Any], steps: int = 2) -> dict:
+    """GPU only: CUDA kernel launch calls per step (``cudaLaunchKernel``, ``cuLaunchKernel``, ...) and
+    memcpy calls per step, read from a torch.profiler trace of ``steps`` active steps."""
+    from ..device import is_gpu
+    from .torch_trace import RUNTIME_CATS, profile
+
+    if not is_gpu():
+        raise RuntimeError("cuda_launches needs a GPU (interpreter mode has no CUDA launches); use count_step")
+    tr = profile(step_fn, wait=1, warmup=1, active=steps)
+    ev = tr.events
+    rt = ev[ev["cat"].isin(RUNTIME_CATS)]
+    k = tr.kernels()
+    return {"launches_per_step": int(rt["name"].str.contains("LaunchKernel").sum()) / steps,
+            "memcpys_per_step": int(rt["name"].str.contains("Memcpy").sum()) / steps,
+            "kernels": [{"name": r.name, "per_step": r.count / steps, "total_us": r.total_us / steps}
+                        for r in k.itertuples(index=False)]}
+
+
+def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> float:
+    """GPU only: synchronising CUDA calls per step as ``torch.cuda.set_sync_debug_mode('warn')`` reports
+    them (one warning each), after one warm-up step."""
+    import warnings
+
+    from ..device import is_gpu
+
+    if not is_gpu():
+        raise RuntimeError("cuda_syncs needs a GPU; on a CPU count sync-inducing ops with count_step")
+    step_fn()
+    torch.cuda.synchronize()
+    old = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(steps):
+                step_fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(old)
+    torch.cuda.synchronize()
+    return sum("synchroniz" in str(w.message) for w in caught) / steps
+
+
+# ---------------------------------------------------------------- thresholds
+def load_thresholds(path: str | Path | None = None) -> dict:
+    """Read and validate a threshold file (format in the module doc; default ``data/gates.json``)."""
+    from ..workloads.gated import GATED
+
+    p = Path(path) if path is not None else DEFAULT_THRESHOLDS
+    if not p.is_file():
+        raise ThresholdError(f"no threshold file at {p}; expected a JSON file like data/gates.json "
+                             f"(pass its path, or restore data/gates.json from git)")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ThresholdError(f"threshold file {p} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                             f"column {exc.colno}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        seen = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ThresholdError(f"threshold file {p}: schema {seen!r}; expected an object with \"schema\": {SCHEMA}")
+    extra = sorted(set(data) - {"schema", "note", "counts", "ratios"})
+    if extra:
+        raise ThresholdError(f"threshold file {p}: unknown keys {extra}; expected schema, note, counts, ratios")
+    counts = data.get("counts", {})
+    if not isinstance(counts, dict):
+        raise ThresholdError(f"threshold file {p}: \"counts\" is {type(counts).__name__}; expected an object")
+    for wl, rules in counts.items():
+        if wl not in GATED:
+            raise ThresholdError(f"threshold file {p}: unknown workload {wl!r}; expected one of {sorted(GATED)}")
+        if not isinstance(rules, dict) or not rules:
+            raise ThresholdError(f"threshold file {p}: counts[{wl!r}] is {rules!r}; expected {{metric: rule}}")
+        for metric, rule in rules.items():
+            if metric not in METRICS:
+                raise ThresholdError(f"threshold file {p}: unknown metric {metric!r} for {wl!r}; expected one "
+                                     f"of {sorted(METRICS)}")
+            bad = not isinstance(rule, dict) or sum(k in rule for k in ("max", "equals")) != 1 \
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rule.values()) \
+                or set(rule) - {"max", "equals", "slack"}
+            if bad:
+                raise ThresholdError(f"threshold file {p}: counts[{wl!r}][{metric!r}] = {rule!r}; expected "
+                                     f"{{\"max\": number}} or {{\"equals\": number}}, optionally with \"slack\"")
+    ratios = data.get("ratios", {})
+    if not isinstance(ratios, dict):
+        raise ThresholdError(f"threshold file {p}: \"ratios\" is {type(ratios).__name__}; expected an object")
+    for name, r in ratios.items():
+        if name not in RATIO_GATES:
+            raise ThresholdError(f"threshold file {p}: unknown ratio {name!r}; expected one of {sorted(RATIO_GATES)}")
+        tol, k = (r.get("tolerance"), r.get("k")) if isinstance(r, dict) else (None, None)
+        if not (isinstance(tol, (int, float)) and 0 < tol < 1 and isinstance(k, int) and k >= 1):
+            raise ThresholdError(f"threshold file {p}: ratios[{name!r}] = {r!r}; expected "
+                                 f"{{\"tolerance\": fraction in (0, 1), \"k\": int >= 1}}")
+    return {"path": str(p), "counts": counts, "ratios": ratios, "note": data.get("note", "")}
+
+
+def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str, float]:
+    """Measure the count metrics of a gated workload (``workloads.gated.GATED``): ``{metric: value}``.
+    ``graph_breaks`` compiles the workload's step with dynamo's explain."""
+    from ..workloads.gated import make_gated
+
+    metrics = list(METRICS) if metrics is None else metrics
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ThresholdError(f"unknown metric(s) {unknown}; expected some of {sorted(METRICS)}")
+    step = make_gated(workload)
+    out: dict[str, float] = {}
+    step_metrics = [m for m in metrics if m != "graph_breaks"]
+    if step_metrics:
+        c = count_step(step, peak="peak_bytes" in step_metrics, workload=workload)
+        out.update({m: c.metric(m) for m in step_metrics})
+    if "graph_breaks" in metrics:
+        if not hasattr(step, "compile_target"):
+            raise ThresholdError(f"workload {workload!r} has no compile target, so graph_breaks cannot be gated")
+        fn, args = step.compile_target()
+        out["graph_breaks"] = graph_breaks(fn, *args).breaks
+    return out
+
+
+def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
+    """Every count gate of the threshold file (or of ``workloads`` only): a list of
+    :class:`infralens_lab.analysis.gates.Verdict`."""
+    from ..analysis.gates import count_verdict
+
+    out = []
+    for wl, rules in thresholds["counts"].items():
+        if workloads is not None and wl not in workloads:
+            continue
+        got = measure_counts(wl, list(rules))
+        out += [count_verdict(wl, m, got[m], rule) for m, rule in rules.items()]
+    return out
+
+
+# ---------------------------------------------------------------- time ratios (GPU)
+def _copy_pair():
+    from ..kernels import copies
+
+    x = torch.randn(2**28, device="cuda")  # 1 GiB of fp32: far above L2, as in the bench
+    dst = torch.empty_like(x)
+    return (lambda: copies.copy(x, out=dst)), (lambda: dst.copy_(x))
+
+
+def _attn_pair(variant: str, shape=(4, 16, 4096, 64)):
+    import torch.nn.functional as F
+
+    from ..bench import naive_torch
+    from ..kernels import attention
+
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
+    cand = (lambda: attention.VARIANTS[variant](q, k, v))
+    if variant == "tiled_fast_vs_naive_torch":
+        return (lambda: attention.VARIANTS["tiled_fast"](q, k, v)), (lambda: naive_torch(q, k, v, False))
+    return cand, (lambda: F.scaled_dot_product_attention(q, k, v))
+
+
+RATIO_GATES: dict[str, Callable[[], tuple[Callable, Callable]]] = {  # bench ratio name -> (candidate, reference)
+    "coalesced / copy_ (float32)": _copy_pair,
+    "tiled_fast / sdpa_default @ 4x16x4096x64 float16": lambda: _attn_pair("tiled_fast"),
+    "tiled / sdpa_default @ 4x16x4096x64 float16": lambda: _attn_pair("tiled"),
+    "tiled_fast / naive_torch @ 4x16x4096x64 float16": lambda: _attn_pair("tiled_fast_vs_naive_torch"),
+}
+
+
+def ratio_samples(candidate: Callable, reference: Callable, k: int, repeats: int = 20, warmup: int = 3,
+                  flush: bool = True, clock: str = "auto") -> list[float]:
+    """``k`` ratios ``t_reference / t_candidate``, each from the medians of ``repeats`` timings of both
+    (:func:`measure.timing.time_fn`: CUDA events by default, ``clock='cpu'`` for host wall clock),
+    taken back to back; the order alternates between rounds so neither always runs second."""
+    from .timing import time_fn
+
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k={k!r}; expected an int >= 1")
+    out = []
+    for i in range(k):
+        pair = [("c", candidate), ("r", reference)]
+        t = {}
+        for tag, fn in (pair if i % 2 == 0 else pair[::-1]):
+            tm = time_fn(fn, warmup=warmup, repeats=repeats, flush=flush and clock != "cpu", clock=clock)
+            if not tm.meaningful:
+                raise RuntimeError(f"ratio gates need a GPU: {tm.note}")
+            t[tag] = tm.median_ms
+        out.append(t["r"] / t["c"])
+    return out
+
+
+def reference_ratios(store=None) -> dict[str, float]:
+    """``{ratio name: value}`` from the committed reference set's ``bench`` record."""
+    from .. import evidence
+
+    st = store if store is not None else evidence.reference()
+    return {r["name"]: float(r["value"]) for r in st.load("bench").values["ratios"]}
+
+
+def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k: int | None = None) -> list:
+    """Measure every ratio gate of the threshold file (GPU) and hold it against the reference set's
+    bench ratio: a list of ``Verdict`` (``analysis.gates.ratio_verdict``), with the ratios measured."""
+    from ..analysis.gates import ratio_verdict
+
+    ref = reference_ratios(store)
+    out = []
+    for name, rule in thresholds["ratios"].items():
+        if names is not None and name not in names:
+            continue
+        if name not in ref:
+            raise ThresholdError(f"ratio {name!r} is not in the reference set's bench record; it has {sorted(ref)}")
+        cand, refn = RATIO_GATES[name]()
+        samples = ratio_samples(cand, refn, k or rule["k"])
+        out.append(ratio_verdict(name, samples, ref[name], rule["tolerance"]))
+        del cand, refn
+        torch.cuda.empty_cache()
+    return out
+
+
+# ---------------------------------------------------------------- the recorder (GPU)
+RESNET_BATCH, RESNET_SIZE = 32, 224
+GPU_MLP = dict(batch=8, seq=512, width=1024)  # x (4096, 1024) @ (1024, 4096): 34 GFLOP per matmul
+STEPS_PER_TIMING = 10
+
+
+def _synced_block(step, n: int = STEPS_PER_TIMING):
+    """``n`` steps back to back, then one synchronize: wall time of this is what a user waits for."""
+    from ..device import synchronize
+
+    def run():
+        for _ in range(n):
+            step()
+        synchronize()
+    return run
+
+
+def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> dict:
+    """Trace and time one ResNet-50 forward per memory format; writes ``resnet_trace_<format>``."""
+    from ..workloads.resnet import MEMORY_FORMATS, inference_step
+    from .timing import time_fn
+    from .top_ops import innermost_ops, kernel_families
+    from .torch_trace import profile, trim
+
+    out = {}
+    for fmt in MEMORY_FORMATS:
+        step = inference_step(batch, size, fmt, dtype=dtype, device=device)
+        tr = profile(step, wait=1, warmup=2, active=1)
+        for depth in (None, 6, 4, 3):  # keep each trace under ~2.5 MB of JSON
+            data = trim(tr.data, max_depth=depth)
+            if len(json.dumps(data)) < 2_500_000:
+                break
+        dt = str(dtype).replace("torch.", "")
+        writer.write(f"resnet_trace_{fmt}", data, units={"ts": "us", "dur": "us"},
+                     notes=f"torch.profiler chrome trace of one ResNet-50 inference forward (infralens_lab.workloads."
+                           f"resnet, random weights), batch {batch}x3x{size}x{size} {dt}, {fmt}, "
+                           f"trimmed by torch_trace.trim(max_depth={depth})")
+        t = time_fn(step, warmup=3, repeats=repeats, clock="auto" if device == "cuda" else "cpu")
+        out[fmt] = {"batch": batch, "size": size, "dtype": dt, "op_depth": depth, **t.as_dict(),
+                    "top_ops": innermost_ops(tr, top=8).to_dict(orient="records"),
+                    "families": kernel_families(tr).to_dict(orient="records")}
+        del step
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def _regressions(k: int, device: str, sizes: dict) -> list[dict]:
+    """Per regression (and the intended step), eager then compiled: counts, GPU counts (on a GPU) and
+    ``k`` wall-clock ratios ``t_intended / t_regressed``."""
+    from ..workloads.gated import REGRESSIONS, MLPStep
+
+    gpu = device == "cuda"
+    rows = []
+    breaks = {}  # counted once, before anything is compiled (explain resets dynamo's caches)
+    for reg in (None,) + REGRESSIONS:
+        probe = MLPStep(reg, device=device, **sizes)
+        breaks[reg or "intended"] = graph_breaks(probe.chain, *probe.chain_args()).breaks
+    backend = "inductor" if gpu else "eager"  # a CPU dry run only traces: inductor's C++ build takes minutes there
+    for compiled in (False, True):
+        intended = MLPStep(None, compiled=compiled, device=device, backend=backend, **sizes)
+        for reg in (None,) + REGRESSIONS:
+            step = intended if reg is None else MLPStep(reg, compiled=compiled, device=device, backend=backend,
+                                                        **sizes)
+            row = {"regression": reg or "intended", "compiled": compiled, "graph_breaks": breaks[reg or "intended"]}
+            if not compiled:  # a dispatch mode around a compiled function would change what it measures
+                c = count_step(step, steps=2, warmup=1, peak=True)
+                row.update(aten_ops_per_step=c.aten_ops_per_step, syncs_per_step=c.syncs_per_step,
+                           peak_bytes=c.peak_bytes)
+            if gpu:
+                row["cuda_syncs_per_step"] = cuda_syncs(step)
+                row.update(cuda_launches(step))
+            row["ratio_samples"] = ratio_samples(_synced_block(step), _synced_block(intended), k, repeats=5,
+                                                 warmup=1, clock="cpu")
+            rows.append(row)
+    return rows
+
+
+def record_into(writer, quick: bool = False, device: str | None = None) -> str:
+    """Record lab 07's GPU evidence: ``resnet_trace_channels_first`` and ``resnet_trace_channels_last``
+    (trimmed traces of one bf16 ResNet-50 forward, batch 32 at 224x224), and ``gates_gpu``: ResNet
+    forward times and leaf-op/family tables per memory format; per regression of
+    :class:`workloads.gated.MLPStep` (eager and compiled) its counts on the GPU (dispatch-level ops and
+    syncs, ``set_sync_debug_mode`` syncs, CUDA launches and kernels, graph breaks, peak bytes) and ``k``
+    wall-clock ratios against the intended step; an A/A run (intended vs itself) for the noise; and
+    ``k`` samples of every ratio gate, from which the threshold file's tolerances were chosen. Each
+    part that fails is logged in ``errors`` and the others go on. ``device='cpu'`` is a dry run of the
+    same code at tiny sizes (tests use it; the ratio gates are left out there)."""
+    import time
+    import traceback
+
+    from ..device import is_gpu
+    from ..workloads.gated import MLPStep
+
+    device = device or ("cuda" if is_gpu() else None)
+    if device is None:
+        raise RuntimeError("gates.record_into records GPU evidence; this machine runs in interpreter mode")
+    gpu = device == "cuda"
+    sizes = GPU_MLP if gpu else dict(batch=2, seq=16, width=32)
+    k = 5 if quick or not gpu else 15
+    values: dict[str, Any] = {"errors": {}}
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def part(name, fn):
+        t = time.perf_counter()
+        try:
+            values[name] = fn()
+        except Exception as exc:  # one failed part must not lose the others
+            values["errors"][name] = f"{type(exc).__name__}: {exc}"[:1500]
+            traceback.print_exc()
+        seconds[name] = round(time.perf_counter() - t, 1)
+
+    part("resnet", lambda: _resnet(writer, (8 if quick else RESNET_BATCH) if gpu else 1, RESNET_SIZE if gpu else 64,
+                                   torch.bfloat16 if gpu else torch.float32, device, 10 if quick or not gpu else 30))
+    part("regressions", lambda: _regressions(k, device, sizes))
+    a = MLPStep(None, device=device, **sizes)
+    part("aa_ratios", lambda: ratio_samples(_synced_block(a), _synced_block(a), 10 if quick or not gpu else 40,
+                                            repeats=5, warmup=1, clock="cpu"))
+
+    def gates():
+        out = {}
+        for name, make in RATIO_GATES.items():
+            cand, refn = make()
+            out[name] = ratio_samples(cand, refn, k)
+            del cand, refn
+            torch.cuda.empty_cache()
+        return out
+
+    if gpu:
+        part("ratio_gates", gates)
+    seconds["total"] = round(time.perf_counter() - t0, 1)
+    values["meta"] = {"quick": quick, "device": device, "mlp": sizes, "steps_per_timing": STEPS_PER_TIMING, "k": k,
+                      "seconds": seconds}
+    writer.write("gates_gpu", values,
+                 units={"_ms": "ms", "_us": "us", "peak_bytes": "byte", "ratio_samples": "t_intended / t_regressed",
+                        "aa_ratios": "t_a / t_a (same step twice)", "ratio_gates": "t_reference / t_candidate"},
+                 notes="regression ratios: wall clock of 10 steps back to back + one synchronize, median of 5, "
+                       "k rounds alternating order; ratio gates: CUDA-event medians of 20, L2 flushed")
+    if values["errors"]:
+        raise RuntimeError(f"gates_gpu written, but these parts failed: {values['errors']}")
+    return ", ".join(f"{n} {v:.1f} s" for n, v in seconds.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab gates",
+                                 description="regression gates: counts (any machine) and time ratios (GPU)")
+    ap.add_argument("--counts", action="store_true", help="run the count gates (default when --ratios is absent)")
+    ap.add_argument("--ratios", action="store_true", help="run the time-ratio gates against the reference (GPU)")
+    ap.add_argument("--thresholds", default=None, help=f"threshold file (default {DEFAULT_THRESHOLDS})")
+    ap.add_argument("--k", type=int, default=None, help="runs per ratio (default: the file's k)")
+    ap.add_argument("--json", default="", help="also write the verdicts as JSON here")
+    args = ap.parse_args(argv)
+    from ..device import facts, is_gpu
+
+    try:
+        th = load_thresholds(args.thresholds)
+    except ThresholdError as exc:
+        print(f"gates: {exc}", file=sys.stderr)
+        return 2
+    verdicts = []
+    if args.counts or not args.ratios:
+        verdicts += check_counts(th)
+    if args.ratios:
+        if not is_gpu():
+            print("gates: refusing the time-ratio gates in interpreter mode: timings of Triton's interpreter say "
+                  "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
+            return 2
+        from .. import evidence
+
+        st = evidence.reference()
+        if st.gpu != facts().name:
+            print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {facts().name}. Ratios "
+                  f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
+        verdicts += check_ratios(th, store=st, k=args.k)
+    for v in verdicts:
+        print(f"{'PASS' if v.passed else 'FAIL'}  {v.gate:<52} {v.message}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([v.as_dict() for v in verdicts], indent=1))
+    failed = [v for v in verdicts if not v.passed]
+    print(f"gates: {len(verdicts) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

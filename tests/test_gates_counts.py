@@ -1,0 +1,150 @@
+"""The project's own count gates (marked ``gates``; they run in ``make test``): the package's workloads
+against data/gates.json, a deliberately broken workload that makes a gate fail, the regressions each
+count catches or misses, the Triton launch counter, and clear errors for bad threshold files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infralens_lab.device import is_gpu
+from infralens_lab.measure import gates as G
+from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated
+
+pytestmark = pytest.mark.gates
+CPU_ONLY = "thresholds were measured on a CPU (aten ops and bytes differ on a GPU build)"
+
+
+@pytest.fixture(scope="module")
+def thresholds():
+    return G.load_thresholds()
+
+
+@pytest.mark.parametrize("workload", ["tinygpt_step", "copies", "attention_naive", "attention_tiled"])
+def test_project_count_gates_pass(thresholds, workload):
+    if is_gpu():
+        pytest.skip(CPU_ONLY)
+    verdicts = G.check_counts(thresholds, [workload])
+    assert verdicts, f"no gates for {workload} in {thresholds['path']}"
+    failed = [v.message for v in verdicts if not v.passed]
+    assert not failed, failed
+
+
+def test_broken_workload_fails_the_sync_gate(thresholds):
+    """The bubble pipeline reads loss.item() every step: held to the fixed step's gates, it fails."""
+    rules = thresholds["counts"]["tinygpt_step"]
+    broken = {"path": "test", "counts": {"tinygpt_step_bubble": {"syncs_per_step": rules["syncs_per_step"]}}}
+    (v,) = G.check_counts(broken)
+    assert not v.passed and v.measured == 1 and v.metric == "syncs_per_step"
+
+
+def test_triton_launch_counter_names_kernels():
+    step = make_gated("attention_naive")
+    step()
+    with G.triton_launches() as got:
+        step()
+        step()
+    assert dict(got) == {"naive_qk": 2, "naive_softmax": 2, "naive_pv": 2}
+
+
+def test_regressions_caught_and_missed():
+    """Each injected regression against the intended step, counted on this machine."""
+    def counts(reg):
+        s = MLPStep(reg, device="cpu")
+        c = G.count_step(s)
+        return c, G.graph_breaks(s.chain, *s.chain_args()).breaks
+
+    base, base_breaks = counts(None)
+    assert (base.syncs_per_step, base_breaks) == (0, 0)
+    item, _ = counts("item")
+    assert item.syncs_per_step == 1 and item.ops["aten::_local_scalar_dense"] == 1
+    nc, _ = counts("noncontig")
+    assert nc.ops.get("aten::clone") == 1 and "aten::clone" not in base.ops  # reshape copied the input
+    assert nc.peak_bytes > base.peak_bytes
+    _, lf_breaks = counts("lost_fusion")
+    assert lf_breaks == 1
+    fp32, fp32_breaks = counts("fp32_matmul")  # nothing a count sees: only time (on a GPU) can catch it
+    assert (fp32.ops, fp32.syncs_per_step, fp32.peak_bytes, fp32_breaks) == \
+        (base.ops, base.syncs_per_step, base.peak_bytes, base_breaks)
+
+
+def test_optimizer_step_counter_is_not_a_sync():
+    """AdamW reads its host-resident step counter with .item(): not a device sync, not counted."""
+    c = G.count_step(make_gated("tinygpt_step"), peak=False)
+    assert c.ops.get("aten::_local_scalar_dense", 0) > 0 and c.syncs_per_step == 0
+
+
+def _write(tmp_path, data) -> str:
+    p = tmp_path / "gates.json"
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(p)
+
+
+@pytest.mark.parametrize("data, match", [
+    ('{"schema": 1, "counts": {', "not valid JSON"),
+    ({"schema": 2}, "schema 2"),
+    ({"schema": 1, "cuonts": {}}, "unknown keys"),
+    ({"schema": 1, "counts": {"resnet": {"syncs_per_step": {"max": 0}}}}, "unknown workload 'resnet'"),
+    ({"schema": 1, "counts": {"copies": {"kernels_per_step": {"max": 0}}}}, "unknown metric 'kernels_per_step'"),
+    ({"schema": 1, "counts": {"copies": {"syncs_per_step": {"max": "0"}}}}, "expected {\"max\": number}"),
+    ({"schema": 1, "counts": {"copies": {"syncs_per_step": {"atmost": 0}}}}, "expected {\"max\": number}"),
+    ({"schema": 1, "ratios": {"copy": {"tolerance": 0.05, "k": 5}}}, "unknown ratio 'copy'"),
+    ({"schema": 1, "ratios": {"coalesced / copy_ (float32)": {"tolerance": 5, "k": 5}}}, "fraction in"),
+])
+def test_bad_threshold_files(tmp_path, data, match):
+    with pytest.raises(G.ThresholdError, match=match):
+        G.load_thresholds(_write(tmp_path, data))
+
+
+def test_missing_threshold_file_and_cli(tmp_path, capsys):
+    with pytest.raises(G.ThresholdError, match="no threshold file at"):
+        G.load_thresholds(tmp_path / "nope.json")
+    assert G.main(["--thresholds", str(tmp_path / "nope.json")]) == 2
+    assert "no threshold file" in capsys.readouterr().err
+
+
+def test_unknown_metric_when_measuring():
+    with pytest.raises(G.ThresholdError, match="unknown metric"):
+        G.measure_counts("copies", ["kernels_per_step"])
+    with pytest.raises(ValueError, match="unknown gated workload"):
+        make_gated("resnet")
+    assert "tinygpt_step_bubble" in GATED and set(REGRESSIONS) == {"item", "noncontig", "lost_fusion", "fp32_matmul"}
+
+
+def test_cli_counts_pass_and_fail(tmp_path, capsys):
+    if is_gpu():
+        pytest.skip(CPU_ONLY)
+    ok = {"schema": 1, "counts": {"copies": {"launches_per_step": {"equals": 2}}}}
+    assert G.main(["--thresholds", _write(tmp_path, ok), "--json", str(tmp_path / "v.json")]) == 0
+    assert json.loads((tmp_path / "v.json").read_text())[0]["passed"] is True
+    bad = {"schema": 1, "counts": {"copies": {"launches_per_step": {"equals": 1}}}}
+    assert G.main(["--thresholds", _write(tmp_path, bad)]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_ratio_gates_refuse_without_gpu(capsys):
+    if is_gpu():
+        pytest.skip("this test is about interpreter mode")
+    assert G.main(["--ratios"]) == 2
+    assert "interpreter mode" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="need a GPU"):
+        G.ratio_samples(lambda: None, lambda: None, 1)
+
+
+def test_recorder_regressions_dry_run_on_cpu():
+    """The recorder's regression part, run on a CPU at tiny sizes with k=1 (compiled rows use dynamo's
+    eager backend there): every row is present and the counts match the live table's story."""
+    rows = G._regressions(1, "cpu", dict(batch=2, seq=8, width=16))
+    assert [(r["regression"], r["compiled"]) for r in rows] == \
+        [(r, c) for c in (False, True) for r in ("intended",) + REGRESSIONS]
+    eager = {r["regression"]: r for r in rows if not r["compiled"]}
+    assert eager["item"]["syncs_per_step"] == 1 and eager["intended"]["syncs_per_step"] == 0
+    assert eager["lost_fusion"]["graph_breaks"] == 1
+    assert all(len(r["ratio_samples"]) == 1 and r["ratio_samples"][0] > 0 for r in rows)
+
+
+def test_gates_command_is_wired(tmp_path, capsys):
+    from infralens_lab.__main__ import main as cli
+
+    assert cli(["gates", "--thresholds", str(tmp_path / "nope.json")]) == 2
+    assert "no threshold file" in capsys.readouterr().err
