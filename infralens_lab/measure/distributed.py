@@ -89,6 +89,14 @@ GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=3, timed=20, accum=4
 QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25)), active=2, timed=5, accum=2,
                          bench_mib=(16, 256), bench_reps=5)
 
+# the small run committed as tests/data/ddp_gloo_run.json (see tests/data/README.md)
+_SMALL, _SMALL_PRACTICE = W.MLPConfig(width=256, depth=4, batch=8), W.MLPConfig(width=64, depth=8, batch=8)
+FIXTURE_SPEC = RunSpec(configs=(DDPConfig("cap 0.25 MiB", 0.25, False, _SMALL), DDPConfig("cap 25 MiB", 25, False, _SMALL),
+                                DDPConfig("cap 25 MiB, bucket view", 25, True, _SMALL),
+                                DDPConfig("mystery", 0.001, False, _SMALL_PRACTICE),
+                                DDPConfig("reference", 25, False, _SMALL_PRACTICE)),
+                       active=2, timed=2, accum=2, bench_mib=(0.25, 1), bench_reps=2)
+
 
 # ---------------------------------------------------------------- inside each rank
 def _sync(device):
@@ -144,7 +152,8 @@ def _ints(text) -> list[int]:
 
 
 def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
-    """One rank's measurements for ``spec`` (see module doc); traces trimmed with ``torch_trace.trim``."""
+    """One rank's measurements for ``spec`` (see module doc); traces cut with ``torch_trace.trim(max_depth=2)``
+    (ops nested deeper than two aten ops dropped: intervals, comm ranges and c10d calls are all kept)."""
     import torch
     import torch.distributed as dist
 
@@ -175,7 +184,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
         out["configs"].append({
             "label": cfg.label, "bucket_cap_mb": cfg.bucket_cap_mb, "bucket_view": cfg.bucket_view,
             "model": asdict(cfg.model), "params": cfg.model.params, "step_s": step_s,
-            "trace": T.trim(trace.data),
+            "trace": T.trim(trace.data, max_depth=2),
             "bucket_bytes": _ints(log.get("rebuilt_bucket_sizes", "")) or _ints(log.get("bucket_sizes", "")),
             "param_tensors": int(log.get("num_parameter_tensors", 0)), "grad_storages": len(storages),
             "ddp_timers_ns": {k: int(log[k]) for k in ("avg_backward_comm_time", "avg_backward_compute_time",
@@ -199,7 +208,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        out["no_sync"][name] = {"trace": T.trim(T.profile(opt_step, wait=0, warmup=1, active=1).data),
+        out["no_sync"][name] = {"trace": T.trim(T.profile(opt_step, wait=0, warmup=1, active=1).data, max_depth=2),
                                 "step_s": _timed(opt_step, 2, device)}
         del m, opt
     # plain all-reduce benchmark

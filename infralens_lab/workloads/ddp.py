@@ -25,6 +25,10 @@ from typing import Any, Callable
 
 CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 BACKENDS = ("gloo", "nccl")
+FAILURE_GRACE_S = 3.0  # after a first failure, how long to wait for the other ranks' reports
+# what a rank reports when it only saw a peer disappear (gloo / NCCL wording), so the root cause is listed first
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "timed out", "Timed out", "Broken pipe",
+             "NCCL communicator was aborted", "DistNetworkError")
 
 
 class RankFailed(RuntimeError):
@@ -179,47 +183,68 @@ def launch(job: Callable, world: int = 2, args: tuple = (), backend: str = "gloo
     for p in procs:
         p.start()
     got: dict[int, Any] = {}
+    errors: dict[int, str] = {}
     deadline = time.monotonic() + timeout_s
-    failure = None
+    first_failure = None  # monotonic time of the first failure seen; then a short grace to hear from the others
+
+    def drain(wait_s: float) -> None:
+        try:
+            while True:
+                rank, status, payload = results.get(timeout=wait_s)
+                (got if status == "ok" else errors)[rank] = payload
+                wait_s = 0.05
+        except _queue.Empty:
+            pass
+
     try:
-        while len(got) < world and failure is None:
-            try:
-                rank, status, payload = results.get(timeout=0.2)
-                if status == "ok":
-                    got[rank] = payload
-                else:
-                    failure = f"rank {rank} raised:\n{payload}"
-                continue
-            except _queue.Empty:
-                pass
+        while len(got) < world:
+            drain(0.2)
             for r, p in enumerate(procs):
-                if r not in got and p.exitcode is not None:
-                    time.sleep(0.5)  # its error report may still be in the pipe
-                    try:
-                        rank, status, payload = results.get(timeout=0.5)
-                        if status == "ok":
-                            got[rank] = payload
-                            continue
-                        failure = f"rank {rank} raised:\n{payload}"
-                    except _queue.Empty:
-                        failure = f"rank {r} exited with code {p.exitcode} without a result (it died)"
-                    break
-            if failure is None and time.monotonic() > deadline:
-                failure = f"the job ran past timeout_s={timeout_s:g} s; ranks {sorted(set(range(world)) - set(got))} " \
-                          f"had not finished"
+                if r not in got and r not in errors and p.exitcode is not None:
+                    drain(0.5)  # its report may still be in the pipe
+                    if r not in got and r not in errors:
+                        errors[r] = f"exited with code {p.exitcode} without a result (it died)"
+            if errors and first_failure is None:
+                first_failure = time.monotonic()
+            if first_failure is not None and (time.monotonic() - first_failure > FAILURE_GRACE_S
+                                              or len(got) + len(errors) == world):
+                break
+            if time.monotonic() > deadline:
+                errors[-1] = f"the job ran past timeout_s={timeout_s:g} s"
+                break
     finally:
         for p in procs:
-            if p.exitcode is None and (failure is not None or p.pid is None):
+            if p.exitcode is None and errors:
                 p.terminate()
         for p in procs:
             p.join(timeout=10)
             if p.exitcode is None:
                 p.kill()
                 p.join(timeout=5)
-    if failure is not None:
-        others = [r for r in range(world) if r not in got]
-        raise RankFailed(f"{failure}\nThe other ranks were stopped (not finished: {others}); nothing is left running.")
+    if errors:
+        raise RankFailed(_failure_message(errors, got, world))
     return [got[r] for r in range(world)]
+
+
+def _failure_message(errors: dict[int, str], got: dict, world: int) -> str:
+    """Root cause first: a rank that died, then one whose error is its own, then the ones that only saw a peer go."""
+    def order(item):
+        r, text = item
+        last = text.strip().splitlines()[-1] if text.strip() else ""
+        secondary = any(k in last for k in PEER_LOST)
+        return (0 if "it died" in text else 1 if not secondary else 2, r)
+
+    lines = []
+    for r, text in sorted(errors.items(), key=order):
+        if r == -1:
+            lines.append(text)
+        elif "it died" in text:
+            lines.append(f"rank {r} {text}")
+        else:
+            lines.append(f"rank {r} raised:\n{text}")
+    silent = [r for r in range(world) if r not in got and r not in errors]
+    tail = f"Ranks {silent} had not finished and were stopped" if silent else "Every rank has exited"
+    return "\n".join(lines) + f"\n{tail}; nothing is left running."
 
 
 # ---------------------------------------------------------------- jobs used by tests and the lab's bad-input cells
@@ -234,14 +259,16 @@ def job_echo(rank: int, world: int, value: float = 1.0) -> dict:
 
 
 def job_die(rank: int, world: int, bad_rank: int = 1, how: str = "exit") -> dict:
-    """Fault injection: ``bad_rank`` exits (``how='exit'``, code 3) or raises (``'raise'``) before an
-    all-reduce the others wait in; they must be stopped, not hang."""
+    """Fault injection: ``bad_rank`` exits (``how='exit'``, code 3), raises (``'raise'``) or hangs
+    (``'hang'``: sleeps 10 minutes) before an all-reduce the others wait in; they must be stopped, not hang."""
     import torch
     import torch.distributed as dist
 
     if rank == bad_rank:
         if how == "exit":
             os._exit(3)
+        if how == "hang":
+            time.sleep(600)
         raise RuntimeError(f"planted failure on rank {rank}")
     t = torch.ones(1)
     dist.all_reduce(t)
