@@ -17,7 +17,8 @@ from the first, warm-up included, and back to back); ``memory`` (``memory_train`
 :func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
 ``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
 counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
-fixed-pipeline training step, chosen from ``trace_fixed``).
+fixed-pipeline training step, chosen from ``trace_fixed``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
+:func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL; skipped with fewer than 2 GPUs).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from pathlib import Path
 from .measure import ncu as N
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
-         "ncu_attention", "ncu_matmul", "ncu_train_step")
+         "ncu_attention", "ncu_matmul", "ncu_train_step", "distributed")
 COPY_N = 16 * 2**20  # useful fp32 elements per copy: 64 MiB
 ATTN_SHAPE = (1, 8, 2048, 64)
 MATMUL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -294,6 +295,14 @@ class Recorder:
             raise _Skip("no trace_fixed kernels to choose from (run the traces step first)")
         rx = "|".join(N.short_name_regex(k) for k in self.top_kernels[:3])
         return self._ncu_file("ncu_train_step.csv", [("train_step fixed", "train_step", [], rx)], TRAIN_STEP_METRICS)
+
+    def step_distributed(self):
+        """DDP on 2 GPUs through NCCL (:func:`infralens_lab.measure.distributed.record_into`); skipped below 2 GPUs."""
+        dist = _optional("infralens_lab.measure.distributed", "record_into")
+        try:
+            return dist.record_into(self.w, quick=self.quick)
+        except dist.NotEnoughGPUs as exc:
+            raise _Skip(str(exc)) from None
 
 
 class _Skip(Exception):

@@ -82,6 +82,19 @@ def test_record_into_skips_without_two_gpus():
         D.record_into(writer=None)
 
 
+def test_recorder_step_is_skipped_with_its_reason(tmp_path):
+    from infralens_lab import record
+    from infralens_lab.evidence import EvidenceWriter
+
+    if W.gpu_count() >= 2:
+        pytest.skip("this machine has 2 GPUs: the recorder step would run")
+    assert "distributed" in record.STEPS
+    rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
+    rec.run("distributed")
+    assert rec.entries[0]["status"] == "skipped"
+    assert "the distributed step needs 2 GPUs" in rec.entries[0]["detail"]
+
+
 def test_spec_validation():
     with pytest.raises(ValueError, match="bucket_cap_mb = 0"):
         D.DDPConfig("x", 0)
