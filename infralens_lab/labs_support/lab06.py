@@ -5,6 +5,9 @@ The arithmetic lives in :mod:`infralens_lab.analysis.distributed`; the measureme
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 from dataclasses import dataclass
 
 import pandas as pd
@@ -15,6 +18,7 @@ from ..analysis import ledger
 from ..measure import distributed as D
 from ..measure.torch_trace import Trace, load_trace
 from ..workloads import ddp as W
+from .lab03 import quiet_profiler_chatter
 
 MiB = 2 ** 20
 RECORDED = "ddp_rank0"
@@ -24,6 +28,18 @@ GLOO_NOTE = ("gloo on CPU tensors: the all-reduce is memory copies and TCP on lo
              "call counts are the same code; the timeline shows when each bucket was handed over and how long the "
              "exchange took. What does not transfer: the times, the bandwidth, and 'overlapped = free' (here compute "
              "and communication compete for the same two cores).")
+
+
+@contextlib.contextmanager
+def quiet():
+    """lab03's ``quiet_profiler_chatter`` for spawned ranks (they inherit file descriptor 2), also dropping the
+    blank line two ranks' interleaved USDT lines can leave behind."""
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        with quiet_profiler_chatter():
+            yield
+    if buf.getvalue().strip():
+        print(buf.getvalue().strip(), file=sys.stderr)
 
 
 @dataclass
@@ -65,7 +81,8 @@ def live(world: int = 2, timeout_s: float = 120.0) -> Run:
     else ``world`` gloo processes on the CPU with the CPU spec."""
     gpus = W.gpu_count()
     backend, spec = ("nccl", D.GPU_SPEC) if gpus >= world else ("gloo", D.CPU_SPEC)
-    ranks = D.run(spec, world=world, backend=backend, timeout_s=timeout_s)
+    with quiet():  # the ranks inherit this process's stderr; Kineto's USDT lines vary per run
+        ranks = D.run(spec, world=world, backend=backend, timeout_s=timeout_s)
     summary = {"world": world, "backend": backend, "configs": [c["label"] for c in ranks[0]["configs"]]}
     ev = evidence.live("ddp_live", summary, command=f"labs/06: lab06.live() -> measure.distributed.run "
                                                      f"({world} ranks, {backend})")
