@@ -85,8 +85,8 @@ BANK = {"lab": "lab06", "questions": [
      "feedback": {"high": "Subtract the exposed fraction first: 2 × (1 − f).",
                   "low": "The bound is 2 × (1 − f), not 1 − f."}},
     {"id": "lab06.q7", "kind": "choice", "points": 2,
-     "prompt": "Practice project: the mystery run is much slower than the reference run of the same model. From your "
-               "trace numbers, what was planted?",
+     "prompt": "Practice project: the mystery run carries a planted cause of poor DDP scaling; the reference run "
+               "trains the same model. From your trace numbers, what was planted?",
      "options": {
          "A": "Buckets far too small: each layer's gradients travel in their own all-reduce",
          "B": "A host synchronisation inside backward that stalls each gradient hook in turn",

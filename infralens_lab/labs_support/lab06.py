@@ -136,11 +136,12 @@ def timeline_figure(traces: list[Trace], step: int = 1, title: str = ""):
 
 # ---------------------------------------------------------------- tables
 def hidden_by_rank(traces: list[Trace]) -> pd.DataFrame:
-    """Per rank, over all profiled steps: all-reduce time, the part under backward compute, its fraction."""
+    """Per rank, over all profiled steps: all-reduce time, the part under backward compute (ms), its fraction."""
     t = A.overlap_table(traces)
     g = t.assign(hidden_us=t["comm_us"] * t["hidden_fraction"].fillna(0)).groupby("rank")[["comm_us", "hidden_us"]].sum()
     g["hidden_fraction"] = g["hidden_us"] / g["comm_us"]
-    return g.reset_index()
+    return g.reset_index().assign(comm_ms=lambda d: d["comm_us"] / 1e3, hidden_ms=lambda d: d["hidden_us"] / 1e3)[
+        ["rank", "comm_ms", "hidden_ms", "hidden_fraction"]]
 
 
 def _per_step(t: pd.DataFrame) -> dict:
@@ -248,3 +249,13 @@ def model_inputs() -> dict:
     flops = 6 * m.params * m.batch
     return {"params": m.params, "grad_bytes": 4 * m.params, "flops": flops,
             "compute_s": flops / (0.4 * PEAKS["H200"].fp32), "assumption": "40% of H200 fp32 peak"}
+
+
+def sweep_sentence(run: Run) -> str:
+    """The bucket sweep in one sentence from this run's numbers (the worked reading of the timed table)."""
+    t = sweep_times(run, [c["label"] for c in run.ranks[0]["configs"] if c["label"].startswith("cap")
+                          and "view" not in c["label"]])
+    hid = ", ".join(f"{r.config} {r.hidden_under_backward:.0%}" for r in t.itertuples())
+    best = t.loc[t["step_ms"].idxmin(), "config"]
+    return (f"This run: all-reduce time hidden under backward = {hid}. Fastest step: {best} "
+            f"({t['step_ms'].min():.1f} ms vs {t['step_ms'].max():.1f} ms for the slowest).")

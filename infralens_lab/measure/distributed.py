@@ -69,7 +69,7 @@ class RunSpec:
 
     configs: tuple = field(default_factory=lambda: sweep_configs(CPU_MODEL))
     active: int = 2
-    timed: int = 4
+    timed: int = 6
     accum: int = 4
     bench_mib: tuple = (0.25, 1, 4, 16)
     bench_reps: int = 5
@@ -125,16 +125,21 @@ def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device):
 
 
 def _timed(step, n: int, device, barrier: bool = True) -> float:
+    """Median seconds of ``n`` steps, each timed on its own (synchronised; a barrier first so ranks start together)."""
+    import statistics
+
     import torch.distributed as dist
 
     _sync(device)
     if barrier:
         dist.barrier()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(n):
+        t0 = time.perf_counter()
         step()
-    _sync(device)
-    return (time.perf_counter() - t0) / n
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _ddp(cfg: DDPConfig, device):
