@@ -73,6 +73,19 @@ def test_missing_recording_is_said_plainly(monkeypatch):
     monkeypatch.setattr(evidence, "reference", lambda: (_ for _ in ()).throw(evidence.EvidenceError("no set")))
     msg = lab06.recorded_status()
     assert msg.startswith("Recorded NCCL run: MISSING") and "record --only distributed" in msg
+    assert lab06.recorded_run() is None
+
+
+def test_recorded_run_reads_the_recorders_records(tmp_path, monkeypatch):
+    w = evidence.EvidenceWriter(tmp_path / "rec", "test")
+    for r in RANKS:
+        w.write(f"ddp_rank{r['rank']}", r)
+    w.close()
+    monkeypatch.setattr(evidence, "reference", lambda: evidence.RecordedStore(tmp_path / "rec"))
+    rec = lab06.recorded_run()
+    assert rec is not None and rec.backend == "gloo" and len(rec.ranks) == 2
+    assert lab06.sweep_counts(rec).equals(lab06.sweep_counts(RUN))
+    assert lab06.recorded_status().startswith("Recorded NCCL run: present")
 
 
 def test_traces_of_unknown_config_are_refused():

@@ -84,7 +84,7 @@ class RunSpec:
 
 
 CPU_SPEC = RunSpec()
-GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=3, timed=20, accum=4,
+GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=2, timed=20, accum=4,
                    bench_mib=(1, 16, 256, 1024), bench_reps=20)
 QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25)), active=2, timed=5, accum=2,
                          bench_mib=(16, 256), bench_reps=5)
@@ -225,7 +225,8 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
         s = _timed(lambda t=t: dist.all_reduce(t), spec.bench_reps, device)
         out["bench"].append({"bytes": 4 * n, "dtype": "float32", "seconds": s, "reps": spec.bench_reps})
     if backend == "nccl":
-        out["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+        v = torch.cuda.nccl.version()
+        out["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     out["torch"] = torch.__version__
     return out
 
