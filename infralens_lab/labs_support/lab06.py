@@ -106,7 +106,8 @@ PHASES = (("forward", "#4c72b0"), ("backward compute", "#55a868"), ("all-reduce"
 
 def phase_intervals(tr: Trace, step: int) -> dict[str, list[tuple[float, float]]]:
     """Absolute-clock intervals (µs) of one profiled step of one rank: forward (DDP's forward range),
-    backward compute, all-reduce, optimizer (``Optimizer.step`` range)."""
+    backward compute, all-reduce, optimizer (``Optimizer.step`` range). On a GPU trace forward and optimizer
+    are the CPU ranges that launched them, while backward compute and all-reduce are kernels on the device."""
     a, b = A.steps(tr)[step]
     ev = tr.events
 
