@@ -17,7 +17,8 @@ from the first, warm-up included, and back to back); ``memory`` (``memory_train`
 :func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
 ``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
 counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
-fixed-pipeline training step, chosen from ``trace_fixed``).
+fixed-pipeline training step, chosen from ``trace_fixed``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
+:func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL; skipped with fewer than 2 GPUs).
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
          "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
-         "memory_timeline", "gates")
+         "memory_timeline", "gates",
+         "distributed")
 COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
 ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
 NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
@@ -244,6 +246,14 @@ class Recorder:
         rx = "|".join(N.short_name_regex(k) for k in self.top_kernels[:3])
         run = RunConfig("train_step", version="fixed")
         return self._ncu_file("ncu_train_step.csv", [(run.label(), "train_step", [], rx)], TRAIN_STEP_METRICS)
+
+    def step_distributed(self):
+        """DDP on 2 GPUs through NCCL (:func:`infralens_lab.measure.distributed.record_into`); skipped below 2 GPUs."""
+        dist = _optional("infralens_lab.measure.distributed", "record_into")
+        try:
+            return dist.record_into(self.w, quick=self.quick)
+        except dist.NotEnoughGPUs as exc:
+            raise _Skip(str(exc)) from None
 
 
 class _Skip(Exception):

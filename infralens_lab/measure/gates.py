@@ -365,10 +365,9 @@ def _attn_pair(variant: str, shape=(4, 16, 4096, 64)):
     from ..kernels import attention
 
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
-    cand = (lambda: attention.VARIANTS[variant](q, k, v))
     if variant == "tiled_fast_vs_naive_torch":
         return (lambda: attention.VARIANTS["tiled_fast"](q, k, v)), (lambda: naive_torch(q, k, v, False))
-    return cand, (lambda: F.scaled_dot_product_attention(q, k, v))
+    return (lambda: attention.VARIANTS[variant](q, k, v)), (lambda: F.scaled_dot_product_attention(q, k, v))
 
 
 RATIO_GATES: dict[str, Callable[[], tuple[Callable, Callable]]] = {  # bench ratio name -> (candidate, reference)

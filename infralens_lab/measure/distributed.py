@@ -1,0 +1,270 @@
+"""DDP measured per rank: profiled steps at several bucket sizes, ``no_sync`` accumulation, a plain
+all-reduce benchmark and a one-rank baseline, all in one launch.
+
+:func:`run` launches :func:`job_ddp` on ``world`` ranks through
+:func:`infralens_lab.workloads.ddp.launch` (spawn, timeouts, a dead rank stops the others) and
+returns one dict per rank. Each rank, for every config of the :class:`RunSpec` (bucket cap,
+``gradient_as_bucket_view``, model), wraps :func:`~infralens_lab.workloads.ddp.tiny_mlp` in
+``DistributedDataParallel``, profiles ``active`` steps with
+:func:`infralens_lab.measure.torch_trace.profile` (one warm-up step first: DDP rebuilds its
+buckets in gradient-ready order after the first iteration), times ``timed`` more steps, and
+keeps DDP's own logging data (bucket sizes, its reducer's overlap timers). Then ``no_sync``: one
+optimizer step of ``accum`` micro-batches with and without ``no_sync``; then an all-reduce of
+each benchmark size, timed between barriers. Rank 0 also times the model alone (no DDP, no
+peer) as the one-rank baseline while the other ranks wait at a barrier.
+
+:func:`record_into` is the recorder's ``distributed`` step: NCCL on ``min(2, GPUs)`` GPUs; it
+raises :class:`NotEnoughGPUs` (the recorder logs it as skipped) with fewer than 2.
+Times: seconds (``_s``) or milliseconds (``_ms``); sizes in bytes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..workloads import ddp as W
+
+
+class NotEnoughGPUs(RuntimeError):
+    """The distributed recording needs 2 GPUs and this machine has fewer."""
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """One profiled DDP setup: a label, the bucket cap (MiB), ``gradient_as_bucket_view`` and the model."""
+
+    label: str
+    bucket_cap_mb: float
+    bucket_view: bool = False
+    model: W.MLPConfig = field(default_factory=W.MLPConfig)
+
+    def __post_init__(self):
+        if isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, (int, float)) \
+                or self.bucket_cap_mb <= 0:
+            raise ValueError(f"DDPConfig.bucket_cap_mb = {self.bucket_cap_mb!r}; expected a positive number of MiB")
+
+
+CPU_MODEL = W.MLPConfig(width=512, depth=8, batch=32)  # 8.4 MB of fp32 gradients in 16 tensors
+GPU_MODEL = W.MLPConfig(width=4096, depth=16, batch=256)  # 1.07 GB of fp32 gradients in 32 tensors
+# the practice project: many small layers; one run has a planted cause, the other is the reference
+PRACTICE_MODEL = W.MLPConfig(width=128, depth=48, batch=32)
+CAPS_MB = (1, 5, 25, 100)
+
+
+def sweep_configs(model: W.MLPConfig, caps=CAPS_MB, practice: bool = True) -> tuple[DDPConfig, ...]:
+    """The lab's configs: one per bucket cap, the default cap (25 MiB) with ``gradient_as_bucket_view``,
+    and the practice project's two runs (``mystery``, ``reference``)."""
+    out = [DDPConfig(f"cap {c:g} MiB", c, False, model) for c in caps]
+    out.append(DDPConfig("cap 25 MiB, bucket view", 25, True, model))
+    if practice:
+        out += [DDPConfig("mystery", 0.001, False, PRACTICE_MODEL), DDPConfig("reference", 25, False, PRACTICE_MODEL)]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one launch measures. ``active``: profiled steps per config; ``timed``: wall-timed steps
+    per config; ``accum``: micro-batches per optimizer step in the ``no_sync`` run; ``bench_mib``:
+    all-reduce benchmark sizes (MiB), ``bench_reps`` calls each."""
+
+    configs: tuple = field(default_factory=lambda: sweep_configs(CPU_MODEL))
+    active: int = 2
+    timed: int = 6
+    accum: int = 4
+    bench_mib: tuple = (0.25, 1, 4, 16)
+    bench_reps: int = 5
+
+    def __post_init__(self):
+        for n in ("active", "timed", "accum", "bench_reps"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"RunSpec.{n} = {v!r}; expected a positive int")
+        if not self.configs or not all(isinstance(c, DDPConfig) for c in self.configs):
+            raise ValueError(f"RunSpec.configs = {self.configs!r}; expected a non-empty tuple of DDPConfig")
+
+
+CPU_SPEC = RunSpec()
+GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=2, timed=20, accum=4,
+                   bench_mib=(1, 16, 256, 1024), bench_reps=20)
+QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25)), active=2, timed=5, accum=2,
+                         bench_mib=(16, 256), bench_reps=5)
+
+# the small run committed as tests/data/ddp_gloo_run.json (see tests/data/README.md)
+_SMALL, _SMALL_PRACTICE = W.MLPConfig(width=256, depth=4, batch=8), W.MLPConfig(width=64, depth=8, batch=8)
+FIXTURE_SPEC = RunSpec(configs=(DDPConfig("cap 0.25 MiB", 0.25, False, _SMALL), DDPConfig("cap 25 MiB", 25, False, _SMALL),
+                                DDPConfig("cap 25 MiB, bucket view", 25, True, _SMALL),
+                                DDPConfig("mystery", 0.001, False, _SMALL_PRACTICE),
+                                DDPConfig("reference", 25, False, _SMALL_PRACTICE)),
+                       active=2, timed=2, accum=2, bench_mib=(0.25, 1), bench_reps=2)
+
+
+# ---------------------------------------------------------------- inside each rank
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device):
+    import torch.nn.functional as F
+
+    it = [0]
+
+    def micro():
+        x, y = W.batch_for(cfg, rank, it[0], device)
+        it[0] += 1
+        F.mse_loss(model(x), y).backward()
+
+    def step():
+        micro()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return micro, step
+
+
+def _timed(step, n: int, device, barrier: bool = True) -> float:
+    """Median seconds of ``n`` steps, each timed on its own (synchronised; a barrier first so ranks start together)."""
+    import statistics
+
+    import torch.distributed as dist
+
+    _sync(device)
+    if barrier:
+        dist.barrier()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _ddp(cfg: DDPConfig, device):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = W.tiny_mlp(cfg.model).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    m = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=cfg.bucket_view)
+    return m, torch.optim.SGD(m.parameters(), lr=1e-3)
+
+
+def _ints(text) -> list[int]:
+    return [int(v) for v in str(text).replace(",", " ").split()] if str(text).strip() else []
+
+
+def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
+    """One rank's measurements for ``spec`` (see module doc); traces cut with ``torch_trace.trim(max_depth=2)``
+    (ops nested deeper than two aten ops dropped: intervals, comm ranges and c10d calls are all kept)."""
+    import torch
+    import torch.distributed as dist
+
+    from . import torch_trace as T
+
+    backend = dist.get_backend()
+    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    out: dict = {"rank": rank, "world": world, "backend": backend, "device": str(device), "configs": []}
+    # one-rank baseline: rank 0 alone, the others wait
+    base_model = spec.configs[0].model
+    if rank == 0:
+        m = W.tiny_mlp(base_model).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+        _, step = _stepper(m, opt, base_model, rank, device)
+        step()
+        out["single"] = {"model": asdict(base_model), "step_s": _timed(step, spec.timed, device, barrier=False)}
+    dist.barrier()
+    for cfg in spec.configs:
+        m, opt = _ddp(cfg, device)
+        _, step = _stepper(m, opt, cfg.model, rank, device)
+        trace = T.profile(step, wait=0, warmup=1, active=spec.active)
+        step_s = _timed(step, spec.timed, device)
+        log = m._get_ddp_logging_data()
+        micro = _stepper(m, opt, cfg.model, rank, device)[0]
+        micro()  # one forward/backward more, to see where the gradients live
+        storages = {p.grad.untyped_storage().data_ptr() for p in m.parameters()}
+        opt.zero_grad(set_to_none=True)
+        out["configs"].append({
+            "label": cfg.label, "bucket_cap_mb": cfg.bucket_cap_mb, "bucket_view": cfg.bucket_view,
+            "model": asdict(cfg.model), "params": cfg.model.params, "step_s": step_s,
+            "trace": T.trim(trace.data, max_depth=2),
+            "bucket_bytes": _ints(log.get("rebuilt_bucket_sizes", "")) or _ints(log.get("bucket_sizes", "")),
+            "param_tensors": int(log.get("num_parameter_tensors", 0)), "grad_storages": len(storages),
+            "ddp_timers_ns": {k: int(log[k]) for k in ("avg_backward_comm_time", "avg_backward_compute_time",
+                                                        "avg_backward_compute_comm_overlap_time") if k in log},
+        })
+        del m, opt
+    # no_sync: one optimizer step of `accum` micro-batches, with and without it
+    cfg = spec.configs[0]
+    out["no_sync"] = {"accum": spec.accum, "label": cfg.label}
+    for name in ("plain", "no_sync"):
+        m, opt = _ddp(cfg, device)
+        micro, _ = _stepper(m, opt, cfg.model, rank, device)
+
+        def opt_step(m=m, opt=opt, micro=micro, name=name):
+            for i in range(spec.accum):
+                if name == "no_sync" and i < spec.accum - 1:
+                    with m.no_sync():
+                        micro()
+                else:
+                    micro()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        out["no_sync"][name] = {"trace": T.trim(T.profile(opt_step, wait=0, warmup=1, active=1).data, max_depth=2),
+                                "step_s": _timed(opt_step, 2, device)}
+        del m, opt
+    # plain all-reduce benchmark
+    out["bench"] = []
+    for mib in spec.bench_mib:
+        n = max(1, int(mib * 2 ** 20 // 4))
+        t = torch.ones(n, dtype=torch.float32, device=device)
+        dist.all_reduce(t)
+        s = _timed(lambda t=t: dist.all_reduce(t), spec.bench_reps, device)
+        out["bench"].append({"bytes": 4 * n, "dtype": "float32", "seconds": s, "reps": spec.bench_reps})
+    if backend == "nccl":
+        v = torch.cuda.nccl.version()
+        out["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    out["torch"] = torch.__version__
+    return out
+
+
+# ---------------------------------------------------------------- entry points
+def run(spec: RunSpec = CPU_SPEC, world: int = 2, backend: str = "gloo", port: int | None = None,
+        timeout_s: float = 120.0) -> list[dict]:
+    """Launch :func:`job_ddp` on ``world`` ranks and return their dicts in rank order (see module doc)."""
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"spec is {type(spec).__name__}; expected a RunSpec")
+    return W.launch(job_ddp, world=world, args=(spec,), backend=backend, port=port, timeout_s=timeout_s)
+
+
+def _topology() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"nvidia-smi topo -m failed: {exc}"
+
+
+def record_into(writer, quick: bool = False) -> str:
+    """The recorder's ``distributed`` step: :func:`run` with NCCL on ``min(2, GPUs)`` GPUs, written as
+    record ``ddp_rank0``, ``ddp_rank1`` (each rank's dict, traces included) and ``ddp_meta`` (world,
+    NCCL version, topology). Raises :class:`NotEnoughGPUs` with fewer than 2 GPUs."""
+    gpus = W.gpu_count()
+    if gpus < 2:
+        raise NotEnoughGPUs(f"the distributed step needs 2 GPUs (NCCL, one rank per GPU) and this machine has "
+                            f"{gpus}; record it on a two-GPU machine (e.g. nvidia-h200-x2)")
+    world = min(2, gpus)
+    spec = QUICK_GPU_SPEC if quick else GPU_SPEC
+    t0 = time.perf_counter()
+    ranks = run(spec, world=world, backend="nccl", timeout_s=540.0)
+    for r in ranks:
+        writer.write(f"ddp_rank{r['rank']}", r, units={"step_s": "s", "seconds": "s", "bytes": "B"},
+                     notes="one rank of a DDP run (see infralens_lab.measure.distributed); traces trimmed")
+    writer.write("ddp_meta", {"world": world, "gpus": gpus, "backend": "nccl", "nccl": ranks[0].get("nccl_version"),
+                              "topology": _topology(), "spec": repr(spec), "seconds": time.perf_counter() - t0},
+                 notes="NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 in every rank")
+    return f"{world} ranks, {len(spec.configs)} configs, {time.perf_counter() - t0:.1f} s"

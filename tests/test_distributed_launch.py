@@ -1,0 +1,111 @@
+"""The launcher for real: two gloo processes, a DDP measurement end to end, and every way a launch can go wrong
+(a rank that dies or raises, a busy port, NCCL without GPUs, more ranks than GPUs) ending in a clear error, not a hang."""
+import socket
+import time
+
+import pytest
+
+from infralens_lab.measure import distributed as D
+from infralens_lab.workloads import ddp as W
+
+TINY = D.RunSpec(configs=(D.DDPConfig("cap 0.25 MiB", 0.25, False, W.MLPConfig(width=256, depth=2, batch=4)),),
+                 active=1, timed=1, accum=2, bench_mib=(0.25,), bench_reps=1)
+
+
+def test_two_gloo_ranks_run_ddp_end_to_end():
+    t0 = time.monotonic()
+    ranks = D.run(TINY, world=2, backend="gloo", timeout_s=60)
+    assert time.monotonic() - t0 < 60
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["backend"] for r in ranks} == {"gloo"}
+    c = ranks[0]["configs"][0]
+    assert c["bucket_bytes"] == [4 * (256 * 256 + 256)] * 2  # one Linear per 0.25 MiB bucket
+    names = {e["name"] for e in c["trace"]["traceEvents"]}
+    assert "gloo:all_reduce" in names and any(n.startswith("ProfilerStep") for n in names)
+    assert ranks[0]["single"]["step_s"] > 0 and "single" not in ranks[1]
+    assert ranks[0]["bench"][0]["bytes"] == 2 ** 18
+
+
+def test_a_rank_that_dies_stops_the_others():
+    t0 = time.monotonic()
+    with pytest.raises(W.RankFailed, match=r"^rank 1 exited with code 3 without a result \(it died\)"):
+        W.launch(W.job_die, world=2, args=(1, "exit"), timeout_s=60, collective_timeout_s=30)
+    assert time.monotonic() - t0 < 30  # well before the collective timeout: the parent does not wait on it
+
+
+def test_a_rank_that_raises_is_named_with_its_error():
+    with pytest.raises(W.RankFailed, match=r"(?s)^rank 0 raised:.*planted failure on rank 0.*nothing is left running"):
+        W.launch(W.job_die, world=2, args=(0, "raise"), timeout_s=60, collective_timeout_s=30)
+
+
+def test_a_rank_that_hangs_is_stopped_at_the_job_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(W.RankFailed, match=r"(?s)ran past timeout_s=6 s.*had not finished and were stopped"):
+        W.launch(W.job_die, world=2, args=(1, "hang"), timeout_s=6, collective_timeout_s=120)
+    assert time.monotonic() - t0 < 30
+
+
+def test_busy_port_is_refused_before_anything_starts():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is already in use.*port=None"):
+            W.launch(W.job_echo, world=2, port=port)
+
+
+def test_free_port_and_bad_port():
+    assert W.check_port(W.free_port()) > 0
+    with pytest.raises(ValueError, match="port=70000"):
+        W.check_port(70000)
+
+
+def test_world_size_and_backend_checks():
+    assert W.resolve_world(2, "gloo") == 2
+    assert W.resolve_world(2, "nccl", gpus=4) == 2
+    with pytest.raises(ValueError, match="world size 4 is larger than the 2 GPU"):
+        W.resolve_world(4, "nccl", gpus=2)
+    with pytest.raises(ValueError, match="needs CUDA GPUs and this machine has none.*gloo"):
+        W.resolve_world(2, "nccl", gpus=0)
+    with pytest.raises(ValueError, match="world size 0"):
+        W.resolve_world(0, "gloo")
+    with pytest.raises(ValueError, match="backend='mpi'"):
+        W.launch(W.job_echo, world=2, backend="mpi")
+    if W.gpu_count() == 0:
+        with pytest.raises(ValueError, match="needs CUDA GPUs"):
+            W.launch(W.job_echo, world=2, backend="nccl")
+
+
+def test_record_into_skips_without_two_gpus():
+    if W.gpu_count() >= 2:
+        pytest.skip("this machine has 2 GPUs: the recorder step would run")
+    with pytest.raises(D.NotEnoughGPUs, match=r"needs 2 GPUs .* has \d"):
+        D.record_into(writer=None)
+
+
+def test_recorder_step_is_skipped_with_its_reason(tmp_path):
+    from infralens_lab import record
+    from infralens_lab.evidence import EvidenceWriter
+
+    if W.gpu_count() >= 2:
+        pytest.skip("this machine has 2 GPUs: the recorder step would run")
+    assert "distributed" in record.STEPS
+    rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
+    rec.run("distributed")
+    assert rec.entries[0]["status"] == "skipped"
+    assert "the distributed step needs 2 GPUs" in rec.entries[0]["detail"]
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="bucket_cap_mb = 0"):
+        D.DDPConfig("x", 0)
+    with pytest.raises(ValueError, match="RunSpec.active = 0"):
+        D.RunSpec(active=0)
+    with pytest.raises(ValueError, match="MLPConfig.width = -1"):
+        W.MLPConfig(width=-1)
+    with pytest.raises(TypeError, match="expected a RunSpec"):
+        D.run("fast")
+
+
+def test_child_env_keeps_nvlink_multicast_off():
+    assert W.CHILD_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                           "NVSHMEM_DISABLE_NVLS": "1"}
