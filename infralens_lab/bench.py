@@ -34,6 +34,7 @@ import sys
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
+from .kernels.reference import naive_torch
 
 COPY_BYTES = 1 << 30
 COPY_BYTES_QUICK = 1 << 26
@@ -119,21 +120,6 @@ def _sdpa(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     return run
-
-
-def naive_torch(q, k, v, causal):
-    """Eager PyTorch attention as first written: scores, softmax and P @ V, each a tensor in HBM.
-
-    Everything stays in the input dtype (torch's softmax computes in float32 inside and rounds
-    its output); the causal mask is built per call, as eager code does.
-    """
-    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
-    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    if causal:
-        n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
 
 
 def _rel_err(o, ref) -> float:

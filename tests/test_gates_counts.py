@@ -8,6 +8,7 @@ import json
 import pytest
 
 from infralens_lab.device import is_gpu
+from infralens_lab.analysis import gates as A
 from infralens_lab.measure import gates as G
 from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated
 
@@ -24,7 +25,7 @@ def thresholds():
 def test_project_count_gates_pass(thresholds, workload):
     if is_gpu():
         pytest.skip(CPU_ONLY)
-    verdicts = G.check_counts(thresholds, [workload])
+    verdicts = A.check_counts(thresholds, [workload])
     assert verdicts, f"no gates for {workload} in {thresholds['path']}"
     failed = [v.message for v in verdicts if not v.passed]
     assert not failed, failed
@@ -34,7 +35,7 @@ def test_broken_workload_fails_the_sync_gate(thresholds):
     """The bubble pipeline reads loss.item() every step: held to the fixed step's gates, it fails."""
     rules = thresholds["counts"]["tinygpt_step"]
     broken = {"path": "test", "counts": {"tinygpt_step_bubble": {"syncs_per_step": rules["syncs_per_step"]}}}
-    (v,) = G.check_counts(broken)
+    (v,) = A.check_counts(broken)
     assert not v.passed and v.measured == 1 and v.metric == "syncs_per_step"
 
 
@@ -99,7 +100,7 @@ def test_bad_threshold_files(tmp_path, data, match):
 def test_missing_threshold_file_and_cli(tmp_path, capsys):
     with pytest.raises(G.ThresholdError, match="no threshold file at"):
         G.load_thresholds(tmp_path / "nope.json")
-    assert G.main(["--thresholds", str(tmp_path / "nope.json")]) == 2
+    assert A.main(["--thresholds", str(tmp_path / "nope.json")]) == 2
     assert "no threshold file" in capsys.readouterr().err
 
 
@@ -115,17 +116,17 @@ def test_cli_counts_pass_and_fail(tmp_path, capsys):
     if is_gpu():
         pytest.skip(CPU_ONLY)
     ok = {"schema": 1, "counts": {"copies": {"launches_per_step": {"equals": 2}}}}
-    assert G.main(["--thresholds", _write(tmp_path, ok), "--json", str(tmp_path / "v.json")]) == 0
+    assert A.main(["--thresholds", _write(tmp_path, ok), "--json", str(tmp_path / "v.json")]) == 0
     assert json.loads((tmp_path / "v.json").read_text())[0]["passed"] is True
     bad = {"schema": 1, "counts": {"copies": {"launches_per_step": {"equals": 1}}}}
-    assert G.main(["--thresholds", _write(tmp_path, bad)]) == 1
+    assert A.main(["--thresholds", _write(tmp_path, bad)]) == 1
     assert "FAIL" in capsys.readouterr().out
 
 
 def test_ratio_gates_refuse_without_gpu(capsys):
     if is_gpu():
         pytest.skip("this test is about interpreter mode")
-    assert G.main(["--ratios"]) == 2
+    assert A.main(["--ratios"]) == 2
     assert "interpreter mode" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="need a GPU"):
         G.ratio_samples(lambda: None, lambda: None, 1)

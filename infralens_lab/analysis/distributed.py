@@ -27,7 +27,10 @@ import math
 
 import pandas as pd
 
-from ..measure.torch_trace import Trace, _length, _subtract, _union
+from ..measure.torch_trace import Trace
+from .intervals import length as _length
+from .intervals import subtract as _subtract
+from .intervals import union as _union
 
 MiB = 2 ** 20
 FIRST_BUCKET_BYTES = MiB  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is capped at 1 MiB

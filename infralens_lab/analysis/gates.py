@@ -21,10 +21,16 @@ catch; :func:`runs_needed` gives the ``k`` a normal model asks for. Fractions th
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import random
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
+
+from ..measure import gates as G
 
 RULES = ("max", "equals")
 _Z90 = 1.2816  # the normal distribution's 90th percentile, in standard deviations
@@ -183,3 +189,78 @@ def absolute_flake_rate(times: Sequence[float], threshold: float) -> float:
     if not times:
         raise ValueError("no times; expected at least one")
     return sum(float(t) > threshold for t in times) / len(times)
+
+
+# ---------------------------------------------------------------- running the gates (the `gates` command)
+def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
+    """Every count gate of the threshold file (or of ``workloads`` only): a list of
+    :class:`infralens_lab.analysis.gates.Verdict`."""
+    out = []
+    for wl, rules in thresholds["counts"].items():
+        if workloads is not None and wl not in workloads:
+            continue
+        got = G.measure_counts(wl, list(rules))
+        out += [count_verdict(wl, m, got[m], rule) for m, rule in rules.items()]
+    return out
+
+
+def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k: int | None = None) -> list:
+    """Measure every ratio gate of the threshold file (GPU) and hold it against the reference set's
+    bench ratio: a list of ``Verdict`` (``analysis.gates.ratio_verdict``), with the ratios measured."""
+    ref = G.reference_ratios(store)
+    out = []
+    for name, rule in thresholds["ratios"].items():
+        if names is not None and name not in names:
+            continue
+        if name not in ref:
+            raise G.ThresholdError(f"ratio {name!r} is not in the reference set's bench record; it has {sorted(ref)}")
+        cand, refn = G.RATIO_GATES[name]()
+        samples = G.ratio_samples(cand, refn, k or rule["k"])
+        out.append(ratio_verdict(name, samples, ref[name], rule["tolerance"]))
+        del cand, refn
+        G.torch.cuda.empty_cache()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab gates",
+                                 description="regression gates: counts (any machine) and time ratios (GPU)")
+    ap.add_argument("--counts", action="store_true", help="run the count gates (default when --ratios is absent)")
+    ap.add_argument("--ratios", action="store_true", help="run the time-ratio gates against the reference (GPU)")
+    ap.add_argument("--thresholds", default=None, help=f"threshold file (default {G.DEFAULT_THRESHOLDS})")
+    ap.add_argument("--k", type=int, default=None, help="runs per ratio (default: the file's k)")
+    ap.add_argument("--json", default="", help="also write the verdicts as JSON here")
+    args = ap.parse_args(argv)
+    from ..device import facts, is_gpu
+
+    try:
+        th = G.load_thresholds(args.thresholds)
+    except G.ThresholdError as exc:
+        print(f"gates: {exc}", file=sys.stderr)
+        return 2
+    verdicts = []
+    if args.counts or not args.ratios:
+        verdicts += check_counts(th)
+    if args.ratios:
+        if not is_gpu():
+            print("gates: refusing the time-ratio gates in interpreter mode: timings of Triton's interpreter say "
+                  "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
+            return 2
+        from .. import evidence
+
+        st = evidence.reference()
+        if st.gpu != facts().name:
+            print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {facts().name}. Ratios "
+                  f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
+        verdicts += check_ratios(th, store=st, k=args.k)
+    for v in verdicts:
+        print(f"{'PASS' if v.passed else 'FAIL'}  {v.gate:<52} {v.message}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([v.as_dict() for v in verdicts], indent=1))
+    failed = [v for v in verdicts if not v.passed]
+    print(f"gates: {len(verdicts) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

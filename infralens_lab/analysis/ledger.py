@@ -346,7 +346,11 @@ def _temporary(m: Model, t: Training, psi: int) -> tuple[int, str]:
     return cands[best][0], "largest of " + "; ".join(f"{k} ({d})" for k, (_, d) in cands.items()) + f" → {best}"
 
 
-def _buckets(t: Training, psi: int) -> tuple[int, str]:
+def bucket_term(t: Training, psi: int) -> tuple[int, str]:
+    """The communication-bucket term for ``psi`` parameters under ``t``: ``(bytes, formula)``. DDP copies
+    every gradient into flat buckets unless ``grad_as_bucket_view``; ZeRO keeps two constant buffers. The
+    bucket count in the formula assumes DDP's default cap (a 1 MiB first bucket); with an explicit
+    ``bucket_cap_mb`` torch makes the first bucket the cap too, so the count is one lower there."""
     g = PRECISIONS[t.precision]["g"] * psi
     cap = round(t.bucket_mb * MiB)
     if t.dp == 1:
@@ -375,7 +379,7 @@ def predict_training(model: Model, training: Training) -> pd.DataFrame:
     states = model_states(psi, t.precision, t.optimizer, t.dp, t.zero_stage, matmul_weight_params(m))
     act, act_f = activation_bytes(m, t)
     tmp, tmp_f = _temporary(m, t, psi)
-    bkt, bkt_f = _buckets(t, psi)
+    bkt, bkt_f = bucket_term(t, psi)
     rows = [(c, *states[c], ZERO) for c in ("weights", "gradients", "optimizer states")]
     rows += [("activations", act, act_f, KORTH + " (generalised here)"),
              ("temporary buffers", tmp, tmp_f, "estimate from torch.optim.adam and F.cross_entropy"),

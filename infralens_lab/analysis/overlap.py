@@ -22,20 +22,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from ..measure.torch_trace import RUNTIME_CATS, covered, union
+from ..measure.torch_trace import RUNTIME_CATS
+from .intervals import length as _length
+from .intervals import subtract as _subtract
+from .intervals import union as _union
 from .traffic import Traffic
-
-
-def _union(iv) -> np.ndarray:
-    """Merged ``(start, end)`` pairs as an ``(n, 2)`` array (the trace module's vectorised union)."""
-    a = np.asarray(list(iv), dtype=float).reshape(-1, 2)
-    return union(a[:, 0], a[:, 1])
-
-
-def _length(merged: np.ndarray) -> float:
-    return float((merged[:, 1] - merged[:, 0]).sum())
 
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
                 "cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchCooperativeKernel")
@@ -60,7 +51,7 @@ def hidden_us(hidden, under) -> float:
     """Length (µs) of the union of ``hidden`` that lies inside the union of ``under``."""
     h = _union(_check_intervals(hidden, "hidden"))
     u = _union(_check_intervals(under, "under"))
-    return float(covered(u, h[:, 0], h[:, 1]).sum())
+    return _length(h) - _length(_subtract(h, u))
 
 
 def hidden_fraction(hidden, under) -> float | None:

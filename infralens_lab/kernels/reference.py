@@ -52,3 +52,18 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     """
     p = probs_ref(scores_ref(q, k, sm_scale), causal)
     return (p @ v.float()).to(q.dtype)
+
+
+def naive_torch(q, k, v, causal):
+    """Eager PyTorch attention as first written: scores, softmax and P @ V, each a tensor in HBM.
+
+    Everything stays in the input dtype (torch's softmax computes in float32 inside and rounds
+    its output); the causal mask is built per call, as eager code does.
+    """
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v

@@ -18,7 +18,7 @@ from ..analysis import ledger
 from ..measure import distributed as D
 from ..measure.torch_trace import Trace, load_trace
 from ..workloads import ddp as W
-from .lab03 import quiet_profiler_chatter
+from ..measure.torch_trace import quiet_profiler_chatter
 
 MiB = 2 ** 20
 RECORDED = "ddp_rank0"
@@ -204,7 +204,7 @@ def bucket_prediction(run: Run) -> pd.DataFrame:
         m = W.MLPConfig(**c["model"])
         grads = [4 * n for n in reversed(m.param_sizes())]  # fp32, ready in reverse registration order
         cap = round(c["bucket_cap_mb"] * MiB)
-        term, _ = ledger._buckets(ledger.Training(batch=1, seq=1, precision="fp32", dp=len(run.ranks),
+        term, _ = ledger.bucket_term(ledger.Training(batch=1, seq=1, precision="fp32", dp=len(run.ranks),
                                                   bucket_mb=c["bucket_cap_mb"], grad_as_bucket_view=c["bucket_view"]),
                                   m.params)
         rows.append({"config": c["label"], "measured_buckets": len(c["bucket_bytes"]),

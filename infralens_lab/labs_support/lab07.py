@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import evidence
 from . import check_on, store  # noqa: F401  (re-exported for the notebook)
-from .lab01 import _quiet_native_stderr as quiet_stderr
+from ..measure.torch_trace import quiet_profiler_chatter as quiet_stderr
 from ..analysis import gates as A
 from ..measure import gates as G
 from ..measure.timing import percentile, time_fn

@@ -21,7 +21,7 @@
 {"tolerance": fraction, "k": runs}}}``. Missing or malformed files, unknown workloads and unknown
 metrics raise :class:`ThresholdError` saying what was seen and what was expected.
 
-**Time ratios** (:func:`ratio_samples`, :func:`check_ratios`, GPU only): for each ratio the bench
+**Time ratios** (:func:`ratio_samples`, GPU only; :func:`infralens_lab.analysis.gates.check_ratios` runs them): for each ratio the bench
 reports, candidate and reference are timed alternately ``k`` times in this process (CUDA events,
 medians, L2 flushed as the bench does), giving ``k`` ratios ``t_reference / t_candidate``; their
 median is held against the committed reference set's ``bench`` ratio with the file's tolerance
@@ -29,10 +29,8 @@ median is held against the committed reference set's ``bench`` ratio with the fi
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,20 +333,6 @@ def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str,
     return out
 
 
-def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
-    """Every count gate of the threshold file (or of ``workloads`` only): a list of
-    :class:`infralens_lab.analysis.gates.Verdict`."""
-    from ..analysis.gates import count_verdict
-
-    out = []
-    for wl, rules in thresholds["counts"].items():
-        if workloads is not None and wl not in workloads:
-            continue
-        got = measure_counts(wl, list(rules))
-        out += [count_verdict(wl, m, got[m], rule) for m, rule in rules.items()]
-    return out
-
-
 # ---------------------------------------------------------------- time ratios (GPU)
 def _copy_pair():
     from ..kernels import copies
@@ -361,8 +345,8 @@ def _copy_pair():
 def _attn_pair(variant: str, shape=(4, 16, 4096, 64)):
     import torch.nn.functional as F
 
-    from ..bench import naive_torch
     from ..kernels import attention
+    from ..kernels.reference import naive_torch
 
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
     if variant == "tiled_fast_vs_naive_torch":
@@ -406,26 +390,6 @@ def reference_ratios(store=None) -> dict[str, float]:
 
     st = store if store is not None else evidence.reference()
     return {r["name"]: float(r["value"]) for r in st.load("bench").values["ratios"]}
-
-
-def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k: int | None = None) -> list:
-    """Measure every ratio gate of the threshold file (GPU) and hold it against the reference set's
-    bench ratio: a list of ``Verdict`` (``analysis.gates.ratio_verdict``), with the ratios measured."""
-    from ..analysis.gates import ratio_verdict
-
-    ref = reference_ratios(store)
-    out = []
-    for name, rule in thresholds["ratios"].items():
-        if names is not None and name not in names:
-            continue
-        if name not in ref:
-            raise ThresholdError(f"ratio {name!r} is not in the reference set's bench record; it has {sorted(ref)}")
-        cand, refn = RATIO_GATES[name]()
-        samples = ratio_samples(cand, refn, k or rule["k"])
-        out.append(ratio_verdict(name, samples, ref[name], rule["tolerance"]))
-        del cand, refn
-        torch.cuda.empty_cache()
-    return out
 
 
 # ---------------------------------------------------------------- the recorder (GPU)
@@ -570,47 +534,3 @@ def record_into(writer, quick: bool = False, device: str | None = None) -> str:
     if values["errors"]:
         raise RuntimeError(f"gates_gpu written, but these parts failed: {values['errors']}")
     return ", ".join(f"{n} {v:.1f} s" for n, v in seconds.items())
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m infralens_lab gates",
-                                 description="regression gates: counts (any machine) and time ratios (GPU)")
-    ap.add_argument("--counts", action="store_true", help="run the count gates (default when --ratios is absent)")
-    ap.add_argument("--ratios", action="store_true", help="run the time-ratio gates against the reference (GPU)")
-    ap.add_argument("--thresholds", default=None, help=f"threshold file (default {DEFAULT_THRESHOLDS})")
-    ap.add_argument("--k", type=int, default=None, help="runs per ratio (default: the file's k)")
-    ap.add_argument("--json", default="", help="also write the verdicts as JSON here")
-    args = ap.parse_args(argv)
-    from ..device import facts, is_gpu
-
-    try:
-        th = load_thresholds(args.thresholds)
-    except ThresholdError as exc:
-        print(f"gates: {exc}", file=sys.stderr)
-        return 2
-    verdicts = []
-    if args.counts or not args.ratios:
-        verdicts += check_counts(th)
-    if args.ratios:
-        if not is_gpu():
-            print("gates: refusing the time-ratio gates in interpreter mode: timings of Triton's interpreter say "
-                  "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
-            return 2
-        from .. import evidence
-
-        st = evidence.reference()
-        if st.gpu != facts().name:
-            print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {facts().name}. Ratios "
-                  f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
-        verdicts += check_ratios(th, store=st, k=args.k)
-    for v in verdicts:
-        print(f"{'PASS' if v.passed else 'FAIL'}  {v.gate:<52} {v.message}")
-    if args.json:
-        Path(args.json).write_text(json.dumps([v.as_dict() for v in verdicts], indent=1))
-    failed = [v for v in verdicts if not v.passed]
-    print(f"gates: {len(verdicts) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

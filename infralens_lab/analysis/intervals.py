@@ -1,0 +1,45 @@
+"""Interval arithmetic on ``(start, end)`` pairs (µs), for overlap questions asked of traces.
+
+Lists in, lists out, so analyses can clip and combine them freely; the merge itself is the trace
+module's vectorised :func:`infralens_lab.measure.torch_trace.union`. Empty or reversed pairs are
+dropped. Used by the overlap (lab 05) and distributed (lab 06) analyses.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..measure.torch_trace import union as _merge
+
+Pairs = list[tuple[float, float]]
+
+
+def union(pairs: Iterable[tuple[float, float]]) -> Pairs:
+    """Sorted, non-overlapping pairs covering the same time as ``pairs``."""
+    a = np.asarray(list(pairs), dtype=float).reshape(-1, 2)
+    return [(float(s), float(e)) for s, e in _merge(a[:, 0], a[:, 1])]
+
+
+def subtract(pairs: Iterable[tuple[float, float]], cut: Iterable[tuple[float, float]]) -> Pairs:
+    """The time covered by ``pairs`` and not by ``cut`` (both merged first), as sorted pairs."""
+    out: Pairs = []
+    cut = union(cut)
+    j = 0
+    for a, b in union(pairs):
+        while j < len(cut) and cut[j][1] <= a:
+            j += 1
+        k, start = j, a
+        while k < len(cut) and cut[k][0] < b:
+            if cut[k][0] > start:
+                out.append((start, cut[k][0]))
+            start = max(start, cut[k][1])
+            k += 1
+        if start < b:
+            out.append((start, b))
+    return out
+
+
+def length(pairs: Iterable[tuple[float, float]]) -> float:
+    """Total length of ``pairs`` (as given: merge first with :func:`union` if they may overlap)."""
+    return float(sum(b - a for a, b in pairs))
