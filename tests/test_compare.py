@@ -73,3 +73,11 @@ def test_load_all_keys_by_gpu_default_first(tmp_path, monkeypatch):
     got = evidence.load_all("bench")
     assert list(got)[0] == H200.gpu and got[H200.gpu].values == BENCH
     assert evidence.load_all("no_such_record") == {}
+
+
+def test_ceiling_notes_are_computed():
+    df = compare.ceilings({"H200": CEIL, "slow": _slower_memory(CEIL, 0.5)})
+    (line,) = compare.ceiling_notes(df)
+    assert "copy bandwidth 0.50x" in line and "matmul rates 1.00x to 1.00x" in line
+    assert f"{df.iloc[0]['ridge_bf16_FLOP_per_B']:.0f} to {df.iloc[1]['ridge_bf16_FLOP_per_B']:.0f}" in line
+    assert compare.ceiling_notes(df.iloc[:1]) == ["Only one recorded GPU: nothing to compare yet."]

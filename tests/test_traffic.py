@@ -102,3 +102,19 @@ def test_two_level_model_matches_the_recorded_dram_reads():
         assert seen[s] == pytest.approx(want, rel=0.12), (s, seen[s])
     assert T.sector_model(32, 4).dram_useful_fraction == pytest.approx(2 / 17)
     assert T.DRAM_FETCH_BYTES == 2 * T.SECTOR_BYTES
+
+
+def test_two_level_table_on_the_recorded_copies():
+    from infralens_lab import evidence
+    from infralens_lab.labs_support import lab04
+
+    fam = lab04.recorded_copy_family(evidence.reference())
+    t = T.two_level_table(fam.table)
+    t = t[t["copy"].str.startswith("stride")].set_index("stride")
+    assert list(t["pred_L2_sector_x"]) == [1, 2, 4, 8, 8, 8]
+    assert list(t["pred_HBM_64B_x"]) == [1, 2, 4, 8, 16, 16]
+    # the recorded DRAM reads follow the 64-byte unit, not the 32-byte one, from stride 2 on
+    for s in (2, 4, 8, 16, 32):
+        assert abs(t.loc[s, "measured_dram_x"] / t.loc[s, "pred_HBM_64B_x"] - 1) < 0.1, t
+    with pytest.raises(ValueError, match=r"lacks \['read_x'\]"):
+        T.two_level_table(fam.table.drop(columns=["read_x"]))

@@ -112,3 +112,20 @@ def attention_vs_sdpa(by_gpu: Mapping[str, Mapping[str, Any]], variants: tuple[s
     if not frames:
         raise ValueError(f"no GPU has both {reference!r} and one of {list(variants)} in its bench record")
     return pd.concat(frames, axis=1).reset_index()
+
+
+def ceiling_notes(df: pd.DataFrame) -> list[str]:
+    """Sentences computed from :func:`ceilings` for the first GPU against each other one: how the compute
+    roofs and the bandwidth compare, and where the bf16 ridge moves."""
+    if len(df) < 2:
+        return ["Only one recorded GPU: nothing to compare yet."]
+    a = df.iloc[0]
+    out = []
+    for _, b in df.iloc[1:].iterrows():
+        mm = [b[f"{d}_TFLOP_s"] / a[f"{d}_TFLOP_s"] for d in ("fp32", "tf32", "fp16", "bf16")
+              if a[f"{d}_TFLOP_s"] and b[f"{d}_TFLOP_s"]]
+        out.append(f"{b['gpu']} vs {a['gpu']}: matmul rates {min(mm):.2f}x to {max(mm):.2f}x (the same compute roof), "
+                   f"copy bandwidth {b['copy_TB_s'] / a['copy_TB_s']:.2f}x; so the bf16 ridge moves from "
+                   f"{a['ridge_bf16_FLOP_per_B']:.0f} to {b['ridge_bf16_FLOP_per_B']:.0f} FLOP/byte: a bf16 kernel "
+                   f"with an intensity between the two is compute-bound on one GPU and memory-bound on the other.")
+    return out

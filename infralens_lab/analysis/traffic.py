@@ -243,3 +243,20 @@ def matmul_traffic(M: int, N: int, K: int, elem_bytes: int) -> Traffic:
     return Traffic("matmul", (M * K + K * N) * e, M * N * e, 2 * M * N * K,
                    f"each operand read from DRAM exactly once (tiles re-read hit L2), C written once in "
                    f"{e}-byte elements; 2*M*N*K FLOPs")
+
+
+def two_level_table(measured: pd.DataFrame, elem_bytes: int = 4) -> pd.DataFrame:
+    """Read amplification per stride under both units against a measurement: ``pred_L2_sector_x`` (32-byte
+    sectors, the L1-L2 unit), ``pred_HBM_64B_x`` (64-byte fetches, the L2-HBM unit on H100/H200) and
+    ``measured_dram_x`` (``read_x`` of ``measured``: dram__bytes_read.sum / useful bytes read).
+    ``measured`` needs the columns ``stride`` and ``read_x`` (lab 04's copy family table)."""
+    missing = [c for c in ("stride", "read_x") if c not in measured.columns]
+    if missing:
+        raise ValueError(f"measured table lacks {missing}; has {list(measured.columns)}")
+    rows = []
+    labels = measured["label"] if "label" in measured.columns else measured["stride"].map("stride {}".format)
+    for lab, s, x in zip(labels, measured["stride"], measured["read_x"]):
+        m = sector_model(int(s), elem_bytes)
+        rows.append({"copy": lab, "stride": int(s), "bytes_apart": int(s) * elem_bytes, "pred_L2_sector_x": m.read_amplification,
+                     "pred_HBM_64B_x": m.dram_read_amplification, "measured_dram_x": x})
+    return pd.DataFrame(rows)

@@ -1,0 +1,25 @@
+"""Fixed-answer questions whose premise is a fact of the recorded reference set: when a new recording
+changes the fact, these fail and name the question to re-word (answers are sealed in the banks)."""
+from __future__ import annotations
+
+from infralens_lab import evidence
+from infralens_lab.analysis import traffic
+from infralens_lab.labs_support import lab04
+
+
+def test_lab04_q8_premise_attn_fwd_launches_fewer_blocks_than_sms():
+    st = evidence.reference()
+    att = lab04.recorded_attention(st)
+    sms = st.load("device").values["sm_count"]
+    grid = att.kernels.set_index("kernel").loc["attn_fwd", "grid_blocks"]
+    assert grid < sms, (f"the recorded attn_fwd has {grid} blocks on {sms} SMs: lab04.q8's answer (fewer blocks "
+                        "than SMs) no longer holds for this recording; re-word lab04.q8")
+
+
+def test_lab04_q9_premise_dram_reads_stop_at_16x():
+    fam = lab04.recorded_copy_family(evidence.reference())
+    t = fam.table.set_index("stride")
+    for s in (16, 32):
+        assert abs(t.loc[s, "read_x"] - traffic.sector_model(s, 4).dram_read_amplification) < 0.1 * 16, \
+            f"stride {s}: read_x {t.loc[s, 'read_x']:.2f} is not the 64-byte fetch model's 16; re-word lab04.q9"
+    assert traffic.sector_model(16, 4).read_amplification == 8  # the 32-byte model's cap the question contrasts
