@@ -127,5 +127,6 @@ def ceiling_notes(df: pd.DataFrame) -> list[str]:
         out.append(f"{b['gpu']} vs {a['gpu']}: matmul rates {min(mm):.2f}x to {max(mm):.2f}x (the same compute roof), "
                    f"copy bandwidth {b['copy_TB_s'] / a['copy_TB_s']:.2f}x; so the bf16 ridge moves from "
                    f"{a['ridge_bf16_FLOP_per_B']:.0f} to {b['ridge_bf16_FLOP_per_B']:.0f} FLOP/byte: a bf16 kernel "
-                   f"with an intensity between the two is compute-bound on one GPU and memory-bound on the other.")
+                   f"with an intensity between the two sits under the compute roof on one GPU and under the "
+                   f"memory roof on the other.")
     return out
