@@ -111,7 +111,10 @@ def _check_points(points):
         raise ValueError(f"points lacks columns {missing}; has {list(points.columns)}, expected at least {_REQUIRED}")
     for col in ("intensity", "flops_per_s") + (("predicted_intensity",) if "predicted_intensity" in points else ()):
         vals = pd.to_numeric(points[col], errors="coerce")
-        bad = points.loc[~(vals > 0) & ~(col == "predicted_intensity" and vals.isna()), "label"]
+        wrong = ~(vals > 0)
+        if col == "predicted_intensity":  # a kernel without a prediction is allowed; a non-positive one is not
+            wrong &= ~vals.isna()
+        bad = points.loc[wrong, "label"]
         if len(bad):
             raise ValueError(f"points[{col!r}] must be > 0 on a log-log chart; rows {list(bad)} have "
                              f"{list(points.loc[bad.index, col])}")
