@@ -81,3 +81,40 @@ def test_ceiling_notes_are_computed():
     assert "copy bandwidth 0.50x" in line and "matmul rates 1.00x to 1.00x" in line
     assert f"{df.iloc[0]['ridge_bf16_FLOP_per_B']:.0f} to {df.iloc[1]['ridge_bf16_FLOP_per_B']:.0f}" in line
     assert compare.ceiling_notes(df.iloc[:1]) == ["Only one recorded GPU: nothing to compare yet."]
+
+
+def _kt(rows):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["label", "intensity", "flops_per_s", "above_ridge", "fraction_of_roof", "bound"])
+
+
+def test_placement_by_hand():
+    a = _kt([["k1", 200.0, 300e12, True, 0.5, "latency"], ["k2", 10.0, 30e12, False, 0.9, "memory"],
+             ["only_a", 1.0, 1e12, False, 0.1, "latency"]])
+    b = _kt([["k1", 200.0, 250e12, False, 0.7, "memory"], ["k2", 10.0, 20e12, False, 0.8, "memory"]])
+    df = compare.placement({"A": a, "B": b})
+    assert list(df["label"]) == ["k1", "k2"]  # kernels on every GPU only
+    k1 = df.iloc[0]
+    assert (k1["A roof"], k1["B roof"]) == ("compute", "memory") and k1["B TFLOP/s"] == pytest.approx(250)
+    notes = compare.placement_notes(df)
+    assert notes[0] == "k1: under the compute roof on A, memory roof on B (same kernel, same intensity; the ridge moved)"
+    assert notes[1] == "memory-bound kernels (k2): B runs them at 0.67x to 0.67x the rate on A"
+
+
+def test_placement_on_the_two_recorded_sets():
+    from infralens_lab.analysis.hardware import Ceilings
+    from infralens_lab.labs_support import lab02
+
+    tables = {}
+    for slug in evidence.recordings():
+        ref = evidence.reference(slug)
+        mm = lab02.load_counters(ref, "ncu_matmul.csv")
+        kt = lab02.kernel_table([lab02.load_counters(ref, "ncu_attention.csv"), mm],
+                                Ceilings.from_evidence(ref.load("ceilings")),
+                                lab02.tensor_flops_per_op(lab02.tensor_op_check(mm)))
+        tables[ref.gpu] = kt
+    df = compare.placement(tables)
+    assert len(tables) == 2 and "matmul 8192³" in set(df["label"]) and "attn_fwd" in set(df["label"])
+    with pytest.raises(ValueError, match="lacks"):
+        compare.placement({"X": df})

@@ -130,3 +130,50 @@ def ceiling_notes(df: pd.DataFrame) -> list[str]:
                    f"with an intensity between the two sits under the compute roof on one GPU and under the "
                    f"memory roof on the other.")
     return out
+
+
+def placement(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The same kernels placed on each GPU's roofline: one row per kernel ``label`` found on every GPU.
+
+    ``tables``: GPU name -> lab 02's kernel table (columns ``label``, ``intensity``, ``flops_per_s``,
+    ``above_ridge``, ``fraction_of_roof``, ``bound``). Columns: ``label``, then per GPU ``<gpu> FLOP/B``
+    (measured intensity), ``<gpu> TFLOP/s``, ``<gpu> roof`` (``compute`` right of that GPU's ridge,
+    ``memory`` left of it), ``<gpu> of roof`` and ``<gpu> verdict`` (the series' one rule)."""
+    need = ("label", "intensity", "flops_per_s", "above_ridge", "fraction_of_roof", "bound")
+    frames = []
+    for gpu, kt in tables.items():
+        missing = [c for c in need if c not in kt.columns]
+        if missing:
+            raise ValueError(f"kernel table for {gpu!r} lacks {missing}; expected lab 02's kernel table")
+        k = kt[kt["fraction_of_roof"].notna()].set_index("label")
+        frames.append(pd.DataFrame({f"{gpu} FLOP/B": k["intensity"], f"{gpu} TFLOP/s": k["flops_per_s"] / T,
+                                    f"{gpu} roof": k["above_ridge"].map({True: "compute", False: "memory"}),
+                                    f"{gpu} of roof": k["fraction_of_roof"], f"{gpu} verdict": k["bound"]}))
+    if not frames:
+        raise ValueError("placement needs at least one GPU's kernel table; got none")
+    return pd.concat(frames, axis=1, join="inner").reset_index()
+
+
+def placement_notes(df: pd.DataFrame) -> list[str]:
+    """Sentences computed from :func:`placement`: kernels whose side of the ridge or verdict differs by GPU."""
+    gpus = [c[: -len(" roof")] for c in df.columns if c.endswith(" roof") and not c.endswith(" of roof")]
+    out = []
+    for _, r in df.iterrows():
+        sides = {g: r[f"{g} roof"] for g in gpus}
+        verdicts = {g: r[f"{g} verdict"] for g in gpus}
+        if len(set(sides.values())) > 1:
+            out.append(f"{r['label']}: under the " + ", ".join(f"{s} roof on {g}" for g, s in sides.items())
+                       + " (same kernel, same intensity; the ridge moved)")
+        elif len(set(verdicts.values())) > 1:
+            out.append(f"{r['label']}: " + ", ".join(f"{v} on {g} ({r[f'{g} of roof']:.0%} of roof)"
+                                                     for g, v in verdicts.items()))
+    if not out:
+        out.append("Every kernel sits on the same side of the ridge with the same verdict on every GPU.")
+    for g in gpus[1:]:
+        for side in ("memory", "compute"):
+            rows = df[(df[f"{gpus[0]} roof"] == side) & (df[f"{gpus[0]} verdict"] == side)]
+            if len(rows):
+                x = rows[f"{g} TFLOP/s"] / rows[f"{gpus[0]} TFLOP/s"]
+                out.append(f"{side}-bound kernels ({', '.join(rows['label'])}): {g} runs them at {x.min():.2f}x to "
+                           f"{x.max():.2f}x the rate on {gpus[0]}")
+    return out
