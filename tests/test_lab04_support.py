@@ -352,14 +352,14 @@ def test_share_shift_hand_computed_and_absent_reasons_count_zero():
     bd = pd.DataFrame([("a", "k", "long_scoreboard", 90), ("a", "k", "drain", 10),
                        ("b", "k", "long_scoreboard", 40), ("b", "k", "drain", 30), ("b", "k", "mio_throttle", 30)],
                       columns=["config", "kernel", "reason", "samples"])
-    first, last = C.stall_mix(bd, "a"), C.stall_mix(bd, "b")
+    first, last = C.reason_shares(bd, "a"), C.reason_shares(bd, "b")
     assert first["share"].tolist() == [0.9, 0.1] and last["reason"].tolist() == ["long_scoreboard", "drain", "mio_throttle"]
     sh = C.share_shift(first, last).set_index("reason")
     assert sh.index[0] == "mio_throttle"  # 0 -> 0.3 grew more than drain (0.1 -> 0.3)
     assert sh.loc["mio_throttle", "first"] == 0.0 and sh.loc["mio_throttle", "change"] == pytest.approx(0.3)
     assert sh.loc["drain", "change"] == pytest.approx(0.2) and sh.loc["long_scoreboard", "change"] == pytest.approx(-0.5)
     with pytest.raises(ValueError, match="no stall samples for config 'c'"):
-        C.stall_mix(bd, "c")
+        C.reason_shares(bd, "c")
 
 
 def test_model_agreement_sorts_rows_into_near_doubled_and_other():

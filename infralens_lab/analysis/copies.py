@@ -14,7 +14,7 @@ NEAR = 0.15  # |measured / model - 1| within which read_x "matches" the model (L
 DOUBLE = 0.2  # |measured / model - 2| within which read_x is "twice" the model (the 64-byte HBM fetch)
 
 
-def stall_mix(breakdown: pd.DataFrame, config: str) -> pd.DataFrame:
+def reason_shares(breakdown: pd.DataFrame, config: str) -> pd.DataFrame:
     """Stall rows of one copy config: ``kernel``, ``reason``, ``samples`` and ``share`` (fraction of the
     config's samples), largest first (ties by name). Raises ValueError for a config with no samples."""
     b = breakdown[breakdown["config"] == config]
@@ -27,7 +27,7 @@ def stall_mix(breakdown: pd.DataFrame, config: str) -> pd.DataFrame:
 
 
 def share_shift(first: pd.DataFrame, last: pd.DataFrame) -> pd.DataFrame:
-    """How each reason's share moved between two stall mixes (:func:`stall_mix`): columns ``reason``,
+    """How each reason's share moved between two stall mixes (:func:`reason_shares`): columns ``reason``,
     ``first``, ``last`` and ``change`` (last - first, fractions; a reason absent from a mix counts 0),
     largest growth first."""
     a, b = first.set_index("reason")["share"], last.set_index("reason")["share"]

@@ -101,7 +101,7 @@ class CopyFamily:
         cfg = self.table.loc[self.table["label"] == label, "config"]
         if cfg.empty:
             raise ValueError(f"no copy config labelled {label!r}; have {list(self.table['label'])}")
-        return copy_info.stall_mix(self.breakdown, cfg.iloc[0])
+        return copy_info.reason_shares(self.breakdown, cfg.iloc[0])
 
     def order(self) -> list[str]:  # configs in table order
         return list(self.table["config"])
