@@ -343,3 +343,66 @@ def test_stall_shift_when_the_top_reason_changes():
         "the largest reason changes along the family: coalesced long_scoreboard, stride 8 lg_throttle",
         "grew most from coalesced to stride 8: lg_throttle (0% to 50%)"]
     assert lab04.stall_shift(lab04._family(counters, None, None, "cap", None, "recorded")) == []
+
+
+# ------------------------------------------------------------------ analysis.copies and present.attention
+def test_share_shift_hand_computed_and_absent_reasons_count_zero():
+    from infralens_lab.analysis import copies as C
+
+    bd = pd.DataFrame([("a", "k", "long_scoreboard", 90), ("a", "k", "drain", 10),
+                       ("b", "k", "long_scoreboard", 40), ("b", "k", "drain", 30), ("b", "k", "mio_throttle", 30)],
+                      columns=["config", "kernel", "reason", "samples"])
+    first, last = C.reason_shares(bd, "a"), C.reason_shares(bd, "b")
+    assert first["share"].tolist() == [0.9, 0.1] and last["reason"].tolist() == ["long_scoreboard", "drain", "mio_throttle"]
+    sh = C.share_shift(first, last).set_index("reason")
+    assert sh.index[0] == "mio_throttle"  # 0 -> 0.3 grew more than drain (0.1 -> 0.3)
+    assert sh.loc["mio_throttle", "first"] == 0.0 and sh.loc["mio_throttle", "change"] == pytest.approx(0.3)
+    assert sh.loc["drain", "change"] == pytest.approx(0.2) and sh.loc["long_scoreboard", "change"] == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="no stall samples for config 'c'"):
+        C.reason_shares(bd, "c")
+
+
+def test_model_agreement_sorts_rows_into_near_doubled_and_other():
+    from infralens_lab.analysis import copies as C
+
+    t = pd.DataFrame({"label": ["coalesced", "stride 2", "stride 16", "stride 32"],
+                      "sectors_per_req": [16, 32, 32, 30], "pred_sectors_per_req": [16, 32, 32, 32],
+                      "read_x": [1.0, 2.1, 16.0, 12.0], "pred_read_x": [1.0, 2.0, 8.0, 8.0],
+                      "useful_fraction": [1.0, 0.5, 0.1, None], "pred_useful_fraction": [1.0, 0.67, 0.22, 0.22]})
+    g = C.model_agreement(t)
+    assert g["sectors_off"] == ["stride 32"] and g["near"] == ["stride 2"] and g["doubled"] == ["stride 16"]
+    assert g["other"] == ["stride 32"] and g["below_fraction"] == ["stride 2", "stride 16"] and g["with_fraction"] == 2
+
+
+def test_recorded_sectors_per_request_by_hand_and_the_lab_questions_evidence():
+    """The notebook's by-hand division of the raw counters equals the table; q10/q11 evidence on the recording."""
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
+    fam = lab04.recorded_copy_family(st)
+    raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
+    per = raw[raw["metric"].isin(N.SECTORS)].pivot_table(index="config", columns="metric", values="value", aggfunc="sum")
+    by_hand = per[N.SECTORS[0]] / per[N.SECTORS[1]]
+    assert (by_hand.reindex(fam.table["config"]).to_numpy() == fam.table["sectors_per_req"].to_numpy()).all()
+    sh = lab04.shift_table(fam)
+    assert sh["change"].is_monotonic_decreasing and sh["change"].sum() == pytest.approx(0.0, abs=1e-9)  # shares sum to 1
+    att = lab04.recorded_attention(st)
+    ev = lab04.sol_evidence(att).set_index("variant")
+    assert (ev["busiest_pct"] >= ev[["sm_pct", "memory_pct"]].max(axis=1) - 1e-12).all()
+    lines = lab04.sol_reading(att, 4.0e12)
+    naive = att.variants.set_index("variant").loc["naive"]
+    assert f"DRAM {naive['dram_mb'] / naive['time_us']:.2f} TB/s" in lines[0] and "of the measured copy ceiling (4.00 TB/s)" in lines[0]
+    assert lab04.copy_ceiling(st) is None or lab04.copy_ceiling(st) > 1e12  # bytes/s
+
+
+def test_attention_before_after_dram_rate_row_and_bad_variants():
+    from infralens_lab.present import attention as A
+
+    df = N.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
+    v = T.attention_variants(T.attention_kernels(df), df)
+    ba = A.attention_before_after(v, (1, 8, 2048, 64)).set_index("metric")
+    row = ba.loc["DRAM throughput (bytes / kernel time)"]
+    vv = v.set_index("variant")
+    assert row["naive"] == pytest.approx(vv.loc["naive", "dram_mb"] / vv.loc["naive", "time_us"])  # MB/µs = TB/s
+    with pytest.raises(ValueError, match="variants 'naive' and 'flash' needed"):
+        A.attention_before_after(v, (1, 8, 2048, 64), after="flash")
+    voc = A.vocabulary_table()
+    assert {"drain", "short_scoreboard", "mio_throttle"} <= set(voc["reason"]) and voc["meaning"].map(len).min() > 10

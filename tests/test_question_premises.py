@@ -23,3 +23,30 @@ def test_lab04_q9_premise_dram_reads_stop_at_16x():
         assert abs(t.loc[s, "read_x"] - traffic.sector_model(s, 4).dram_read_amplification) < 0.1 * 16, \
             f"stride {s}: read_x {t.loc[s, 'read_x']:.2f} is not the 64-byte fetch model's 16; re-word lab04.q9"
     assert traffic.sector_model(16, 4).read_amplification == 8  # the 32-byte model's cap the question contrasts
+
+
+def test_lab04_q11_premise_only_naive_reaches_the_rule_and_by_memory():
+    """lab04.q11's explanation (and the notebook's text after it) say the variant closest to a roof is the only
+    one at or over the rule's threshold, and that its busier unit is memory."""
+    from infralens_lab.analysis import roofline
+
+    ev = lab04.sol_evidence(lab04.recorded_attention(evidence.reference())).set_index("variant")
+    over = ev.index[ev["busiest_pct"] >= 100 * roofline.BOUND_THRESHOLD].tolist()
+    assert over == [ev["busiest_pct"].idxmax()], f"variants at or over the rule: {over}; re-word lab04.q11"
+    top = ev.loc[ev["busiest_pct"].idxmax()]
+    assert top["memory_pct"] > top["sm_pct"], "the closest variant's busier unit is no longer memory; re-word lab04.q11"
+
+
+def test_lab04_profile_text_premises_tiled_attention_fits_l2_and_writes_no_dram():
+    """The notebook says the profiled attention shape is (1, 8, 2048, 64), its Q/K/V/O fit in L2, tiled writes
+    0 DRAM bytes and reads about Q, K and V once, and attn_fwd runs under one wave."""
+    st = evidence.reference()
+    att = lab04.recorded_attention(st)
+    assert tuple(att.shape) == (1, 8, 2048, 64)
+    B, H, N, D = att.shape
+    tensor = B * H * N * D * 2  # fp16 bytes of one of Q, K, V, O
+    assert 4 * tensor < st.load("device").values["l2_bytes"]
+    k = att.kernels.set_index("kernel")
+    assert k.loc["attn_fwd", "dram_write_mb"] == 0
+    assert abs(k.loc["attn_fwd", "dram_read_mb"] * 1e6 / (3 * tensor) - 1) < 0.05  # Q, K, V read once each
+    assert k.loc["attn_fwd", "waves"] < 1

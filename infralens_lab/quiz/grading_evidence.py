@@ -147,3 +147,17 @@ def lab04_attention_variants():
     lab04, st = _lab04_store()
     att = lab04.recorded_attention(st) if st is not None else None
     return att.variants if att is not None else None
+
+
+def lab04_stall_shift():
+    """Lab 04: each stall reason's share at the coalesced copy and at the largest stride, and the change (recorded)."""
+    lab04, st = _lab04_store()
+    fam = lab04.recorded_copy_family(st) if st is not None else None
+    return lab04.shift_table(fam) if fam is not None else None
+
+
+def lab04_sol_pairs():
+    """Lab 04: per attention variant, SM % and memory % of peak and the larger of the two (recorded)."""
+    lab04, st = _lab04_store()
+    att = lab04.recorded_attention(st) if st is not None else None
+    return lab04.sol_evidence(att) if att is not None else None
