@@ -1,6 +1,7 @@
-"""Glue for lab 01 (the Nsight workflow): the live traced step, the recorded bubble/fixed traces and
-their before/after table, the idle time by cause, the hot kernel and the commands to profile it,
-the recorded spreads, and the bottleneck statement written from those numbers.
+"""Glue for lab 01 (the Nsight workflow): the step the notebook profiles live, the recorded bubble/fixed
+traces and their before/after table, the idle time by cause, the hot kernel, the commands to profile it
+and its counters, the recorded matmul ceilings per precision, the recorded spreads, and the bottleneck
+statement written from those numbers (trace tables: :mod:`infralens_lab.present.trace_tables`).
 
 Traces go through :class:`infralens_lab.measure.torch_trace.Trace` whether they were taken now or
 recorded on a GPU; counters through :mod:`infralens_lab.measure.ncu`. A loader whose record is
