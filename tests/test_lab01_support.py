@@ -66,7 +66,9 @@ def test_compare_hand_computed():
     assert cmp.loc["bubble", "cpu_step_ms"] == pytest.approx(1.0)
     assert cmp.loc["bubble", "gpu_util_pct"] == pytest.approx(20.0)  # 400 µs busy in 2000
     assert cmp.loc["fixed", "gpu_util_pct"] == pytest.approx(92.0)  # 920 / 1000
-    assert cmp.loc["bubble", "idle_ms_per_step"] == pytest.approx(0.4) and cmp.loc["bubble", "largest_gap_ms"] == 0.8
+    # idle over the period's window (GPU ends 620 -> 1620): the one 800 µs gap, in one period
+    assert cmp.loc["bubble", "idle_ms_per_step"] == pytest.approx(0.8) and cmp.loc["bubble", "largest_gap_ms"] == 0.8
+    assert cmp.loc["bubble", "idle_gaps_per_step"] == 1.0
     assert cmp.loc["fixed", "idle_gaps_per_step"] == 0 and cmp.loc["fixed", "main_idle_cause"] == "none"
     assert cmp.loc["bubble", "main_idle_cause"] == "host"
     assert derive("ratio", cmp.reset_index(), num={"column": "period_ms", "where": {"version": "bubble"}},
@@ -93,10 +95,15 @@ def test_gap_view_hot_kernels_and_statement():
     assert hot["pct_of_kernel_time"].tolist() == [100.0]
     assert lab01.hot_kernel_name(tr) == "void at::native::elementwise_kernel<128, 4>(int, Foo)"
     text = lab01.bottleneck_statement(lab01.compare(_traces()), lab01.idle_by_cause(_bubble()), hot,
-                                      {"sm_pct": 30.0, "memory_pct": 80.0, "dominant_stall": "long_scoreboard"})
-    assert "busy 20% of each 1.0 ms step" in text and "0.4 ms per step it sits idle" in text
-    assert "52% of that while the CPU was in 'host' work" in text  # 420 / 800 = 52.5%, printed with .0f
-    assert "0.5 ms (2.0x faster)" in text and "the input pipeline, not the GPU, bounded the step" in text
+                                      {"sm_pct": 30.0, "memory_pct": 80.0, "dominant_stall": "long_scoreboard"},
+                                      {"fp32_share": 0.75, "ratio": 8.0})
+    assert "busy 20% of each 1.0 ms step" in text and "0.8 ms per step sit in idle gaps over 50 µs" in text
+    assert "52% of that idle time while the CPU was in 'host' work" in text  # 420 / 800 = 52.5%, printed with .0f
+    assert "at most 5.00x faster (Amdahl)" in text  # 100 / 20% busy
+    # 1.0 / 0.5 ms = 2x; gain 1 of the possible 4 (5x - 1) = 25%; three edits, so no single cause is claimed
+    assert "takes 0.5 ms per step: 2.00x, 100% more steps per second, 25% of the possible gain" in text
+    assert "three edits at once" in text and "one re-profile per edit" in text and "bounded the step" not in text
+    assert "take 75% of kernel time" in text and "TF32 is 8.0x fp32, which bounds the GPU-bound step at 2.9x" in text  # 1/(.25+.75/8)
     assert "reads memory-bound: 80% of its peak" in text and "'long_scoreboard' (waiting on a scoreboard dependency on an L1TEX" in text
 
 
@@ -111,9 +118,42 @@ def test_ranges_view_and_notes():
     assert not any("'forward'" in n for n in notes)  # 0.1 ms CPU vs 0.2 ms GPU: within a factor 2
 
 
+def _live(version="bubble"):
+    """The notebook's profiler cell, in short (torch_trace.profile runs the same schedule)."""
+    tr = lab01.profile(lab01.live_step(version), wait=1, warmup=1, active=3)
+    return tr, lab01.live_evidence(tr, version)
+
+
+def test_idle_budget_hand_computed_and_on_the_recording():
+    b = lab01.idle_budget(_bubble())  # window 620 -> 1620: busy 1420-1620, one 800 µs gap
+    assert b == pytest.approx({"period_ms": 1.0, "busy_ms": 0.2, "idle_over_ms": 0.8, "idle_under_ms": 0.0,
+                               "gaps_over_per_step": 1.0, "min_gap_us": 50.0})
+    f = lab01.idle_budget(_fixed())  # window 480 -> 980: gap 480-520 (40 µs, under the threshold), busy 520-980
+    assert f == pytest.approx({"period_ms": 0.5, "busy_ms": 0.46, "idle_over_ms": 0.0, "idle_under_ms": 0.04,
+                               "gaps_over_per_step": 0.0, "min_gap_us": 50.0})
+    assert lab01.idle_budget(_fixed(), min_gap_us=30)["idle_over_ms"] == pytest.approx(0.04)
+    st = _store_with("trace_bubble", "trace_fixed")
+    for v, (tr, _) in lab01.recorded_traces(st).items():
+        b = lab01.idle_budget(tr)
+        # the split is exact: period = busy + gaps over + gaps under (float sums of ~1000 intervals)
+        assert b["busy_ms"] + b["idle_over_ms"] + b["idle_under_ms"] == pytest.approx(b["period_ms"], rel=1e-9)
+        assert b["idle_over_ms"] == pytest.approx(lab01.compare({v: (tr, None)})["idle_ms_per_step"].iloc[0])
+
+
+def test_matmul_ceilings_and_q9_derivation(capsys):
+    assert lab01.matmul_ceilings(None) is None and "no `ceilings` record" in capsys.readouterr().out
+    st = _store_with("ceilings")
+    t, cap = lab01.matmul_ceilings(st)
+    assert {"fp32", "tf32", "bf16"} <= set(t["dtype"]) and (t["rate_TFLOPs"] > 0).all() and st.gpu in cap
+    want = t.set_index("dtype")["rate_TFLOPs"]
+    got = derive("ratio", t, num={"column": "rate_TFLOPs", "where": {"dtype": "tf32"}},
+                 den={"column": "rate_TFLOPs", "where": {"dtype": "fp32"}})
+    assert got == pytest.approx(want["tf32"] / want["fp32"]) and got > 1
+
+
 @pytest.mark.skipif(is_gpu(), reason="interpreter-mode behaviour; on a GPU see test_live_gpu_trace_has_kernels")
 def test_live_cpu_trace_has_ranges_and_no_kernels():
-    tr, ev = lab01.live_trace("bubble")
+    tr, ev = _live("bubble")
     assert not tr.has_gpu and ev.source == "live"
     r = lab01.ranges_view(tr)
     assert {"data", "forward", "backward", "optimizer", "log"} <= set(r["range"])
@@ -123,12 +163,12 @@ def test_live_cpu_trace_has_ranges_and_no_kernels():
     assert len(ops) == 8 and ops["op"].str.startswith("aten::").all()
     assert lab01.hot_kernel_name(tr) is None and lab01.hot_kernels(tr).empty
     with pytest.raises(ValueError, match="version 'slow'"):
-        lab01.live_trace("slow")
+        lab01.live_step("slow")
 
 
 @pytest.mark.skipif(not is_gpu(), reason="needs a GPU")
 def test_live_gpu_trace_has_kernels():
-    tr, ev = lab01.live_trace("bubble")
+    tr, ev = _live("bubble")
     assert tr.has_gpu and ev.source == "live"
     assert lab01.hot_kernel_name(tr) and not lab01.hot_kernels(tr).empty
     r = lab01.ranges_view(tr)

@@ -50,3 +50,23 @@ def test_lab04_profile_text_premises_tiled_attention_fits_l2_and_writes_no_dram(
     assert k.loc["attn_fwd", "dram_write_mb"] == 0
     assert abs(k.loc["attn_fwd", "dram_read_mb"] * 1e6 / (3 * tensor) - 1) < 0.05  # Q, K, V read once each
     assert k.loc["attn_fwd", "waves"] < 1
+
+
+def test_lab01_q9_q10_premises_fp32_gemms_and_a_fix_near_its_bound():
+    from infralens_lab.labs_support import lab01
+
+    st = evidence.reference()
+    traces = lab01.recorded_traces(st)
+    k = traces["fixed"][0].kernels()  # full names, most GPU time first
+    hot = k["name"].head(3)
+    assert hot.str.contains(lab01.FP32_GEMM).all(), \
+        f"the hot kernels {list(hot)} are not all fp32 SIMT GEMMs: re-word lab01.q9 and q10 (option C)"
+    share = k.loc[k["name"].str.contains(lab01.FP32_GEMM), "pct"].sum() / 100
+    rate = lab01.matmul_ceilings(st)[0].set_index("dtype")["rate_TFLOPs"]
+    assert share > 0.5 and rate["tf32"] / rate["fp32"] > 4, \
+        f"fp32 GEMMs {share:.0%} of kernel time, tf32/fp32 ceilings {rate['tf32'] / rate['fp32']:.1f}x: re-word lab01.q10"
+    cmp = lab01.compare(traces).set_index("version")
+    bound = 100 / cmp.loc["bubble", "gpu_util_pct"]
+    r = cmp.loc["bubble", "period_ms"] / cmp.loc["fixed", "period_ms"]
+    assert 0.75 <= (r - 1) / (bound - 1) <= 1.05, \
+        f"the fix bought {r:.2f}x of a {bound:.2f}x bound: 'took most of it' (lab01.q10, C) no longer holds"

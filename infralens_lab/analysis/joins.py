@@ -277,7 +277,8 @@ def trace_comparison(traces: dict) -> pd.DataFrame:
     steps' GPU work finished (``(last gpu_end - first gpu_end) / (steps - 1)`` of :func:`step_gpu_work`);
     a step is done when its GPU work is, whether or not the CPU has moved on. ``cpu_step_ms``: time the
     CPU spent inside the step range. ``gpu_work_ms``: GPU time of the work each step launched.
-    ``gpu_util_pct``: GPU busy share of the profiled window (``Trace.summary``). Then the idle gaps.
+    ``gpu_util_pct``: GPU busy share of the profiled window (``Trace.summary``). Then the idle gaps over
+    ``min_gap_us`` (50 µs) in the same window as ``period_ms`` (:func:`idle_budget`), per step.
     """
     rows = []
     for v, tr in traces.items():
@@ -287,17 +288,40 @@ def trace_comparison(traces: dict) -> pd.DataFrame:
             raise ValueError(f"{v}: need at least two profiled steps that launched GPU work; got {n} steps, "
                              f"{int(w['gpu_end_us'].notna().sum())} with GPU work")
         s = tr.summary()
-        gaps = tr.idle_gaps()
-        row = {"version": v, "steps": n,
-               "period_ms": (w["gpu_end_us"].iloc[-1] - w["gpu_end_us"].iloc[0]) / (n - 1) / 1e3,
+        gaps, b = tr.idle_gaps(), idle_budget(tr)
+        row = {"version": v, "steps": n, "period_ms": b["period_ms"],
                "cpu_step_ms": s["mean_step_us"] / 1e3, "gpu_work_ms": w["gpu_work_us"].mean() / 1e3,
                "gpu_util_pct": 100 * (s.get("gpu_utilization") or 0.0),
-               "idle_gaps_per_step": len(gaps) / n, "idle_ms_per_step": float(gaps["gap_us"].sum()) / n / 1e3,
+               "idle_gaps_per_step": b["gaps_over_per_step"], "idle_ms_per_step": b["idle_over_ms"],
                "largest_gap_ms": float(gaps["gap_us"].max()) / 1e3 if len(gaps) else 0.0,
                "main_idle_cause": idle_by_cause(tr)["cause"].iloc[0] if len(gaps) else "none"}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
+    """Where the time of one steady step goes, over the window ``period_ms`` is measured on (from the end of
+    the first profiled step's GPU work to the end of the last one's, :func:`step_gpu_work`), per step:
+    ``busy_ms`` (GPU running a kernel, copy or memset on any stream), ``idle_over_ms`` (idle gaps longer than
+    ``min_gap_us``, the ones :meth:`Trace.idle_gaps` lists), ``idle_under_ms`` (the short gaps between
+    back-to-back launches, not listed), ``gaps_over_per_step``. ``busy + idle_over + idle_under = period``
+    exactly; ``min_gap_us`` is returned with them so a table can print the threshold it used.
+    """
+    import numpy as np  # local: only this function needs it
+
+    w = step_gpu_work(tr)
+    if len(w) < 2 or w["gpu_end_us"].isna().any():
+        raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(w)} steps")
+    a, b, n = float(w["gpu_end_us"].iloc[0]), float(w["gpu_end_us"].iloc[-1]), len(w) - 1
+    busy = np.array(tr.busy()).reshape(-1, 2)
+    busy_us = float((np.clip(busy[:, 1], a, b) - np.clip(busy[:, 0], a, b)).sum())
+    g0, g1 = busy[:-1, 1], busy[1:, 0]
+    inside = np.clip(g1, a, b) - np.clip(g0, a, b)  # the part of each gap inside the window
+    over = (g1 - g0) > min_gap_us  # a gap counts by its full length, as in Trace.idle_gaps
+    return {"period_ms": (b - a) / n / 1e3, "busy_ms": busy_us / n / 1e3,
+            "idle_over_ms": float(inside[over].sum()) / n / 1e3, "idle_under_ms": float(inside[~over].sum()) / n / 1e3,
+            "gaps_over_per_step": int(((inside > 0) & over).sum()) / n, "min_gap_us": float(min_gap_us)}
+
+
 __all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_variants", "block_m_from_grid",
-           "config_fields", "copy_family", "occupancy_table", "attention_predictions", "trace_comparison"]
+           "config_fields", "copy_family", "occupancy_table", "attention_predictions", "idle_budget", "trace_comparison"]

@@ -1,6 +1,7 @@
-"""Glue for lab 01 (the Nsight workflow): the live traced step, the recorded bubble/fixed traces and
-their before/after table, the idle time by cause, the hot kernel and the commands to profile it,
-the recorded spreads, and the bottleneck statement written from those numbers.
+"""Glue for lab 01 (the Nsight workflow): the step the notebook profiles live, the recorded bubble/fixed
+traces and their before/after table, the idle time by cause, the hot kernel, the commands to profile it
+and its counters, the recorded matmul ceilings per precision, the recorded spreads, and the bottleneck
+statement written from those numbers (trace tables: :mod:`infralens_lab.present.trace_tables`).
 
 Traces go through :class:`infralens_lab.measure.torch_trace.Trace` whether they were taken now or
 recorded on a GPU; counters through :mod:`infralens_lab.measure.ncu`. A loader whose record is
@@ -19,6 +20,7 @@ from ..device import is_gpu
 from ..measure import ncu as N
 from ..measure import nsys
 from ..analysis import joins, stalls
+from ..analysis.joins import idle_budget  # noqa: F401  (re-exported: the lab shows it)
 from ..analysis.roofline import sol_verdict
 from ..measure.ncu import demangled_regex  # noqa: F401  (re-exported: the lab shows it)
 from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, quiet_profiler_chatter,  # noqa: F401
@@ -26,6 +28,7 @@ from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, qu
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
 from ..measure.timing import time_fn
+from ..present.trace_tables import gap_view, hot_kernel_name, hot_kernels, ops_by_count, ranges_view  # noqa: F401
 from ..analysis.stalls import explain
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
@@ -36,55 +39,24 @@ TARGET = ["--kernel", "train_step", "--warmup", "2", "--iters", "1"]
 
 
 # ---------------------------------------------------------------- live
-def live_trace(version: str = "bubble"):
-    """Profile a few steps of the pipeline now; returns ``(Trace, Evidence)``.
-
-    On a GPU: the pipeline's GPU sizes, CPU and CUDA activity. In interpreter mode: a tiny TinyGPT on
-    the CPU, so the trace holds ranges and CPU ops but no kernels (a CPU-only trace).
-    """
+def live_step(version: str = "bubble"):
+    """The pipeline's training step to profile now (a callable): the GPU sizes on a GPU, a tiny TinyGPT on
+    the CPU in interpreter mode, where a trace holds ranges and CPU ops but no kernels."""
     if version not in VERSIONS:
         raise ValueError(f"version {version!r}; expected one of {VERSIONS}")
-    step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
-    with quiet_profiler_chatter():
-        tr = profile(step, wait=1, warmup=1, active=3)
-    ev = evidence.live(f"trace_{version}_live", {"summary": tr.summary()},
-                       f"infralens_lab.measure.torch_trace.profile(make_step({version!r}), wait=1, warmup=1, active=3)")
-    return tr, ev
+    return make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
 
 
-def ranges_view(tr: Trace, with_times: bool | None = None) -> pd.DataFrame:
-    """The record_function ranges of a trace (step ranges left out), in order of first appearance, with the
-    GPU operations (kernels, copies, memsets) launched inside them per step.
-
-    ``with_times`` (default: only for traces with GPU events) adds CPU and device milliseconds per
-    step; a CPU-only trace's timings are interpreter-speed noise, so by default it shows counts only.
-    """
-    ev = tr.events
-    rng = ev[(ev["cat"] == "user_annotation") & ~ev["name"].str.startswith("ProfilerStep")]
-    order = list(dict.fromkeys(rng.sort_values("start_us")["name"]))
-    t = tr.ranges().set_index("name").loc[order].reset_index()
-    steps = max(1, tr.summary()["steps"])
-    out = pd.DataFrame({"range": t["name"], "per_step": t["count"] / steps, "gpu_ops_launched": t["launches"] / steps})
-    if with_times if with_times is not None else tr.has_gpu:
-        out["cpu_ms_per_step"] = t["cpu_total_us"] / steps / 1e3
-        out["gpu_ms_per_step"] = t["device_us"] / steps / 1e3
-    return out
-
-
-def ops_by_count(tr: Trace, top: int = 8) -> pd.DataFrame:
-    """The most frequent aten ops (name, calls per step): a view with no timings, stable on a CPU."""
-    ops = tr.ops()
-    ops = ops[ops["name"].str.startswith("aten::")]
-    steps = max(1, tr.summary()["steps"])
-    out = pd.DataFrame({"op": ops["name"], "calls_per_step": ops["count"] / steps})
-    return out.sort_values(["calls_per_step", "op"], ascending=[False, True]).head(top).reset_index(drop=True)
+def live_evidence(tr: Trace, version: str):
+    """The provenance of a trace the notebook took now with torch.profiler (wait=1, warmup=1, active=3)."""
+    return evidence.live(f"trace_{version}_live", {"summary": tr.summary()},
+                         f"torch.profiler over lab01.live_step({version!r}), schedule(wait=1, warmup=1, active=3)")
 
 
 def time_step(version: str = "fixed", warmup: int = 3, repeats: int = 20):
     """:func:`infralens_lab.measure.timing.time_fn` over whole pipeline steps (CUDA events on a GPU;
     in interpreter mode it declines to time, and says why)."""
-    step = make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
-    return time_fn(step, warmup=warmup, repeats=repeats)
+    return time_fn(live_step(version), warmup=warmup, repeats=repeats)
 
 
 # ---------------------------------------------------------------- recorded traces
@@ -108,34 +80,6 @@ def recorded_traces(st) -> dict | None:
 def compare(traces: dict) -> pd.DataFrame:
     """Before/after table of the pipeline versions (:func:`infralens_lab.analysis.joins.trace_comparison`)."""
     return joins.trace_comparison({v: tr for v, (tr, _) in traces.items()})
-
-
-def gap_view(tr: Trace, top: int = 8) -> pd.DataFrame:
-    """The ``top`` longest GPU idle gaps: when (ms), how long, the dominant cause, ranges and ops on the CPU."""
-    g = tr.idle_gaps()
-    if g.empty:
-        return pd.DataFrame(columns=["start_ms", "gap_ms", "cause", "cpu_ranges", "cpu_ops"])
-    g = g.nlargest(top, "gap_us").sort_values("start_us")
-    return pd.DataFrame({"start_ms": g["start_us"] / 1e3, "gap_ms": g["gap_us"] / 1e3, "cause": g["cause"],
-                         "cpu_ranges": g["ranges"], "cpu_ops": g["ops"]}).reset_index(drop=True)
-
-
-def hot_kernels(tr: Trace, top: int = 5) -> pd.DataFrame:
-    """Kernels by total GPU time in the trace: name (shortened to 70 characters), launches, total ms and
-    share of all kernel time. Counts cover every kernel in the trace, including work a CPU running ahead
-    queued before the profiled window, so they need not divide evenly by the number of steps."""
-    k = tr.kernels()
-    if k.empty:
-        return k
-    out = pd.DataFrame({"kernel": [n if len(n) <= 70 else n[:67] + "..." for n in k["name"]],
-                        "launches": k["count"], "total_ms": k["total_us"] / 1e3, "pct_of_kernel_time": k["pct"]})
-    return out.head(top)
-
-
-def hot_kernel_name(tr: Trace) -> str | None:
-    """Full name of the kernel with the most GPU time in ``tr`` (None for a CPU-only trace)."""
-    k = tr.kernels()
-    return None if k.empty else str(k["name"].iloc[0])
 
 
 def range_notes(tr: Trace, version: str) -> list[str]:
@@ -221,6 +165,22 @@ def hot_kernel_counters(st, hot_kernel: str):
     return row, cap
 
 
+# ---------------------------------------------------------------- precision
+FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores (SIMT FMAs, no tensor cores)
+
+
+def matmul_ceilings(st) -> tuple[pd.DataFrame, str] | None:
+    """The recorded 8192³ matmul rate per precision (``ceilings``: median of CUDA-event timings) as
+    ``dtype, rate_TFLOPs``, with its caption; None with a note if not recorded."""
+    if st is None or "ceilings" not in st.names():
+        print("Matmul ceilings: no `ceilings` record yet.")
+        return None
+    ev = st.load("ceilings")
+    rows = [{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / 1e12}
+            for r in ev.values["matmul"]]
+    return pd.DataFrame(rows), ev.caption()
+
+
 # ---------------------------------------------------------------- spread
 def recorded_spread(st) -> tuple[pd.DataFrame, str] | None:
     """Median and p10/p90 of recorded timings: the fp16 matmul size sweep (``ceilings``) and, if
@@ -281,25 +241,31 @@ def _meaning(reason: str) -> str:
 
 
 def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFrame | None = None,
-                         counters: dict | None = None) -> str:
-    """The bottleneck statement, every number taken from the tables passed in."""
+                         counters: dict | None = None, precision: dict | None = None) -> str:
+    """The bottleneck statement, every number taken from the tables passed in. ``precision``, if given:
+    ``{"fp32_share": fraction of kernel time in fp32 GEMMs, "ratio": TF32 ceiling / fp32 ceiling}``."""
     b = cmp.set_index("version").loc["bubble"]
     f = cmp.set_index("version").loc["fixed"]
-    top = causes.iloc[0]
+    top, bound, r = causes.iloc[0], 100 / b["gpu_util_pct"], b["period_ms"] / f["period_ms"]
     lines = [
         f"Where time goes: in the bubble step the GPU is busy {b['gpu_util_pct']:.0f}% of each "
-        f"{b['period_ms']:.1f} ms step; {b['idle_ms_per_step']:.1f} ms per step it sits idle, "
-        f"{100 * top['share']:.0f}% of that while the CPU was in '{top['cause']}' work.",
-        f"One change (batches prepared ahead in pinned memory, copied asynchronously, no per-step .item()) "
-        f"brings the step to {f['period_ms']:.1f} ms ({b['period_ms'] / f['period_ms']:.1f}x faster) with the GPU "
-        f"busy {f['gpu_util_pct']:.0f}% of the time"
-        + (": the input pipeline, not the GPU, bounded the step." if b["period_ms"] > 1.2 * f["period_ms"]
-           else ": not enough to say the input pipeline bounded the step; look for another cause."),
+        f"{b['period_ms']:.1f} ms step; {b['idle_ms_per_step']:.1f} ms per step sit in idle gaps over 50 µs, "
+        f"{100 * top['share']:.0f}% of that idle time while the CPU was in '{top['cause']}' work. Removing all "
+        f"idle time could make the step at most {bound:.2f}x faster (Amdahl).",
+        f"The fixed version (three edits at once: batches prepared ahead in pinned memory, non-blocking copies, "
+        f"no per-step .item()) takes {f['period_ms']:.1f} ms per step: {r:.2f}x, {100 * (r - 1):.0f}% more steps "
+        f"per second, {100 * (r - 1) / (bound - 1):.0f}% of the possible gain, with the GPU busy "
+        f"{f['gpu_util_pct']:.0f}% of the time. Which edit bought what needs one re-profile per edit.",
     ]
     if hot is not None and len(hot):
         h = hot.iloc[0]
         lines.append(f"What is left is GPU work: the hottest kernel ({h['kernel']}) takes {h['pct_of_kernel_time']:.0f}% "
                      f"of kernel time, so it is the one to hand to Nsight Compute.")
+    if precision:
+        s, k = precision["fp32_share"], precision["ratio"]
+        lines.append(f"fp32 GEMMs on the CUDA cores take {100 * s:.0f}% of kernel time; at the recorded ceilings "
+                     f"TF32 is {k:.1f}x fp32, which bounds the GPU-bound step at {1 / ((1 - s) + s / k):.1f}x: "
+                     f"the next lever, still to be measured.")
     if counters:
         c = counters
         lines.append(f"Why it takes that long: its speed of light ({c['memory_pct']:.0f}% of peak memory throughput, "

@@ -58,6 +58,14 @@ def lab01_before_after():
     return lab01.compare(traces) if traces is not None else None
 
 
+def lab01_matmul_ceilings():
+    """Lab 01: the recorded matmul rate per precision (``dtype, rate_TFLOPs``), as the notebook shows it."""
+    from infralens_lab.labs_support import lab01
+
+    got = lab01.matmul_ceilings(lab01.store())
+    return got[0] if got is not None else None
+
+
 def _lab02_tables():
     from infralens_lab import evidence
     from infralens_lab.labs_support import lab02
