@@ -23,3 +23,15 @@ def test_lab04_q9_premise_dram_reads_stop_at_16x():
         assert abs(t.loc[s, "read_x"] - traffic.sector_model(s, 4).dram_read_amplification) < 0.1 * 16, \
             f"stride {s}: read_x {t.loc[s, 'read_x']:.2f} is not the 64-byte fetch model's 16; re-word lab04.q9"
     assert traffic.sector_model(16, 4).read_amplification == 8  # the 32-byte model's cap the question contrasts
+
+
+def test_lab03_q9_premise_amp_reserves_more_while_allocating_less_unisolated():
+    from infralens_lab.labs_support import lab03
+    ev, runs = lab03.recorded_memory(evidence.reference(), "train")
+    slack = lab03.allocator_slack(runs).set_index("run")
+    assert not lab03.slack_isolated(ev), ("the reference memory_train now comes from a recorder that isolates each "
+                                          "measurement: lab03.q9's premise (one process, cache not emptied) is gone; "
+                                          "re-word lab03.q9 and the slack paragraph of lab 03")
+    assert slack.loc["amp_bf16", "peak_allocated_MiB"] < slack.loc["fp32", "peak_allocated_MiB"] - 250
+    assert slack.loc["amp_bf16", "peak_reserved_MiB"] > slack.loc["fp32", "peak_reserved_MiB"], \
+        "amp_bf16 no longer reserves more than fp32 in the recording: re-word lab03.q9"
