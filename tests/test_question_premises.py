@@ -35,3 +35,13 @@ def test_lab03_q9_premise_amp_reserves_more_while_allocating_less_unisolated():
     assert slack.loc["amp_bf16", "peak_allocated_MiB"] < slack.loc["fp32", "peak_allocated_MiB"] - 250
     assert slack.loc["amp_bf16", "peak_reserved_MiB"] > slack.loc["fp32", "peak_reserved_MiB"], \
         "amp_bf16 no longer reserves more than fp32 in the recording: re-word lab03.q9"
+
+
+def test_lab03_q10_premise_amp_temporaries_are_one_fp32_logits_tensor():
+    from infralens_lab.labs_support import lab03
+    ev, runs = lab03.recorded_memory(evidence.reference(), "train")
+    m = ev.values["meta"]
+    sbv4 = 4 * m["batch"] * m["seq"] * m["config"]["vocab"]
+    temp = {run: int(df.set_index("category").loc["temporary buffers", "bytes"]) for run, df in runs.items()}
+    assert temp["fp32"] == 2 * sbv4, f"fp32 temporary buffers {temp['fp32']} B != 2 x 4·sbv: re-word lab03.q10"
+    assert temp["amp_bf16"] == sbv4 + 512, f"amp_bf16 temporary buffers {temp['amp_bf16']} B != 4·sbv + 512: re-word lab03.q10"
