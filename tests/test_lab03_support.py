@@ -139,3 +139,53 @@ def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
     assert judge(question("lab03.q2"), "activations", evidence=lab03.ledger_rows(MEASURED))[0] == "correct"
     assert judge(question("lab03.q2"), "weights", evidence=lab03.ledger_rows(MEASURED))[0] == "wrong"
     assert judge(question("lab03.q6"), round(lab03.kv_crossover_context("llama2-7b", 8)))[0] == "correct"
+
+
+class _Store:
+    """A stand-in for evidence.RecordedStore holding one in-memory record."""
+
+    def __init__(self, values):
+        self._values = values
+
+    def names(self):
+        return [] if self._values is None else [lab03.TIMELINE]
+
+    def load(self, name):
+        assert name == lab03.TIMELINE
+        return type("Ev", (), {"values": self._values})()
+
+
+def _history():
+    from infralens_lab.measure import memory_timeline as mt
+    m = [mt.MARKER_BASE + 512 * i for i in range(4)]
+    return [["alloc", m[0]], ["free_completed", m[0]], ["alloc", 300], ["alloc", 200], ["free_completed", 200],
+            ["alloc", m[1]], ["free_completed", m[1]], ["alloc", 100], ["free_completed", 300],
+            ["alloc", m[2]], ["free_completed", m[2]], ["alloc", 64], ["free_completed", 64],
+            ["alloc", m[3]], ["free_completed", m[3]]]
+
+
+def test_recorded_timeline_absent_and_present():
+    assert lab03.recorded_timeline(None) == (None, {})
+    assert lab03.recorded_timeline(_Store(None)) == (None, {})
+    rec = {p: {"meta": {"steps": 1}, "baseline_bytes": 1000, "events": _history()} for p in ("fp32", "amp_bf16")}
+    ev, tls = lab03.recorded_timeline(_Store(rec))
+    assert set(tls) == {"fp32", "amp_bf16"}
+    assert tls["fp32"]["allocated_bytes"].max() == 1500  # 1000 held + 300 + 200 at the forward's peak
+    assert list(tls["amp_bf16"]["phase"].unique()) == ["forward", "backward", "optimizer"]
+    from infralens_lab.measure.memory_timeline import phase_peaks
+    peaks = lab03.in_mib(phase_peaks(tls["fp32"]), ("start_bytes", "peak_bytes", "end_bytes")).set_index("phase")
+    assert peaks.loc["forward", "peak_MiB"] * lab03.MiB == 1500 and peaks.loc["backward", "end_MiB"] * lab03.MiB == 1100
+
+
+def test_recorded_timeline_refuses_a_malformed_record():
+    with pytest.raises(ValueError, match=r"lacks \['baseline_bytes'\].*re-record"):
+        lab03.recorded_timeline(_Store({"fp32": {"meta": {"steps": 1}, "events": []}}))
+
+
+def test_slack_isolated_by_recording_date():
+    def ev(date):
+        return type("Ev", (), {"provenance": type("P", (), {"date_utc": date})()})()
+    assert not lab03.slack_isolated(ev("2026-11-22T23:35:15Z"))
+    assert lab03.slack_isolated(ev("2026-11-24T08:00:00Z"))
+    with pytest.raises(ValueError, match="no provenance date_utc"):
+        lab03.slack_isolated(ev(""))

@@ -70,3 +70,25 @@ def test_lab01_q9_q10_premises_fp32_gemms_and_a_fix_near_its_bound():
     r = cmp.loc["bubble", "period_ms"] / cmp.loc["fixed", "period_ms"]
     assert 0.75 <= (r - 1) / (bound - 1) <= 1.05, \
         f"the fix bought {r:.2f}x of a {bound:.2f}x bound: 'took most of it' (lab01.q10, C) no longer holds"
+
+
+def test_lab03_q9_premise_amp_reserves_more_while_allocating_less_unisolated():
+    from infralens_lab.labs_support import lab03
+    ev, runs = lab03.recorded_memory(evidence.reference(), "train")
+    slack = lab03.allocator_slack(runs).set_index("run")
+    assert not lab03.slack_isolated(ev), ("the reference memory_train now comes from a recorder that isolates each "
+                                          "measurement: lab03.q9's premise (one process, cache not emptied) is gone; "
+                                          "re-word lab03.q9 and the slack paragraph of lab 03")
+    assert slack.loc["amp_bf16", "peak_allocated_MiB"] < slack.loc["fp32", "peak_allocated_MiB"] - 250
+    assert slack.loc["amp_bf16", "peak_reserved_MiB"] > slack.loc["fp32", "peak_reserved_MiB"], \
+        "amp_bf16 no longer reserves more than fp32 in the recording: re-word lab03.q9"
+
+
+def test_lab03_q10_premise_amp_temporaries_are_one_fp32_logits_tensor():
+    from infralens_lab.labs_support import lab03
+    ev, runs = lab03.recorded_memory(evidence.reference(), "train")
+    m = ev.values["meta"]
+    sbv4 = 4 * m["batch"] * m["seq"] * m["config"]["vocab"]
+    temp = {run: int(df.set_index("category").loc["temporary buffers", "bytes"]) for run, df in runs.items()}
+    assert temp["fp32"] == 2 * sbv4, f"fp32 temporary buffers {temp['fp32']} B != 2 x 4·sbv: re-word lab03.q10"
+    assert temp["amp_bf16"] == sbv4 + 512, f"amp_bf16 temporary buffers {temp['amp_bf16']} B != 4·sbv + 512: re-word lab03.q10"

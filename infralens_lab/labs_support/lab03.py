@@ -21,6 +21,7 @@ from ..measure.memory import measure_inference
 from ..measure.memory import compare
 from ..evidence import EvidenceError
 from ..measure.memory import from_evidence
+from ..measure import memory_timeline
 
 MiB = 2 ** 20
 GB = 1e9
@@ -207,8 +208,9 @@ RESERVED = "reserved (peak)"
 def allocator_slack(runs: dict) -> pd.DataFrame | None:
     """Per recorded run that carries a ``reserved (peak)`` row (the CUDA caching allocator's segments,
     ``torch.cuda.max_memory_reserved``): peak allocated, peak reserved and their difference (bytes
-    the allocator held but no tensor used: rounding, cached free blocks, fragmentation), in MiB.
-    None when no run has the row."""
+    the allocator held but no tensor used: rounding, cached free blocks, fragmentation, and any
+    segments cached by earlier work in the same process unless the measurement emptied the cache
+    first), in MiB. None when no run has the row."""
     rows = []
     for run, df in runs.items():
         cats = dict(zip(df["category"], df["bytes"]))
@@ -240,7 +242,43 @@ def recorded_memory(store, which: str = "train"):
     return ev, {r: from_evidence(ev, r) for r in runs}
 
 
+ISOLATED_SINCE = "2026-11-23T12:09:32Z"  # the recorder change that empties the allocator's cache and resets its
+# peak counters before each memory measurement (measure.memory.isolate); recordings dated earlier did not
+
+
+def slack_isolated(ev) -> bool:
+    """Whether a recorded ``memory_train`` was made by a recorder that isolates each measurement
+    (``empty_cache`` + ``reset_peak_memory_stats`` first), judged by its date against
+    :data:`ISOLATED_SINCE`. When False, each run's reserved peak also holds segments cached by the
+    recorder's earlier steps and by the runs measured before it in the same process."""
+    date = getattr(getattr(ev, "provenance", None), "date_utc", "") or ""
+    if not date:
+        raise ValueError("slack_isolated: the record has no provenance date_utc; expected a recorded memory_train")
+    return date >= ISOLATED_SINCE
+
+
+TIMELINE = "memory_timeline"
+
+
+def recorded_timeline(store):
+    """The recorded allocation timeline (record ``memory_timeline``, written by
+    :func:`infralens_lab.measure.memory_timeline.record_into`) as ``(evidence, {precision: timeline
+    DataFrame})`` (:func:`~infralens_lab.measure.memory_timeline.timeline`: allocated bytes after each
+    allocator event, by phase), or ``(None, {})`` when the reference set has no such record."""
+    if store is None or TIMELINE not in store.names():
+        return None, {}
+    ev = store.load(TIMELINE)
+    out = {}
+    for prec, v in ev.values.items():
+        missing = [k for k in ("meta", "baseline_bytes", "events") if not isinstance(v, dict) or k not in v]
+        if missing:
+            raise ValueError(f"{TIMELINE}[{prec!r}] lacks {missing}; expected {{'meta', 'baseline_bytes', 'events'}} "
+                             "per precision, as measure.memory_timeline.record_into writes it (re-record it)")
+        out[prec] = memory_timeline.timeline(v["events"], v["baseline_bytes"], steps=v["meta"]["steps"])
+    return ev, out
+
+
 __all__ = ["GB", "RESERVED", "allocator_slack", "LIVE_BATCH", "LIVE_SEQ", "MiB", "WHAT_IF", "in_mib", "inference_scaling", "kv_crossover_context",
            "ledger_rows", "live_config", "live_training", "measure_live_inference", "measure_live_step", "moments_table",
-           "quiet_profiler_chatter", "peak_over_steady", "reconcile", "recorded_memory",
+           "quiet_profiler_chatter", "peak_over_steady", "reconcile", "recorded_memory", "recorded_timeline", "slack_isolated", "ISOLATED_SINCE", "TIMELINE",
            "scaling", "scaling_view", "step_moments", "what_if"]
