@@ -35,8 +35,8 @@ def timeline_figure(timelines: Mapping[str, object], title: str = "Allocated byt
         base = df.attrs.get("baseline_bytes")
         if base:
             ax.axhline(base / MiB, ls="--", color="#555555", lw=1)
-            ax.text(0, base / MiB, " held before the step (weights + optimizer states)", va="bottom",
-                    fontsize=_FONT - 1, color="#555555")
+            ax.text(len(df) - 1, base / MiB, "held before the step (weights + optimizer states) ", va="top",
+                    ha="right", fontsize=_FONT - 1, color="#555555")  # under the floor, clear of the curve
         ax.set_ylabel(f"{label}: allocated (MiB)", fontsize=_FONT)
         ax.tick_params(labelsize=_FONT - 1)
         ax.set_ylim(0, 1.2 * max(df["allocated_bytes"].max(), base or 0) / MiB)  # headroom for the phase names
