@@ -209,3 +209,51 @@ def test_gap_tables_are_cached_and_summary_reuses_them(monkeypatch):
     c = tr.causes()
     c.loc[:, "start_us"] = -1.0
     assert (tr.causes()["start_us"] >= 0).all()
+
+
+def reference_names_in_gaps(ev, g0, g1):
+    """``Trace._names_in_gaps`` as it was until issue 12: a loop over the gaps."""
+    ev = ev[ev["cat"].isin(("user_annotation", "cpu_op"))].sort_values(
+        ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
+    s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
+    ranges, ops = [], []
+    for a, b in zip(g0, g1):
+        hit = (s < b) & (e > a)
+        sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
+        names = {}
+        for cat in ("user_annotation", "cpu_op"):
+            per = sub[sub["cat"] == cat].groupby("name", sort=False)["overlap"].sum()
+            names[cat] = sorted(per.index, key=per.get, reverse=True)
+        ranges.append(", ".join(names["user_annotation"]))
+        ops.append(", ".join(names["cpu_op"][:3]))
+    return ranges, ops
+
+
+def assert_same_gap_names(tr: Trace, thresholds=(0.0, 1.0, 10.0, 50.0)) -> int:
+    n = 0
+    for th in thresholds:
+        gaps = tr.idle_gaps(th)
+        if gaps.empty:
+            continue
+        g0, g1 = gaps["start_us"].to_numpy(), gaps["end_us"].to_numpy()
+        want = reference_names_in_gaps(tr.causes(), g0, g1)
+        assert (gaps["ranges"].tolist(), gaps["ops"].tolist()) == want, f"gap names differ at min_gap_us={th}"
+        n += len(gaps)
+    # gaps where nothing overlaps, and none at all
+    assert Trace._names_in_gaps(tr.causes(), np.array([-10.0]), np.array([-5.0])) == ([""], [""])
+    assert Trace._names_in_gaps(tr.causes(), np.empty(0), np.empty(0)) == ([], [])
+    return n
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_gap_names_same_as_the_loop_on_recorded_traces(path):
+    assert assert_same_gap_names(Trace(recorded(path)), thresholds=(0.0, 50.0)) > 500  # every hole, and the default
+
+
+def test_gap_names_same_as_the_loop_on_random_and_fixture_traces():
+    from test_torch_trace import synthetic
+
+    n = assert_same_gap_names(Trace(synthetic()))
+    for seed in range(20):
+        n += assert_same_gap_names(Trace(random_trace(seed)))
+    assert n > 100

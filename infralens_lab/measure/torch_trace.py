@@ -267,7 +267,7 @@ class Trace:
         """Flow ends of kind ``ph`` ("s" on the CPU, "f" on the GPU) as ``pid, tid, ts3 -> id``: per id
         its last end of that kind; where two ids end at one place, the id first seen later wins."""
         f = self._flow_ends
-        f = f.assign(first=f.groupby("id", sort=False, dropna=False).ngroup())
+        f = f.assign(first=pd.factorize(f["id"], use_na_sentinel=False)[0])  # ids numbered as first seen
         f = f[f["ph"] == ph].drop_duplicates("id", keep="last").sort_values("first", kind="stable")
         f = f.drop_duplicates(["pid", "tid", "ts3"], keep="last")
         return f[["pid", "tid", "ts3", "id"]].astype({"id": float})
@@ -471,21 +471,31 @@ class Trace:
     @staticmethod
     def _names_in_gaps(ev: pd.DataFrame, g0: np.ndarray, g1: np.ndarray) -> tuple[list[str], list[str]]:
         """Per gap: the ranges (all) and ops (top 3) overlapping it, by overlap, largest first; ties in
-        the order the events come (cause, then start)."""
+        the order the events come (cause, then start). All (gap, event) overlaps at once, then one
+        group-by over them."""
         ev = ev[ev["cat"].isin(("user_annotation", "cpu_op"))].sort_values(
             ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
         s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
-        ranges, ops = [], []
-        for a, b in zip(g0, g1):
-            hit = (s < b) & (e > a)
-            sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
-            names = {}
-            for cat in ("user_annotation", "cpu_op"):
-                per = sub[sub["cat"] == cat].groupby("name", sort=False)["overlap"].sum()
-                names[cat] = sorted(per.index, key=per.get, reverse=True)
-            ranges.append(", ".join(names["user_annotation"]))
-            ops.append(", ".join(names["cpu_op"][:3]))
-        return ranges, ops
+        g0, g1 = np.asarray(g0, dtype=float), np.asarray(g1, dtype=float)
+        gi, ei = [], []
+        block = max(1, 4_000_000 // max(len(s), 1))  # gaps per block: a gap x event matrix of at most 4M cells
+        for lo in range(0, len(g0), block):
+            g, k = np.nonzero((s[None, :] < g1[lo:lo + block, None]) & (e[None, :] > g0[lo:lo + block, None]))
+            gi.append(g + lo)
+            ei.append(k)
+        gi, ei = np.concatenate(gi or [np.empty(0, dtype=np.int64)]), np.concatenate(ei or [np.empty(0, dtype=np.int64)])
+        pairs = pd.DataFrame({"gap": gi, "cat": ev["cat"].to_numpy()[ei], "name": ev["name"].to_numpy()[ei],
+                              "overlap": np.minimum(e[ei], g1[gi]) - np.maximum(s[ei], g0[gi])})  # in gap, then event order
+        per = pairs.groupby(["gap", "cat", "name"], sort=False)["overlap"].sum().reset_index()  # names as first met
+        per = per.iloc[np.lexsort((np.arange(len(per)), -per["overlap"].to_numpy(), per["gap"].to_numpy()))]
+        out = []
+        for cat, top in (("user_annotation", None), ("cpu_op", 3)):
+            mine = per[per["cat"] == cat]
+            if top is not None:
+                mine = mine[mine.groupby("gap").cumcount() < top]
+            joined = mine.groupby("gap")["name"].agg(", ".join)
+            out.append(joined.reindex(range(len(g0)), fill_value="").tolist())
+        return out[0], out[1]
 
     def summary(self, min_gap_us: float = 50.0) -> dict:
         """JSON-shaped summary: span, GPU busy time and utilisation, step times, idle time by cause.
