@@ -226,7 +226,7 @@ def _correlation(own: pd.Series, where: pd.DataFrame, flows: pd.DataFrame) -> pd
     if len(flows) and corr.isna().any():
         need = where[corr.isna().to_numpy()]
         via = need.merge(flows, on=["pid", "tid", "ts3"], how="left")["id"].to_numpy(dtype=float)
-        corr[need.index] = via
+        corr.loc[need.index] = via
     return pd.Series(np.trunc(corr.to_numpy()), index=own.index).astype("Int64")
 
 
