@@ -21,6 +21,7 @@ trace's first event, unless a column says ``_ms``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import sys
@@ -187,12 +188,46 @@ def covered(iv: np.ndarray, a, b) -> np.ndarray:
     return upto(b) - upto(a)
 
 
-def _id(correlation, from_flow):
-    """The correlation id as an int: the event's own arg, else the one its ac2g flow names, else None."""
-    for v in (correlation, from_flow):
-        if v is not None and v == v:  # NaN != NaN: pandas fills missing args with NaN
-            return int(v)
-    return None
+def enclosing_parent(new_group, start, end) -> np.ndarray:
+    """For events sorted by (thread, start, end descending), the position of each one's innermost
+    enclosing event on its thread: the last earlier event of its group still open at its start
+    (``end > start``), or -1. ``new_group[j]`` is True where event ``j`` starts a new thread group;
+    times in any one unit (µs here).
+
+    This is exactly the parent a stack walk finds (pop the top while it ended at or before the new
+    start, then the top is the parent), partial overlaps included: the top left after popping is
+    always the last earlier event that had not ended. Found for all events at once by binary lifting
+    over a sparse table of running maxima of ``end``: O(n log n) array operations, no row loop."""
+    s, e = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    n = len(s)
+    if not n:
+        return np.empty(0, dtype=np.int64)
+    pos = np.arange(n)
+    first = np.maximum.accumulate(np.where(np.asarray(new_group, dtype=bool), pos, 0))  # group's first position
+    table = [e]  # table[k][i] = max(end[i : i + 2**k]); NaN propagates, and a NaN end never counts as ended
+    while (1 << len(table)) <= n:
+        h = 1 << (len(table) - 1)
+        table.append(np.maximum(table[-1][:-h], table[-1][h:]))
+    lo = pos.copy()  # smallest p found so far with every end in [p, j) at or before start[j]
+    for k in range(len(table) - 1, -1, -1):
+        step = lo - (1 << k)
+        ok = step >= first
+        ended = np.zeros(n, dtype=bool)
+        ended[ok] = table[k][step[ok]] <= s[ok]
+        lo = np.where(ended, step, lo)
+    return np.where(lo > first, lo - 1, -1)
+
+
+def _correlation(own: pd.Series, where: pd.DataFrame, flows: pd.DataFrame) -> pd.Series:
+    """The correlation id (Int64, <NA> when none) of each event: its own ``correlation`` arg, else
+    the id of the ac2g flow end (``flows``: ``pid, tid, ts3, id``) at the event's place (``where``:
+    ``pid, tid, ts3``, the start rounded to 3 digits, as the flows are)."""
+    corr = pd.to_numeric(own, errors="coerce").astype(float)
+    if len(flows) and corr.isna().any():
+        need = where[corr.isna().to_numpy()]
+        via = need.merge(flows, on=["pid", "tid", "ts3"], how="left")["id"].to_numpy(dtype=float)
+        corr.loc[need.index] = via
+    return pd.Series(np.trunc(corr.to_numpy()), index=own.index).astype("Int64")
 
 
 # ---------------------------------------------------------------- the trace
@@ -205,56 +240,79 @@ class Trace:
             seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
         self.data = data
-        rows, flows = [], {}
+        rows, ts3, flows = [], [], []
         for e in data["traceEvents"]:
             cat = e.get("cat")
             if e.get("ph") == "X" and cat in CPU_CATS + GPU_CATS:
                 a = e.get("args") or {}
-                rows.append((e["name"], cat, e.get("pid"), e.get("tid"), float(e["ts"]), float(e.get("dur", 0)),
+                ts = float(e["ts"])
+                rows.append((e["name"], cat, e.get("pid"), e.get("tid"), ts, float(e.get("dur", 0)),
                              a.get("correlation"), a.get("External id"), a.get("stream")))
+                ts3.append(round(ts, 3))  # the key an ac2g flow names its ends by
             elif cat == "ac2g" and e.get("ph") in ("s", "f"):
-                flows.setdefault(e.get("id"), {})[e["ph"]] = (e.get("pid"), e.get("tid"), round(float(e["ts"]), 3))
+                flows.append((e.get("id"), e["ph"], e.get("pid"), e.get("tid"), round(float(e["ts"]), 3)))
         ev = pd.DataFrame(rows, columns=["name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id", "stream"])
         self.t0 = float(ev["ts"].min()) if len(ev) else 0.0
         ev["start_us"] = ev["ts"] - self.t0
         ev["end_us"] = ev["start_us"] + ev["dur"]
         self.events = ev
-        self._flows = flows
+        self._ts3 = pd.Series(ts3, index=ev.index, dtype=float)
+        self._flow_ends = pd.DataFrame(flows, columns=["id", "ph", "pid", "tid", "ts3"])
         self._gaps: dict[float, Any] = {}
+        self._cache: dict[Any, Any] = {}
         self._attribute()
 
     # -- attribution: which CPU events enclose the call that launched each GPU event
+    def _flow_ids(self, ph: str) -> pd.DataFrame:
+        """Flow ends of kind ``ph`` ("s" on the CPU, "f" on the GPU) as ``pid, tid, ts3 -> id``: per id
+        its last end of that kind; where two ids end at one place, the id first seen later wins."""
+        f = self._flow_ends
+        f = f.assign(first=pd.factorize(f["id"], use_na_sentinel=False)[0])  # ids numbered as first seen
+        f = f[f["ph"] == ph].drop_duplicates("id", keep="last").sort_values("first", kind="stable")
+        f = f.drop_duplicates(["pid", "tid", "ts3"], keep="last")
+        return f[["pid", "tid", "ts3", "id"]].astype({"id": float})
+
     def _attribute(self) -> None:
+        """Fill ``enclosing`` (runtime call row -> rows of the ops/ranges enclosing it on its thread,
+        outermost first), ``self_us`` (CPU event row -> its time minus the overlap of its direct
+        children, µs) and ``launcher`` (GPU event row -> the runtime call that launched it), all from
+        array operations over the events (see :func:`enclosing_parent`)."""
         ev = self.events
-        gpu = ev[ev["cat"].isin(GPU_CATS)]
         cpu = ev[ev["cat"].isin(CPU_CATS)].sort_values(["pid", "tid", "start_us", "end_us"], ascending=[True, True, True, False])
-        runtime_by_corr: dict = {}
-        flow_src = {v["s"]: k for k, v in self._flows.items() if "s" in v}
-        self.enclosing: dict[int, list[int]] = {}  # runtime row index -> enclosing op/range row indices
-        self.self_us: dict[int, float] = {}
-        stack: list[int] = []
-        key = None
-        for i, r in zip(cpu.index, cpu.itertuples(index=False)):
-            if (r.pid, r.tid) != key:
-                key, stack = (r.pid, r.tid), []
-            while stack and ev.at[stack[-1], "end_us"] <= r.start_us:
-                stack.pop()
-            self.self_us[i] = r.dur
-            if stack:
-                self.self_us[stack[-1]] -= min(r.dur, ev.at[stack[-1], "end_us"] - r.start_us)
-            if r.cat in RUNTIME_CATS:
-                self.enclosing[i] = list(stack)
-                corr = _id(r.correlation, flow_src.get((r.pid, r.tid, round(r.ts, 3))))
-                if corr is not None:
-                    runtime_by_corr[corr] = i
-            stack.append(i)
-        flow_dst = {v["f"]: k for k, v in self._flows.items() if "f" in v}
-        launcher = {}
-        for i, r in zip(gpu.index, gpu.itertuples(index=False)):
-            corr = _id(r.correlation, flow_dst.get((r.pid, r.tid, round(r.ts, 3))))
-            if corr in runtime_by_corr:
-                launcher[i] = runtime_by_corr[corr]
-        self.launcher = launcher  # GPU event row -> runtime event row
+        rows = cpu.index.to_numpy()
+        s, e, dur = (cpu[c].to_numpy(dtype=float) for c in ("start_us", "end_us", "dur"))
+        pid, tid = cpu["pid"].to_numpy(), cpu["tid"].to_numpy()
+        new = np.ones(len(cpu), dtype=bool)
+        new[1:] = (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])
+        parent = enclosing_parent(new, s, e)
+        # self time: each event minus what each direct child covers of it, subtracted child by child in
+        # start order (np.subtract.at is unbuffered and in order: the same float rounding as a walk)
+        has = parent >= 0
+        own = dur.copy()
+        child, up = dur[has], e[parent[has]] - s[has]
+        np.subtract.at(own, parent[has], np.where(up < child, up, child))
+        self.self_us: dict[int, float] = dict(zip(rows.tolist(), own.tolist()))
+        # enclosing chains of the runtime calls: parent, grandparent... (one array step per nesting level)
+        rt = np.flatnonzero(cpu["cat"].isin(RUNTIME_CATS).to_numpy())
+        levels, cur = [], parent[rt]
+        while (cur >= 0).any():
+            levels.append(cur)
+            cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+        chain = np.stack(levels[::-1], axis=1) if levels else np.empty((len(rt), 0), dtype=np.int64)
+        ok = chain >= 0  # outermost first: the -1s of shallower chains come first in each row
+        flat = rows[chain[ok]].tolist()
+        ends = np.cumsum(ok.sum(axis=1)).tolist()
+        self.enclosing: dict[int, list[int]] = dict(zip(rows[rt].tolist(), (flat[a:b] for a, b in zip([0] + ends, ends))))
+        # launches: the runtime call and the GPU event share a correlation id (own arg, else via a flow)
+        calls = cpu.iloc[rt]
+        corr = _correlation(calls["correlation"], calls[["pid", "tid"]].assign(ts3=self._ts3), self._flow_ids("s"))
+        by_corr = pd.Series(calls.index, index=corr).loc[lambda x: x.index.notna()]
+        by_corr = by_corr[~by_corr.index.duplicated(keep="last")]
+        gpu = ev[ev["cat"].isin(GPU_CATS)]
+        gcorr = _correlation(gpu["correlation"], gpu[["pid", "tid"]].assign(ts3=self._ts3), self._flow_ids("f"))
+        hit = gcorr.notna() & gcorr.isin(by_corr.index)
+        self.launcher = dict(zip(gpu.index[hit.to_numpy()].tolist(),
+                                 by_corr.reindex(gcorr[hit].to_numpy()).to_numpy().tolist()))  # GPU row -> runtime row
 
     # -- tables
     def gpu_events(self):
@@ -279,6 +337,9 @@ class Trace:
         """CPU event row -> (device µs, number) of GPU events it launched. An op owns the launches of
         calls nested in it on its thread; a range owns every launch made while it was open on any
         thread of its process (autograd runs backward on a thread of its own)."""
+        return self._once(("launched", cats), lambda: self._launched_now(cats))
+
+    def _launched_now(self, cats: tuple[str, ...]) -> tuple[dict[int, float], dict[int, int]]:
         ev = self.events
         parts = []
         if self.launcher:
@@ -335,15 +396,29 @@ class Trace:
         return bool(self.events["cat"].isin(GPU_CATS).any())
 
     # -- gaps
+    def _once(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` computed the first time ``key`` is asked for, then kept: the trace does not change."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def _busy(self) -> np.ndarray:
+        def make():
+            g = self.events[self.events["cat"].isin(GPU_CATS)]
+            return union(g["start_us"], g["end_us"])
+        return self._once("busy", make)
+
     def busy(self) -> list[tuple[float, float]]:
         """Merged intervals (µs) when the GPU ran a kernel, memcpy or memset on any stream."""
-        g = self.events[self.events["cat"].isin(GPU_CATS)]
-        return [(float(x), float(y)) for x, y in union(g["start_us"], g["end_us"])]
+        return [(float(x), float(y)) for x, y in self._busy()]
 
     def causes(self) -> pd.DataFrame:
         """The CPU events that can explain GPU idle time, each with its ``cause`` (see module doc) and
         the rank of that cause in :data:`CAUSES` (an earlier cause claims a moment first). Step ranges
         and other runtime calls (event records...) are left out: a step covers everything."""
+        return self._once("causes", self._causes).copy()
+
+    def _causes(self) -> pd.DataFrame:
         ev = self.events
         cpu = ev[ev["cat"].isin(CPU_CATS)]
         name, runtime = cpu["name"], cpu["cat"].isin(RUNTIME_CATS)
@@ -369,7 +444,7 @@ class Trace:
 
     def _idle_gaps(self, min_gap_us: float):
         cols = ["start_us", "end_us", "gap_us", "cause", *[f"{c}_us" for c in CAUSES], "ranges", "ops"]
-        busy = union(*(lambda g: (g["start_us"], g["end_us"]))(self.events[self.events["cat"].isin(GPU_CATS)]))
+        busy = self._busy()
         if not len(busy):
             out = pd.DataFrame(columns=cols)
             out.attrs["note"] = NO_GPU_NOTE
@@ -380,11 +455,11 @@ class Trace:
         gaps = pd.DataFrame({"start_us": g0, "end_us": g1, "gap_us": g1 - g0})
         if gaps.empty:
             return pd.DataFrame(columns=cols)
-        ev = self.causes()
+        ev = self._once("causes", self._causes)
         claimed = np.zeros(len(gaps))
         for rank, c in enumerate(CAUSES[:4]):  # each cause gets what earlier causes left: |U_k ∩ gap| - |U_k-1 ∩ gap|
-            sel = ev[ev["rank"] <= rank]
-            upto = covered(union(sel["start_us"], sel["end_us"]), g0, g1)
+            upto = covered(self._once(("causes up to", rank), lambda: union(
+                *(lambda sel: (sel["start_us"], sel["end_us"]))(ev[ev["rank"] <= rank]))), g0, g1)
             gaps[f"{c}_us"] = upto - claimed
             claimed = upto
         gaps["unaccounted_us"] = gaps["gap_us"] - claimed
@@ -396,24 +471,38 @@ class Trace:
     @staticmethod
     def _names_in_gaps(ev: pd.DataFrame, g0: np.ndarray, g1: np.ndarray) -> tuple[list[str], list[str]]:
         """Per gap: the ranges (all) and ops (top 3) overlapping it, by overlap, largest first; ties in
-        the order the events come (cause, then start)."""
+        the order the events come (cause, then start). All (gap, event) overlaps at once, then one
+        group-by over them."""
         ev = ev[ev["cat"].isin(("user_annotation", "cpu_op"))].sort_values(
             ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
         s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
-        ranges, ops = [], []
-        for a, b in zip(g0, g1):
-            hit = (s < b) & (e > a)
-            sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
-            names = {}
-            for cat in ("user_annotation", "cpu_op"):
-                per = sub[sub["cat"] == cat].groupby("name", sort=False)["overlap"].sum()
-                names[cat] = sorted(per.index, key=per.get, reverse=True)
-            ranges.append(", ".join(names["user_annotation"]))
-            ops.append(", ".join(names["cpu_op"][:3]))
-        return ranges, ops
+        g0, g1 = np.asarray(g0, dtype=float), np.asarray(g1, dtype=float)
+        gi, ei = [], []
+        block = max(1, 4_000_000 // max(len(s), 1))  # gaps per block: a gap x event matrix of at most 4M cells
+        for lo in range(0, len(g0), block):
+            g, k = np.nonzero((s[None, :] < g1[lo:lo + block, None]) & (e[None, :] > g0[lo:lo + block, None]))
+            gi.append(g + lo)
+            ei.append(k)
+        gi, ei = np.concatenate(gi or [np.empty(0, dtype=np.int64)]), np.concatenate(ei or [np.empty(0, dtype=np.int64)])
+        pairs = pd.DataFrame({"gap": gi, "cat": ev["cat"].to_numpy()[ei], "name": ev["name"].to_numpy()[ei],
+                              "overlap": np.minimum(e[ei], g1[gi]) - np.maximum(s[ei], g0[gi])})  # in gap, then event order
+        per = pairs.groupby(["gap", "cat", "name"], sort=False)["overlap"].sum().reset_index()  # names as first met
+        per = per.iloc[np.lexsort((np.arange(len(per)), -per["overlap"].to_numpy(), per["gap"].to_numpy()))]
+        out = []
+        for cat, top in (("user_annotation", None), ("cpu_op", 3)):
+            mine = per[per["cat"] == cat]
+            if top is not None:
+                mine = mine[mine.groupby("gap").cumcount() < top]
+            joined = mine.groupby("gap")["name"].agg(", ".join)
+            out.append(joined.reindex(range(len(g0)), fill_value="").tolist())
+        return out[0], out[1]
 
     def summary(self, min_gap_us: float = 50.0) -> dict:
-        """JSON-shaped summary: span, GPU busy time and utilisation, step times, idle time by cause."""
+        """JSON-shaped summary: span, GPU busy time and utilisation, step times, idle time by cause.
+        Computed once per threshold, from the cached busy intervals and :meth:`idle_gaps`."""
+        return copy.deepcopy(self._once(("summary", float(min_gap_us)), lambda: self._summary(min_gap_us)))
+
+    def _summary(self, min_gap_us: float) -> dict:
         ev = self.events
         steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")]
         busy = self.busy()
