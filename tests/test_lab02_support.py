@@ -360,3 +360,14 @@ def test_hierarchy_notes():
     notes = lab02.hierarchy_notes(pts)
     assert notes[0] == "naive_qk: bytes per DRAM byte: L2 1.5x, L1 3x"
     assert lab02.hierarchy_notes(None) == []
+
+
+def test_flop_split_on_the_recorded_attention():
+    split = lab02.flop_split(_real("ncu_attention.csv"), 1.0).set_index("kernel")
+    assert split.loc["naive_softmax", "cuda_core_pct"] == 100  # no tensor work in the softmax
+    assert split.loc["naive_pv", "cuda_core_pct"] == 0  # P @ V: all tl.dot
+    # the flash kernels: softmax arithmetic on CUDA cores is a few percent of the FLOPs
+    assert 0 < split.loc["attn_fwd_fast", "cuda_core_pct"] < split.loc["attn_fwd", "cuda_core_pct"] < 5
+    assert (split["flops"] == split["cuda_core_flops"] + split["tensor_flops"]).all()
+    unknown = lab02.flop_split(_real("ncu_attention.csv"), None).set_index("kernel")
+    assert unknown["cuda_core_pct"].isna().all()  # tensor unit unknown: no share claimed

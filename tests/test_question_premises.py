@@ -31,16 +31,16 @@ def test_lab02_q6_premise_tiled_traffic_nearly_quadruples_when_n_doubles():
     assert 3.5 < big / small < 4.0, f"model bytes grow {big / small:.2f}x when N doubles; re-word lab02.q6"
 
 
-def test_lab02_q8_premise_recorded_attention_fits_in_l2():
+def test_lab02_q9_premise_recorded_attention_fits_in_l2():
     st = evidence.reference()
     attn = lab02.load_counters(st, "ncu_attention.csv")
     raw = attn[(attn["kernel"] == "attn_fwd") & (attn["launch"] == 0)].set_index("metric")["value"]
     cfg = lab02.parse_config(attn[attn["kernel"] == "attn_fwd"]["config"].iloc[0])
     one = cfg["B"] * cfg["H"] * cfg["N"] * cfg["D"] * cfg["elem_bytes"]  # one of Q, K, V, O
-    assert (cfg["B"], cfg["H"], cfg["N"], cfg["D"]) == (1, 8, 2048, 64), "lab02.q8 names the shape (1, 8, 2048, 64)"
-    assert 4 * one < st.load("device").values["l2_bytes"], "Q+K+V+O no longer fit in L2: re-word lab02.q8"
-    assert raw["dram__bytes_write.sum"] == 0, "attn_fwd wrote to DRAM in this recording: re-word lab02.q8"
+    assert (cfg["B"], cfg["H"], cfg["N"], cfg["D"]) == (1, 8, 2048, 64), "lab02.q9 names the shape (1, 8, 2048, 64)"
+    assert 4 * one < st.load("device").values["l2_bytes"], "Q+K+V+O no longer fit in L2: re-word lab02.q9"
+    assert raw["dram__bytes_write.sum"] == 0, "attn_fwd wrote to DRAM in this recording: re-word lab02.q9"
     # DRAM read Q, K and V about once (5%: a few stray lines of other traffic)
-    assert abs(raw["dram__bytes_read.sum"] / (3 * one) - 1) < 0.05, "DRAM reads are not Q+K+V once: re-word lab02.q8"
+    assert abs(raw["dram__bytes_read.sum"] / (3 * one) - 1) < 0.05, "DRAM reads are not Q+K+V once: re-word lab02.q9"
     model = traffic.attention_tiled_traffic(1, 8, 2048, 64, 2, block_m=128).bytes
-    assert raw["dram__bytes_read.sum"] < model / 8, "DRAM bytes no longer ~12x below the model's: re-word lab02.q8"
+    assert raw["dram__bytes_read.sum"] < model / 8, "DRAM bytes no longer ~12x below the model's: re-word lab02.q9"
