@@ -274,6 +274,11 @@ def test_real_copies_read_amplification():
     # beyond 32-byte spacing the model says 8x (one sector per element); DRAM moved about twice that
     assert amp[16] > 1.5 * 8 and amp[32] > 1.5 * 8
     assert (ct["bound"] == "memory").all()
+    # two levels: 32-byte sectors (L1-L2) cap at 8x for fp32, 64-byte HBM fetches at 16x
+    two = lab02.with_dram_model(ct).set_index("label")
+    assert list(two["predicted_dram_read_amplification"]) == [1, 1, 2, 4, 8, 16, 16]
+    assert two.loc["copy_strided ×32", "predicted_read_amplification"] == 8
+    assert ct.equals(lab02.copy_table(_real("ncu_copies.csv"), CEIL))  # the input frame is not modified
 
 
 def test_notes_are_read_off_the_evidence():
@@ -282,8 +287,11 @@ def test_notes_are_read_off_the_evidence():
     assert notes[0].startswith("Lowest intensity: naive_softmax")
     assert any(n.startswith("attn_fwd: measured intensity") and "served by L2" in n for n in notes)
     assert notes[-1].startswith("Matmuls: 256³ latency")
-    cn = lab02.copy_notes(lab02.copy_table(_real("ncu_copies.csv"), CEIL))
-    assert "copy_strided ×16 (16x measured vs 8x predicted)" in cn[1]
+    cn = lab02.copy_notes(lab02.with_dram_model(lab02.copy_table(_real("ncu_copies.csv"), CEIL)))
+    # the 32-byte sector model misses strides 16 and 32; the 64-byte fetch model predicts all seven
+    assert cn[0].startswith("The 32-byte sector (L1-L2) model predicts the DRAM bytes read within 25% for 5 of 7")
+    assert "copy_strided ×16 (16x measured vs 8x)" in cn[0]
+    assert cn[1] == "The 64-byte fetch (HBM-L2) model predicts the DRAM bytes read within 25% for 7 of 7 copies."
     assert lab02.kernel_notes(pd.DataFrame()) == [] and lab02.copy_notes(None) == []
 
 
@@ -352,3 +360,14 @@ def test_hierarchy_notes():
     notes = lab02.hierarchy_notes(pts)
     assert notes[0] == "naive_qk: bytes per DRAM byte: L2 1.5x, L1 3x"
     assert lab02.hierarchy_notes(None) == []
+
+
+def test_flop_split_on_the_recorded_attention():
+    split = lab02.flop_split(_real("ncu_attention.csv"), 1.0).set_index("kernel")
+    assert split.loc["naive_softmax", "cuda_core_pct"] == 100  # no tensor work in the softmax
+    assert split.loc["naive_pv", "cuda_core_pct"] == 0  # P @ V: all tl.dot
+    # the flash kernels: softmax arithmetic on CUDA cores is a few percent of the FLOPs
+    assert 0 < split.loc["attn_fwd_fast", "cuda_core_pct"] < split.loc["attn_fwd", "cuda_core_pct"] < 5
+    assert (split["flops"] == split["cuda_core_flops"] + split["tensor_flops"]).all()
+    unknown = lab02.flop_split(_real("ncu_attention.csv"), None).set_index("kernel")
+    assert unknown["cuda_core_pct"].isna().all()  # tensor unit unknown: no share claimed

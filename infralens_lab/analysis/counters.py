@@ -345,3 +345,15 @@ def ncu_peak_bandwidths(frames: list) -> list[tuple[str, float]]:
                             * per_second(float(clock["value"].median()), str(clock["unit"].iloc[0]))))
                 break
     return out
+
+
+def flop_split(df, tensor_flops_per_op: float | None) -> pd.DataFrame:
+    """Per kernel of a tidy ncu frame (first launch): CUDA-core FLOPs, tensor-core FLOPs, their sum
+    and ``cuda_core_pct``, the CUDA cores' share of the FLOPs in percent (what the counters saw:
+    fadd/fmul/ffma/h* thread instructions, FMA = 2; MUFU work such as exp is not a FLOP here).
+    Tensor FLOPs are the tensor-path op counter × ``tensor_flops_per_op`` (NaN share when unknown)."""
+    w = counter_flops(wide_counters(df), tensor_flops_per_op)
+    first = w[w["launch"] == w.groupby("kernel")["launch"].transform("min")]
+    out = first[["kernel", "cuda_core_flops", "tensor_flops", "flops"]].reset_index(drop=True)
+    out["cuda_core_pct"] = 100 * out["cuda_core_flops"] / (out["cuda_core_flops"] + out["tensor_flops"])
+    return out

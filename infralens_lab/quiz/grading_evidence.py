@@ -102,6 +102,22 @@ def lab02_kernels():
     return kt if kt is not None and len(kt) else None
 
 
+def lab02_attention_flop_split():
+    """Lab 02: CUDA-core vs tensor-core FLOPs per recorded attention kernel, from the raw counters."""
+    from infralens_lab import evidence
+    from infralens_lab.labs_support import lab02
+
+    try:
+        ref = evidence.reference()
+    except evidence.EvidenceError:
+        return None
+    attn = lab02.load_counters(ref, "ncu_attention.csv")
+    mm = lab02.load_counters(ref, "ncu_matmul.csv")
+    if attn is None or mm is None:
+        return None
+    return lab02.flop_split(attn, lab02.tensor_flops_per_op(lab02.tensor_op_check(mm)))
+
+
 @functools.lru_cache(maxsize=1)
 def _lab03_step():
     from infralens_lab.labs_support import lab03
