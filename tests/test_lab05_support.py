@@ -179,3 +179,22 @@ def test_derived_questions_mark_against_the_notebooks_evidence():
     assert check("lab05.q6", 6, evidence=counts).correct and not check("lab05.q6", 1, evidence=counts).correct
     ev = lab05.amdahl_evidence(pd.DataFrame({"mode": ["pinned"], "period_ms": [1.0], "exposed_copy_ms_per_step": [0.6]}))
     assert check("lab05.q7", 2.5, evidence=ev).correct and not check("lab05.q7", 1.6, evidence=ev).correct
+
+
+def test_grader_rebuilds_the_notebooks_copy_evidence(monkeypatch):
+    """The grader's providers for q2 and q7 (quiz.grading_evidence) build the notebook's copy table and
+    Amdahl evidence from the recorded copy traces (here synthetic ones, in place of the recorded set)."""
+    from infralens_lab.quiz import grader as G
+    from infralens_lab.quiz import question
+
+    trs = {"exposed": (_copy_steps(False), None), "double_buffered": (_copy_steps(True), None),
+           "pinned": (_copy_steps(False), None)}
+    monkeypatch.setattr(lab05, "store", lambda: _Store())
+    monkeypatch.setattr(lab05, "copy_traces", lambda st: trs)
+    G.grader_evidence.cache_clear()
+    try:
+        assert G.expected_for_grading(question("lab05.q2")) == pytest.approx(1.0)  # every copy under a kernel
+        f = lab05.amdahl_evidence(lab05.copy_table(trs))["f"]
+        assert 0 < f < 1 and G.expected_for_grading(question("lab05.q7")) == pytest.approx(1 / (1 - f))
+    finally:
+        G.grader_evidence.cache_clear()

@@ -94,16 +94,20 @@ def test_traces_of_unknown_config_are_refused():
 
 
 def test_derived_questions_mark_against_the_tables():
-    hidden = lab06.hidden_by_rank(RUN.traces("cap 0.25 MiB"))
-    h0 = float(hidden.loc[hidden["rank"] == 0, "hidden_fraction"].iloc[0])
-    assert check("lab06.q2", h0, evidence=hidden).correct
-    assert not check("lab06.q2", h0 + 0.1, evidence=hidden).correct
     counts = pd.DataFrame({"config": ["cap 1 MiB", "cap 25 MiB"], "calls_per_step": [8, 1]})
     assert check("lab06.q3", 8, evidence=counts).correct and not check("lab06.q3", 9, evidence=counts).correct
     ns = lab06.no_sync_counts(RUN)
     assert check("lab06.q5", 2, evidence=ns).correct  # the fixture accumulates 2 micro-batches
-    scale = lab06.scaling_table(RUN, "cap 25 MiB")
-    assert check("lab06.q6", float(scale["amdahl_bound"].iloc[0]), evidence=scale).correct
+
+
+def test_worked_questions_agree_with_the_package_arithmetic():
+    """q2 and q6 give their numbers in the prompt (a live gloo timing cannot be rebuilt by the grader):
+    their stored answers are what the package's own interval and Amdahl arithmetic gives."""
+    o = A.overlap([(0.0, 4.0), (6.0, 10.0)], [(2.0, 7.0)])
+    h = o["hidden_us"] / o["comm_us"]
+    assert h == pytest.approx(0.375) and check("lab06.q2", h).correct and not check("lab06.q2", 0.5).correct
+    b = A.amdahl_bound(0.30, 2)
+    assert b == pytest.approx(1.4) and check("lab06.q6", b).correct and not check("lab06.q6", 0.7).correct
 
 
 def test_model_inputs_and_multinode_table():

@@ -133,3 +133,23 @@ def test_live_noise_shape():
     assert list(df.columns) == ["run", "a_ms", "b_ms", "ratio"] and len(df) == 3 and (df["ratio"] > 0).all()
     s = lab07.noise_summary(df)
     assert list(s["what"]) == ["absolute time a (ms)", "ratio a / b"]
+
+
+def test_grader_rebuilds_the_notebooks_recorded_evidence(store, monkeypatch):
+    """The grader's providers for q4, q5 and q7 (quiz.grading_evidence) build the same evidence as the
+    notebook's cells from the same recorded set, so the grader's right answer is the notebook's."""
+    from infralens_lab.quiz import question
+    from infralens_lab.quiz import grader as G
+
+    monkeypatch.setattr(lab07, "store", lambda: store)
+    G.grader_evidence.cache_clear()
+    try:
+        k = lab07.smallest_k(lab07.k_table(lab07.recorded_gates(store).values["aa_ratios"], tolerance=0.05))
+        def status(qid, answer):
+            return G.judge_question(question(qid), G.Answer(value=answer))[0]
+
+        assert status("lab07.q4", "convolution") == "correct" and status("lab07.q4", "elementwise") == "wrong"
+        assert status("lab07.q5", "layout transform") == "correct" and status("lab07.q5", "convolution") == "wrong"
+        assert k is not None and status("lab07.q7", k) == "correct" and status("lab07.q7", k + 2) == "wrong"
+    finally:
+        G.grader_evidence.cache_clear()
