@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 
+
 import json
 import tempfile
 from dataclasses import asdict
@@ -65,13 +66,15 @@ def _device(device) -> torch.device:
 
 
 def _cpu_events(prof) -> list[int]:
-    """Signed byte counts of the CPU allocation events of a finished profiler, in time order."""
+    """Signed byte counts of the CPU allocation events of a finished profiler, in time order (ties: allocations first)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text())["traceEvents"]
     mem = [e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0]
-    mem.sort(key=lambda e: e["ts"])
+    # Time order; at equal timestamps (a microsecond clock), allocations before frees, so the peak is the same
+    # on every run instead of depending on how the profiler happened to order a tie.
+    mem.sort(key=lambda e: (e["ts"], -int(e["args"]["Bytes"])))
     return [int(e["args"]["Bytes"]) for e in mem]
 
 
@@ -98,8 +101,17 @@ def run_phase(fn, device: torch.device):
         return out, torch.cuda.memory_allocated(device) - base, torch.cuda.max_memory_allocated(device) - base
     from torch.profiler import ProfilerActivity, profile  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
+    # Python's cyclic garbage collector frees leftovers of earlier work at moments of its choosing; a free
+    # landing inside the window would move the peak from run to run. Collect first, then keep it off.
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = fn()
+    finally:
+        if was_enabled:
+            gc.enable()
     live = peak = 0
     for nbytes in _cpu_events(prof):
         live += nbytes
