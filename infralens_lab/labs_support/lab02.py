@@ -248,3 +248,16 @@ def live_ceilings():
     ev = evidence.live("ceilings", values, command="infralens_lab.measure.ceilings.measure(quick=True)",
                        units=units, notes=notes)
     return ev, Ceilings.from_evidence(ev)
+
+
+def kernel_tables_by_gpu() -> dict[str, pd.DataFrame]:
+    """The kernel table (:func:`kernel_table`) of every recorded set, keyed by GPU name without the
+    vendor prefix: the input of :func:`infralens_lab.analysis.compare.placement`."""
+    out = {}
+    for slug in evidence.recordings():
+        st = evidence.reference(slug)
+        attn, mm = load_counters(st, "ncu_attention.csv"), load_counters(st, "ncu_matmul.csv")
+        _, ceil = ceilings_from(st)
+        if attn is not None and mm is not None and ceil is not None:
+            out[st.gpu.removeprefix("NVIDIA ")] = kernel_table([attn, mm], ceil, tensor_flops_per_op(tensor_op_check(mm)))
+    return out
