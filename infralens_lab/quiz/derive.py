@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ..analysis import stalls
+
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
 
 
@@ -209,14 +211,14 @@ def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = N
     if not pairs:
         raise DerivationError("no stall reasons found in the evidence")
     totals: dict[str, float] = {}
-    skip = {e.lower() for e in exclude}
+    skip = {stalls.normalize(e) for e in exclude}
     for r, v in pairs:
-        r = {"no_instructions": "no_instruction"}.get(r.lower(), r.lower())  # as measure.ncu names it
+        r = stalls.normalize(r)
         if r not in skip:
             totals[r] = totals.get(r, 0.0) + v
     if not totals:
         raise DerivationError(f"only excluded stall reasons {sorted(skip)} in the evidence")
-    return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return stalls.dominant_item(totals, include_selected=True)[0]  # the series' one rule (exclusions done above)
 
 
 @register_derivation("source")
