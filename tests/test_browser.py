@@ -327,15 +327,18 @@ def _answers(qid: str) -> tuple[list[str], list[str]]:
 
 
 def _answer(page, box, value: str) -> str:
-    """Give ``value`` to a self-check (click its radio label, or type it), press Check, and
+    """Give ``value`` to a self-check (click its radio label, pick it in a dropdown, or type it), press Check, and
     return the feedback that appears (the old feedback is blanked first, so that an identical
     text is still seen to arrive)."""
     out = box.locator(".jp-OutputArea-output")
     if out.count():
         out.evaluate_all("els => els.forEach(e => { e.textContent = ''; })")
     radios = box.locator("input[type=radio]")
+    dropdown = box.locator("select")
     if radios.count():
         box.locator("label", has_text=re.compile(f"^{re.escape(value)}$")).first.click()
+    elif dropdown.count():  # a text question with a long vocabulary: an ipywidgets Dropdown
+        dropdown.first.select_option(label=value)
     else:
         field = box.locator("input[type=text], input[type=number]").first
         field.fill("")
