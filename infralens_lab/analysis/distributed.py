@@ -28,6 +28,7 @@ import math
 import pandas as pd
 
 from ..measure.torch_trace import Trace
+from .intervals import hidden as _hidden
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
@@ -92,9 +93,8 @@ def overlap(comm: list[tuple[float, float]], compute: list[tuple[float, float]])
     """How much communication time ran while compute ran: ``comm_us`` (merged), ``hidden_us``
     (comm ∩ compute), ``exposed_us`` (comm with no compute under it) and ``hidden_fraction`` =
     hidden/comm (None when there is no communication)."""
-    c, k = _union(comm), _union(compute)
-    comm_us = _length(c)
-    exposed = _length(_subtract(c, k))
+    comm_us, hid = _hidden(comm, compute)
+    exposed = comm_us - hid
     return {"comm_us": comm_us, "hidden_us": comm_us - exposed, "exposed_us": exposed,
             "hidden_fraction": (comm_us - exposed) / comm_us if comm_us > 0 else None}
 

@@ -2,7 +2,8 @@
 
 Lists in, lists out, so analyses can clip and combine them freely; the merge itself is the trace
 module's vectorised :func:`infralens_lab.measure.torch_trace.union`. Empty or reversed pairs are
-dropped. Used by the overlap (lab 05) and distributed (lab 06) analyses.
+dropped. Used by the overlap (lab 05) and distributed (lab 06) analyses; :func:`hidden` is the one
+overlap rule both use.
 """
 from __future__ import annotations
 
@@ -43,3 +44,11 @@ def subtract(pairs: Iterable[tuple[float, float]], cut: Iterable[tuple[float, fl
 def length(pairs: Iterable[tuple[float, float]]) -> float:
     """Total length of ``pairs`` (as given: merge first with :func:`union` if they may overlap)."""
     return float(sum(b - a for a, b in pairs))
+
+
+def hidden(pairs: Iterable[tuple[float, float]], under: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """``(total, hidden)``: the length of the union of ``pairs``, and how much of it ``under`` also covers
+    (e.g. communication or copy time that ran while some compute ran)."""
+    merged = union(pairs)
+    total = length(merged)
+    return total, total - length(subtract(merged, under))

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 
 from ..measure.torch_trace import RUNTIME_CATS
+from .intervals import hidden as _hidden
 from .intervals import length as _length
-from .intervals import subtract as _subtract
 from .intervals import union as _union
 from .traffic import Traffic
 
@@ -49,16 +49,14 @@ def _check_intervals(iv, what: str) -> list[tuple[float, float]]:
 
 def hidden_us(hidden, under) -> float:
     """Length (µs) of the union of ``hidden`` that lies inside the union of ``under``."""
-    h = _union(_check_intervals(hidden, "hidden"))
-    u = _union(_check_intervals(under, "under"))
-    return _length(h) - _length(_subtract(h, u))
+    return _hidden(_check_intervals(hidden, "hidden"), _check_intervals(under, "under"))[1]
 
 
 def hidden_fraction(hidden, under) -> float | None:
     """Share (0..1) of the time covered by ``hidden`` intervals during which some ``under`` interval
     also runs; None when ``hidden`` covers no time. Overlapping intervals within one set count once."""
-    total = _length(_union(_check_intervals(hidden, "hidden")))
-    return None if total <= 0 else hidden_us(hidden, under) / total
+    total, hid = _hidden(_check_intervals(hidden, "hidden"), _check_intervals(under, "under"))
+    return None if total <= 0 else hid / total
 
 
 def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
@@ -70,8 +68,7 @@ def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
     k = ev[ev["cat"] == "kernel"]
     civ = list(zip(cp["start_us"], cp["end_us"]))
     kiv = list(zip(k["start_us"], k["end_us"]))
-    total = _length(_union(civ))
-    hid = hidden_us(civ, kiv) if civ else 0.0
+    total, hid = _hidden(civ, kiv)
     return {"copies": int(len(cp)), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
             "fraction": (hid / total) if total > 0 else None}
 
