@@ -27,15 +27,13 @@ from __future__ import annotations
 import gc
 
 
-import json
-import tempfile
 from dataclasses import asdict
-from pathlib import Path
 
 import pandas as pd
 import torch
 
 from ..workloads.tiny_gpt import GPTConfig, TinyGPT
+from .torch_trace import chrome_trace_of
 
 TRAIN_PRECISIONS = ("fp32", "amp_bf16")
 INFER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -67,10 +65,7 @@ def _device(device) -> torch.device:
 
 def _cpu_events(prof) -> list[int]:
     """Signed byte counts of the CPU allocation events of a finished profiler, in time order (ties: allocations first)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
+    events = chrome_trace_of(prof)["traceEvents"]
     mem = [e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0]
     # Time order; at equal timestamps (a microsecond clock), allocations before frees, so the peak is the same
     # on every run instead of depending on how the profiler happened to order a tie.

@@ -15,7 +15,7 @@ import json
 import time
 from typing import Callable
 
-from .torch_trace import Trace, profile, trim
+from .torch_trace import Trace, chrome_trace_of, profile, trim
 
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
            "trace_pipeline_d1", "trace_pipeline_d2", "trace_launch_eager", "trace_launch_graph",
@@ -105,10 +105,6 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
     ``profile_all_threads``), so ranges opened in worker threads appear too; CPU activity, plus CUDA on
     a GPU. :func:`~infralens_lab.measure.torch_trace.profile` records only the threads it knows (the
     caller's and autograd's), which would miss a producer thread's ranges."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     import torch
     from torch.profiler import ProfilerActivity
 
@@ -123,13 +119,7 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
     with torch.profiler.profile(activities=acts, experimental_config=cfg) as p:
         fn()
         _sync()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        p.export_chrome_trace(path)
-        return Trace(json.loads(Path(path).read_text()))
-    finally:
-        os.unlink(path)
+    return Trace(chrome_trace_of(p))
 
 
 def pipeline_trace(depth: int, stages, items: int = PIPELINE_ITEMS) -> Trace:

@@ -65,6 +65,18 @@ def quiet_profiler_chatter():
                 print("\n".join(rest), file=sys.stderr)
 
 
+def chrome_trace_of(prof) -> dict:
+    """The chrome trace (JSON dict) of a finished ``torch.profiler.profile``: torch only exports to a
+    file, so this writes a temporary one, reads it back and removes it."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        return json.loads(Path(path).read_text())
+    finally:
+        os.unlink(path)
+
+
 def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,
             active: int = 3, record_shapes: bool = False) -> "Trace":
     """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
@@ -82,13 +94,7 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
     got: dict = {}
 
     def ready(prof):
-        fd, path = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        try:
-            prof.export_chrome_trace(path)
-            got["data"] = json.loads(Path(path).read_text())
-        finally:
-            os.unlink(path)
+        got["data"] = chrome_trace_of(prof)
 
     sched = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
     with torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=ready, record_shapes=record_shapes) as p:
