@@ -103,17 +103,9 @@ def test_placement_by_hand():
 
 
 def test_placement_on_the_two_recorded_sets():
-    from infralens_lab.analysis.hardware import Ceilings
     from infralens_lab.labs_support import lab02
 
-    tables = {}
-    for slug in evidence.recordings():
-        ref = evidence.reference(slug)
-        mm = lab02.load_counters(ref, "ncu_matmul.csv")
-        kt = lab02.kernel_table([lab02.load_counters(ref, "ncu_attention.csv"), mm],
-                                Ceilings.from_evidence(ref.load("ceilings")),
-                                lab02.tensor_flops_per_op(lab02.tensor_op_check(mm)))
-        tables[ref.gpu] = kt
+    tables = lab02.kernel_tables_by_gpu()
     df = compare.placement(tables)
     assert len(tables) == 2 and "matmul 8192³" in set(df["label"]) and "attn_fwd" in set(df["label"])
     with pytest.raises(ValueError, match="lacks"):
