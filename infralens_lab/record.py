@@ -136,7 +136,7 @@ class Recorder:
                      notes="Trace.summary(), idle_gaps(min_gap_us=50), ranges() and kernels(top=10) per version")
         b, f = summary["bubble"], summary["fixed"]
         return (f"{', '.join(sizes)}; GPU utilisation bubble {b.get('gpu_utilization', 0):.0%} vs fixed "
-                f"{f.get('gpu_utilization', 0):.0%}; mean step {b['mean_step_us'] / 1e3:.1f} vs "
+                f"{f.get('gpu_utilization', 0):.0%}; CPU time in the step range (not the period: the fixed CPU runs ahead) {b['mean_step_us'] / 1e3:.1f} vs "
                 f"{f['mean_step_us'] / 1e3:.1f} ms")
 
     def step_step_times(self):

@@ -141,3 +141,16 @@ def test_vector_add_refuses_mismatch():
         intro.vector_add(x, torch.randn(9, device=DEV))
     with pytest.raises(ValueError, match="y is on device 'meta'"):
         intro.vector_add(x, torch.randn(8, device="meta"))
+
+
+@pytest.mark.skipif(not is_gpu(), reason="needs 2**31 + elements on a GPU (8 GiB); the interpreter would take hours")
+def test_copy_strided_offsets_past_int32():
+    """The recorder's largest strided copy reads element 32 * (64 Mi - 1): past 2**31, so the kernel's
+    offsets must be 64-bit (with int32 offsets the program faulted there)."""
+    stride, n_out = 32, 64 * 2**20 + 3
+    x = torch.randn(stride * n_out, device=torch_device())
+    out = torch.full((n_out,), float("nan"), device=torch_device())  # poisoned: every element must be written
+    copies.copy_strided(x, stride, out=out)
+    assert torch.equal(out, x[::stride]), "strided copy is wrong past 2**31 elements"
+    del x, out
+    torch.cuda.empty_cache()

@@ -58,7 +58,8 @@ def copy_strided(x_ptr, out_ptr, n_out, STRIDE: tl.constexpr, BLOCK: tl.constexp
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_out
-    x = tl.load(x_ptr + offs * STRIDE, mask=mask)  # HBM -> registers, one scalar per sector
+    # int64 before the multiply: at 64 Mi outputs and STRIDE 32 the read offset reaches 2**31
+    x = tl.load(x_ptr + offs.to(tl.int64) * STRIDE, mask=mask)  # HBM -> registers, one scalar per sector
     tl.store(out_ptr + offs, x, mask=mask)
 
 

@@ -61,14 +61,16 @@ def copies_step(n: int = 4096) -> Callable[[], None]:
 
 
 def attention_step(variant: str, shape=(1, 1, 32, 16)) -> Callable[[], None]:
-    """One forward of an attention ``variant`` (``naive``, ``tiled``) on fp32 (B, H, N, D) inputs."""
-    from ..device import torch_device
+    """One forward of an attention ``variant`` (``naive``, ``tiled``) on (B, H, N, D) inputs: fp32 in the
+    interpreter, fp16 on a GPU (the kernels take fp16/bf16 there)."""
+    from ..device import is_gpu, torch_device
     from ..kernels import attention
 
     if variant not in attention.VARIANTS:
         raise ValueError(f"attention variant {variant!r}; expected one of {sorted(attention.VARIANTS)}")
     torch.manual_seed(0)
-    q, k, v = (torch.randn(shape, device=torch_device()) for _ in range(3))
+    dtype = torch.float16 if is_gpu() else torch.float32
+    q, k, v = (torch.randn(shape, device=torch_device(), dtype=dtype) for _ in range(3))
     fn = attention.VARIANTS[variant]
     return lambda: fn(q, k, v)
 
