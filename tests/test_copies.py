@@ -154,3 +154,13 @@ def test_copy_strided_offsets_past_int32():
     assert torch.equal(out, x[::stride]), "strided copy is wrong past 2**31 elements"
     del x, out
     torch.cuda.empty_cache()
+
+
+@pytest.mark.skipif(is_gpu(), reason="allocates 4 GiB of (untouched, virtual) host memory")
+def test_element_limits_are_explained():
+    """torch.empty on the host maps pages lazily, so a 2**31-element tensor costs no real memory here."""
+    big = torch.empty(2**31, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"x has 2147483648 elements, expected at most 2147483647 \(int32"):
+        copies.copy(big)
+    with pytest.raises(ValueError, match=r"x\[::1\] has 2147483648 elements, expected at most 2147483647"):
+        copies.copy_strided(big, 1)

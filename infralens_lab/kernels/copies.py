@@ -36,7 +36,7 @@ _ALLOWED = {
     "gpu": (torch.float32, torch.float16, torch.bfloat16),
     "interpreter": (torch.float32, torch.float16),
 }
-_MAX_ELEMENTS = 2**31 - 1  # the kernels index with int32
+_MAX_ELEMENTS = 2**31 - 1  # copy_coalesced and copy_strided's output index with int32 (its reads with int64)
 
 
 @triton.jit
@@ -68,7 +68,7 @@ def copy_strided(x_ptr, out_ptr, n_out, STRIDE: tl.constexpr, BLOCK: tl.constexp
 _copy_strided_kernel = copy_strided
 
 
-def _check_input(x, what: str) -> None:
+def _check_input(x, what: str, limit: bool = True) -> None:
     check_tensor("x", x, what)
     check_device("x", x, what)
     check_dtype("x", x, _ALLOWED, what)
@@ -77,7 +77,7 @@ def _check_input(x, what: str) -> None:
     if not x.is_contiguous():
         raise ValueError(f"{what}: x has stride {tuple(x.stride())}, expected a contiguous 1-D tensor "
                          f"(call .contiguous() first)")
-    if x.numel() > _MAX_ELEMENTS:
+    if limit and x.numel() > _MAX_ELEMENTS:
         raise ValueError(f"{what}: x has {x.numel()} elements, expected at most {_MAX_ELEMENTS} (int32 indexing)")
 
 
@@ -116,8 +116,11 @@ def copy_strided(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) 
         raise TypeError(f"{what}: stride is {stride!r} ({type(stride).__name__}), expected an int >= 1")
     if stride < 1:
         raise ValueError(f"{what}: stride is {stride}, expected an int >= 1")
-    _check_input(x, what)
+    _check_input(x, what, limit=False)  # reads index with int64; the output (below) with int32
     n_out = strided_len(x.numel(), stride)
+    if n_out > _MAX_ELEMENTS:
+        raise ValueError(f"{what}: x[::{stride}] has {n_out} elements, expected at most {_MAX_ELEMENTS} "
+                         f"(the output is indexed with int32)")
     if out is None:
         out = torch.empty(n_out, dtype=x.dtype, device=x.device)
     else:
