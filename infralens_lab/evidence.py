@@ -442,3 +442,10 @@ def load_all(name: str, root: str | Path | None = None) -> dict[str, Evidence]:
             ev = store.load(name)
             out[ev.provenance.gpu] = ev
     return out
+
+
+def load_all_sets(root: str | Path | None = None) -> list[RecordedStore]:
+    """Every recorded set under ``root`` (default :func:`data_root`), the default reference first."""
+    root = Path(root) if root is not None else data_root()
+    first = default_reference(root)[0]
+    return [RecordedStore(root / slug) for slug in sorted(recordings(root), key=lambda s: s != first)]

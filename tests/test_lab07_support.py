@@ -99,7 +99,9 @@ def test_regression_tables(store):
     assert set(mk["step"]) == {"intended", "fp32_matmul"} and mk["kernel"].str.contains("tf32").sum() == 1
     assert len(lab07.gpu_counts(ev)) == 6
     rg = lab07.ratio_gate_table(ev, {"ratios": {"coalesced / copy_ (float32)": {"tolerance": 0.05, "k": 7}}})
-    assert rg["median"].iloc[0] == 1.0 and rg["k_needed"].iloc[0] >= 1
+    assert rg["gate_reference"].iloc[0] == 1.0 and rg["k_needed"].iloc[0] >= 1
+    b = rg["bench_ratio"].iloc[0]  # the committed reference's bench ratio of the same pair
+    assert rg["procedure_gap_pct"].iloc[0] == pytest.approx(100 * (1.0 / b - 1))
 
 
 def test_caught_by_counts():

@@ -26,7 +26,7 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -183,6 +183,46 @@ def runs_needed(spread_one: float, tolerance: float, z: float = 2.0) -> int:
     return max(1, math.ceil((z * _MEDIAN_SE * sd / tolerance) ** 2))
 
 
+TOLERANCES = (0.02, 0.03, 0.05, 0.08, 0.10)  # the steps a threshold file picks from (fractions)
+
+
+def choose_gate(sample_sets: Sequence[Sequence[float]], tolerances: Sequence[float] = TOLERANCES,
+                k_min: int = 3, k_max: int = 9, max_false_alarms: float = 0.01) -> tuple[float, int]:
+    """``(tolerance, k)`` for one ratio gate from unchanged-code samples of it (one list per reference
+    GPU): the smallest ``tolerance`` at which, on every list, ``k = max(k_min, runs_needed(spread))``
+    stays within ``k_max`` and the bootstrapped :func:`false_alarm_rate` at that ``k`` is at most
+    ``max_false_alarms``; ``k`` is the largest over the lists. ``k_min`` 3: a median of fewer runs
+    is one unlucky run away from a false alarm whatever the spread says. Raises when no tolerance in
+    ``tolerances`` qualifies (the ratio is too noisy to gate at those steps)."""
+    sets = [list(map(float, xs)) for xs in sample_sets]
+    if not sets or any(len(xs) < 2 for xs in sets):
+        raise ValueError(f"sample lists of lengths {[len(xs) for xs in sets]}; expected at least one, each of 2 or more")
+    for tol in sorted(tolerances):
+        ks = [max(k_min, runs_needed(spread(xs), tol)) for xs in sets]
+        if max(ks) <= k_max and all(false_alarm_rate(xs, max(ks), tol) <= max_false_alarms for xs in sets):
+            return tol, max(ks)
+    raise ValueError(f"no tolerance in {sorted(tolerances)} keeps k <= {k_max} with false alarms <= "
+                     f"{max_false_alarms:.0%}; spreads {[round(spread(xs), 4) for xs in sets]}")
+
+
+def suggest(stores) -> list[dict]:
+    """Per ratio gate recorded in the ``gates_gpu`` records of ``stores``: the tolerance and k
+    :func:`choose_gate` picks from all of them, with each set's median, spread and GPU."""
+    per: dict[str, list] = {}
+    for st in stores:
+        if "gates_gpu" not in st.names():
+            continue
+        for name, xs in st.load("gates_gpu").values.get("ratio_gates", {}).items():
+            per.setdefault(name, []).append((st.gpu, xs))
+    rows = []
+    for name, got in per.items():
+        tol, k = choose_gate([xs for _, xs in got])
+        rows.append({"ratio": name, "tolerance": tol, "k": k,
+                     "sets": {gpu: {"median": sorted(xs)[len(xs) // 2], "spread": spread(xs), "n": len(xs)}
+                              for gpu, xs in got}})
+    return rows
+
+
 def absolute_flake_rate(times: Sequence[float], threshold: float) -> float:
     """Share of ``times`` above an absolute ``threshold`` (same unit): how often an absolute time gate
     set at ``threshold`` fails runs of unchanged code."""
@@ -207,16 +247,22 @@ def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
 def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k: int | None = None) -> list:
     """Measure every ratio gate of the threshold file (GPU) and hold it against the reference set's
     bench ratio: a list of ``Verdict`` (``analysis.gates.ratio_verdict``), with the ratios measured."""
-    ref = G.reference_ratios(store)
+    ref = G.gate_references(store)
     out = []
     for name, rule in thresholds["ratios"].items():
         if names is not None and name not in names:
             continue
         if name not in ref:
-            raise G.ThresholdError(f"ratio {name!r} is not in the reference set's bench record; it has {sorted(ref)}")
+            raise G.ThresholdError(f"ratio {name!r} is not in the reference set's gates_gpu or bench record; "
+                                   f"it has {sorted(ref)}")
         cand, refn = G.RATIO_GATES[name]()
         samples = G.ratio_samples(cand, refn, k or rule["k"])
-        out.append(ratio_verdict(name, samples, ref[name], rule["tolerance"]))
+        expected, source = ref[name]
+        v = ratio_verdict(name, samples, expected, rule["tolerance"])
+        if source != "gates_gpu":
+            v = replace(v, message=v.message + "; reference from the bench (another timing procedure: re-record "
+                                               "the set so gates_gpu holds this gate's own samples)")
+        out.append(v)
         del cand, refn
         G.torch.cuda.empty_cache()
     return out
@@ -230,8 +276,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thresholds", default=None, help=f"threshold file (default {G.DEFAULT_THRESHOLDS})")
     ap.add_argument("--k", type=int, default=None, help="runs per ratio (default: the file's k)")
     ap.add_argument("--json", default="", help="also write the verdicts as JSON here")
+    ap.add_argument("--suggest", action="store_true", help="print the tolerance and k each ratio gate's recorded "
+                    "samples call for (every recorded set with gates_gpu), then exit; any machine")
     args = ap.parse_args(argv)
     from ..device import facts, is_gpu
+
+    if args.suggest:
+        from .. import evidence
+
+        rows = suggest(evidence.load_all_sets())
+        for r in rows:
+            sets = "; ".join(f"{g}: median {v['median']:.3f}, spread {v['spread']:.1%} (n={v['n']})"
+                             for g, v in r["sets"].items())
+            print(f'"{r["ratio"]}": {{"tolerance": {r["tolerance"]}, "k": {r["k"]}}}   # {sets}')
+        return 0 if rows else 1
 
     try:
         th = G.load_thresholds(args.thresholds)

@@ -230,18 +230,21 @@ def matmul_kernels(ev) -> pd.DataFrame | None:
 
 
 def ratio_gate_table(ev, thresholds: dict) -> pd.DataFrame | None:
-    """Per ratio gate: the committed bench ratio, the recorded k samples' median and spread, the file's
-    tolerance and k, and the k that :func:`analysis.gates.runs_needed` asks for at that tolerance."""
+    """Per ratio gate: the recorded samples' median (what the gate is held to) and spread, the bench's ratio
+    of the same pair and how far the two procedures are apart (``procedure_gap_pct``), the file's tolerance
+    and k, and the k that :func:`analysis.gates.runs_needed` asks for at that tolerance."""
     if ev is None:
         return None
-    ref = G.reference_ratios()
+    bench = G.reference_ratios()
     rows = []
     for name, rule in thresholds["ratios"].items():
         x = ev.values.get("ratio_gates", {}).get(name)
         if not x:
             continue
-        s = A.spread(x)
-        rows.append({"ratio": name, "bench_ratio": ref.get(name), "median": percentile(x, 50), "n": len(x),
+        s, med = A.spread(x), percentile(x, 50)
+        b = bench.get(name)
+        rows.append({"ratio": name, "gate_reference": med, "bench_ratio": b,
+                     "procedure_gap_pct": 100 * (med / b - 1) if b else None, "n": len(x),
                      "spread_pct": 100 * s, "tolerance_pct": 100 * rule["tolerance"], "k": rule["k"],
                      "k_needed": A.runs_needed(s, rule["tolerance"])})
     return pd.DataFrame(rows)

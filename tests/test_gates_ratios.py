@@ -1,0 +1,79 @@
+"""Ratio gates: which reference they are held to, and how the threshold file's tolerance and k are chosen."""
+import json
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from infralens_lab import evidence
+from infralens_lab.analysis import gates as A
+from infralens_lab.measure import gates as G
+from infralens_lab.measure.timing import percentile
+
+
+def _noisy(centre, rel_sd, n=15, seed=0):
+    rng = random.Random(seed)
+    return [centre * (1 + rng.gauss(0, rel_sd)) for _ in range(n)]
+
+
+def test_choose_gate_tight_samples_take_the_smallest_step():
+    assert A.choose_gate([_noisy(1.0, 0.001)]) == (0.02, 3)
+
+
+def test_choose_gate_widens_with_noise_and_takes_the_largest_k():
+    tight, noisy = _noisy(1.0, 0.001, seed=1), _noisy(0.7, 0.05, seed=2)  # spreads ~0.3% and ~8.6%
+    tol, k = A.choose_gate([tight, noisy])
+    assert A.runs_needed(A.spread(noisy), 0.02) > 9, "premise: at 2% this sample would need more than k_max runs"
+    assert tol > 0.02, "a ratio whose median of 9 runs still spreads past 2% must not be gated at 2%"
+    assert k >= A.runs_needed(A.spread(noisy), tol) and k >= 3
+    assert A.false_alarm_rate(noisy, k, tol) <= 0.01
+    # the tight set alone would have been allowed the smallest step: the gate follows the noisier GPU
+    assert A.choose_gate([tight])[0] < tol
+
+
+def test_choose_gate_refuses_a_ratio_too_noisy_to_gate():
+    with pytest.raises(ValueError, match=r"no tolerance in \[0.02, 0.03, 0.05, 0.08, 0.1\].*spreads"):
+        A.choose_gate([_noisy(1.0, 0.4, seed=3)])
+    with pytest.raises(ValueError, match="lengths \\[1\\]"):
+        A.choose_gate([[1.0]])
+
+
+def test_threshold_file_is_what_the_recordings_call_for():
+    """data/gates.json's ratio tolerances and k come from `gates --suggest` on the committed sets: a new
+    recording that calls for other values fails here, naming the gate."""
+    rules = G.load_thresholds()["ratios"]
+    rows = A.suggest(evidence.load_all_sets())
+    assert {r["ratio"] for r in rows} == set(rules)
+    for r in rows:
+        assert (rules[r["ratio"]]["tolerance"], rules[r["ratio"]]["k"]) == (r["tolerance"], r["k"]), r
+        assert len(r["sets"]) >= 2, "every committed set with gates_gpu takes part"
+
+
+def test_gates_are_held_to_their_own_procedure():
+    st = evidence.reference()
+    ref = G.gate_references(st)
+    samples = st.load("gates_gpu").values["ratio_gates"]
+    for name, xs in samples.items():
+        assert ref[name] == (pytest.approx(percentile(xs, 50)), "gates_gpu")
+    bench = G.reference_ratios(st)
+    assert set(bench) >= set(samples)
+
+
+def test_a_set_without_gates_gpu_falls_back_to_the_bench():
+    st = evidence.reference()
+    bench = st.load("bench")
+    fake = SimpleNamespace(names=lambda: ["bench"], load=lambda name: bench)
+    ref = G.gate_references(fake)
+    assert ref and all(src == "bench" for _, src in ref.values())
+    first = bench.values["ratios"][0]
+    assert ref[first["name"]][0] == pytest.approx(first["value"])
+
+
+def test_suggest_command_prints_one_line_per_gate(capsys):
+    assert A.main(["--suggest"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    rules = G.load_thresholds()["ratios"]
+    assert len(out) == len(rules)
+    for line in out:
+        name = line.split('": {')[0].strip('"')
+        assert json.loads(line[line.index("{"):line.index("}") + 1]) == rules[name]
