@@ -31,9 +31,11 @@ doctor: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m infralens_lab bench
 
-# Time-ratio gates (GPU) against the reference set's bench ratios, plus the count gates (data/gates.json).
+# Count gates (interpreter mode: their thresholds were measured there), then the time-ratio gates (GPU)
+# against the reference set's own recorded gate samples; both read data/gates.json.
 gates-gpu: $(STAMP)
-	$(PY) -m infralens_lab gates --counts --ratios
+	INFRALENS_MODE=interpreter $(PY) -m infralens_lab gates --counts
+	$(PY) -m infralens_lab gates --ratios
 
 # Grade a folder of submitted notebooks: `make grade SUBMISSIONS=path/` (see docs/instructors.md).
 # RUN=0 grades from the files alone and executes no submitted code (no sandbox needed).

@@ -77,3 +77,14 @@ def test_suggest_command_prints_one_line_per_gate(capsys):
     for line in out:
         name = line.split('": {')[0].strip('"')
         assert json.loads(line[line.index("{"):line.index("}") + 1]) == rules[name]
+
+
+def test_count_gates_are_refused_in_gpu_mode(monkeypatch, capsys):
+    """Their thresholds are interpreter-mode counts: on a CUDA build they would all fail, so the command says
+    how to run them instead of failing them."""
+    import infralens_lab.device as device
+
+    monkeypatch.setattr(device, "is_gpu", lambda: True)
+    assert A.main(["--counts"]) == 2
+    err = capsys.readouterr().err
+    assert "measured in interpreter mode" in err and "INFRALENS_MODE=interpreter" in err

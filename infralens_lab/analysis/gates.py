@@ -298,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verdicts = []
     if args.counts or not args.ratios:
+        if is_gpu():
+            print("gates: refusing the count gates in gpu mode: data/gates.json's counts were measured in "
+                  "interpreter mode on a CPU (aten ops, launches and bytes differ on a CUDA build). Run them with "
+                  "INFRALENS_MODE=interpreter (`make gates-gpu` does), and the time ratios with --ratios alone.",
+                  file=sys.stderr)
+            return 2
         verdicts += check_counts(th)
     if args.ratios:
         if not is_gpu():
@@ -306,7 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from .. import evidence
 
-        st = evidence.reference()
+        from ..device import slug
+
+        mine = slug(facts().name)  # this GPU's own recorded set when there is one, else the default
+        st = evidence.reference(mine if mine in evidence.recordings() else None)
+        print(f"gates: ratio references from the {st.gpu} set ({st.folder})")
         if st.gpu != facts().name:
             print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {facts().name}. Ratios "
                   f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
