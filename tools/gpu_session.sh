@@ -2,6 +2,7 @@
 # What one session on a lent GPU machine runs, with plain python3 (no Jupyter there):
 #   record  the reference set for this GPU (python -m infralens_lab record), bundled under $OUT
 #   bench   the benchmark table (ratios measured side by side in one run)
+#   gates   what `make gates-gpu` runs: count gates in interpreter mode, then the time-ratio gates
 #   tests   the test suite in gpu mode (modules that need Jupyter skip with the reason)
 #   labs    every lab as a plain script in gpu mode (convert first, where Jupyter is installed:
 #           jupyter nbconvert --to script --output-dir build/labscripts labs/*.ipynb)
@@ -20,6 +21,12 @@ if has record; then
 fi
 if has bench; then
     python3 -m infralens_lab bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
+fi
+if has gates; then
+    INFRALENS_MODE=interpreter python3 -m infralens_lab gates --counts >"$OUT/gates.log" 2>&1
+    echo "gates --counts: exit $?" | tee -a "$OUT/gates.log"
+    python3 -m infralens_lab gates --ratios --json "$OUT/gates.json" >>"$OUT/gates.log" 2>&1
+    echo "gates --ratios: exit $?" | tee -a "$OUT/gates.log"; tail -8 "$OUT/gates.log"
 fi
 if has tests; then
     python3 -m pytest tests -q -p no:cacheprovider -rs >"$OUT/tests.log" 2>&1
