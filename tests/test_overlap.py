@@ -73,6 +73,15 @@ def test_pipeline_serialised_by_hand():
     assert m["overlap_score"] == 0.0 and m["hidden_fraction"] == 0.0 and m["verdict"] == "serialised"
 
 
+def test_pipeline_serialised_with_a_hand_off_above_the_sum():
+    """Turns taken plus 9 µs between them: the period (59) is over the sum (50) by more than the margin
+    (0.25 * 20 = 5), and it is still serialised, not 'between'."""
+    st0 = [(i * 59.0, i * 59.0 + 20) for i in range(6)]
+    st1 = [(a + 29, a + 59) for a, _ in st0]  # stage 1 starts 9 µs after stage 0 ends
+    m = A.pipeline_metrics(st0, st1, skip=1)
+    assert m["period_us"] == 59.0 and m["overlap_score"] == 0.0 and m["verdict"] == "serialised"
+
+
 def test_pipeline_overlapped_by_hand():
     st0, st1 = _stages(20, 30, 30, 6)  # period = max: stage0 of item i+1 runs under stage1 of item i
     m = A.pipeline_metrics(st0, st1, skip=1)

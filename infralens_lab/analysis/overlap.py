@@ -87,7 +87,9 @@ def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
     ``serial_us`` (= s0 + s1), ``overlapped_us`` (= max), ``overlap_score`` (``(s0 + s1 - period) /
     min(s0, s1)`` clipped to [0, 1]: 0 serialised, 1 fully overlapped), ``hidden_fraction`` (share of
     stage-0 time under stage-1 ranges) and ``verdict`` (``'overlapped'``, ``'serialised'`` or
-    ``'between'``: the period within ``VERDICT_MARGIN`` · min(s0, s1) of one prediction)."""
+    ``'between'``: ``overlapped`` when the period is within ``VERDICT_MARGIN`` · min(s0, s1) of max(s0, s1),
+    ``serialised`` when it is no more than that margin below s0 + s1 or anywhere above it: a hand-off between
+    the turns makes a serialised period longer than the sum, as on the recorded GPU)."""
     s0 = _check_intervals(stage0, "stage0")
     s1 = _check_intervals(stage1, "stage1")
     if not isinstance(skip, int) or skip < 0:
@@ -104,8 +106,9 @@ def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
     short = min(d0, d1)
     score = None if short <= 0 else min(1.0, max(0.0, (d0 + d1 - period) / short))
     margin = VERDICT_MARGIN * short
+    # at or above the sum (a hand-off between turns can add to it) the stages take turns: serialised
     verdict = "overlapped" if abs(period - max(d0, d1)) <= margin else \
-        "serialised" if abs(period - (d0 + d1)) <= margin else "between"
+        "serialised" if period >= d0 + d1 - margin else "between"
     return {"items": n, "period_us": period, "stage0_us": d0, "stage1_us": d1, "serial_us": d0 + d1,
             "overlapped_us": max(d0, d1), "overlap_score": score, "hidden_fraction": hidden_fraction(s0, s1),
             "verdict": verdict}
