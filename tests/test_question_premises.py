@@ -113,3 +113,18 @@ def test_lab02_q9_premise_recorded_attention_fits_in_l2():
     assert abs(raw["dram__bytes_read.sum"] / (3 * one) - 1) < 0.05, "DRAM reads are not Q+K+V once: re-word lab02.q9"
     model = traffic.attention_tiled_traffic(1, 8, 2048, 64, 2, block_m=128).bytes
     assert raw["dram__bytes_read.sum"] < model / 8, "DRAM bytes no longer ~12x below the model's: re-word lab02.q9"
+
+
+def test_lab07_q1_q4_premises_convolutions_lead_by_op_and_batch_norm_by_family():
+    """lab07.q1's explanation: by innermost op, cuDNN convolution takes the largest share (close to half) and
+    batch norm comes second; lab07.q4's: batch norm is the top kernel family of the channels_first trace."""
+    from infralens_lab.labs_support import lab07
+    from infralens_lab.measure.top_ops import innermost_ops, kernel_families
+
+    tr, _ = lab07.recorded_resnet(evidence.reference())["channels_first"]
+    ops = innermost_ops(tr, top=3)
+    assert list(ops["op"])[:2] == ["aten::cudnn_convolution", "aten::native_batch_norm"], \
+        f"top ops now {list(ops['op'])}: re-word lab07.q1's explanation and feedback B"
+    assert 40 <= float(ops["pct"].iloc[0]) <= 55, "convolution's share is no longer 'close to half': re-word lab07.q1"
+    fam = kernel_families(tr).set_index("family")["total_us"]
+    assert fam.idxmax() == "batch norm", f"top family now {fam.idxmax()}: re-word lab07.q4's explanation"
