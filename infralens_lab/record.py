@@ -18,7 +18,8 @@ from the first, warm-up included, and back to back); ``memory`` (``memory_train`
 ``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
 counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
 fixed-pipeline training step, chosen from ``trace_fixed``); ``ncu_copies_source`` (``ncu_copies_source.csv``: ncu's
-Source page, stall samples per SASS instruction, coalesced and stride 8, 32; ``ncu_copies_source_raw.csv``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
+Source page, stall samples per SASS instruction, coalesced and stride 8, 32; its raw page, plain and with instance
+values: ``ncu_copies_source_raw.csv``, ``ncu_copies_source_instances.csv``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
 :func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL; skipped with fewer than 2 GPUs).
 """
 from __future__ import annotations
@@ -232,7 +233,7 @@ class Recorder:
         """Per-SASS-instruction stall samples and executions (ncu's Source page,
         :func:`~infralens_lab.measure.ncu.run_ncu_source`) of the coalesced and stride 8, 32 copies: which
         instruction each stall reason sits on. The ``.ncu-rep`` report is temporary; only CSV text is kept."""
-        src, raw, failed = [], [], []
+        src, raw, inst, failed = [], [], [], []
         for run in [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in (8, 32)]:
             target = ["--kernel", run.kind, *target_args(run), "--warmup", "1", "--iters", "1"]
             rx, skip, cnt = launch_window(run.kind, 1, 1)
@@ -247,6 +248,8 @@ class Recorder:
                     self.log(f"[record]   ncu_copies_source {run.label()}: {time.perf_counter() - t0:.1f} s")
                     src.append(N.config_block(run.label(), N.source_command_line(target, page="source", **a), out["source"]))
                     raw.append(N.config_block(run.label(), N.source_command_line(target, page="raw", **a), out["raw"]))
+                    inst.append(N.config_block(run.label(), N.source_command_line(target, page="instances", **a),
+                                               out["instances"]))
                     err = None
                     break
                 except N.NcuError as exc:  # no kernels: try the counted launch window; anything else: give up
@@ -259,6 +262,7 @@ class Recorder:
             raise RuntimeError(f"every ncu source capture failed: {failed}")
         self.w.write_text("ncu_copies_source.csv", "".join(src))
         self.w.write_text("ncu_copies_source_raw.csv", "".join(raw))
+        self.w.write_text("ncu_copies_source_instances.csv", "".join(inst))
         return f"{len(src)}/3 captures ok" + (f"; failed: {failed}" if failed else "")
 
     def step_ncu_attention(self):

@@ -419,6 +419,10 @@ def test_recorded_source_absent_prints_a_note_and_synthetic_tables_render(tmp_pa
     assert "ncu_copies_source.csv" in capsys.readouterr().out
     w = evidence.EvidenceWriter(tmp_path / "rec", "test")
     w.write_text(lab04.SOURCE_FILE, source_fixture.recorded_text())
+    cell = "12,000 (S2R: 1,000; S2UR: 1,000; IMAD: 2,000; LOP3: 1,000; LDG: 4,000; STG: 1,000; EXIT: 1,000; BRA: 0)"
+    w.write_text("ncu_copies_source_instances.csv", N.config_block(
+        "copy_strided stride=8 n=67108864 fp32", "ncu --import R --page raw --print-metric-instances details",
+        f'"ID","Kernel Name","{N.OPCODE_MIX}"\n"","","inst"\n"0","copy_strided","{cell}"\n'))
     w.close()
     st = evidence.RecordedStore(tmp_path / "rec")
     src = lab04.recorded_source(st)
@@ -427,5 +431,8 @@ def test_recorded_source_absent_prints_a_note_and_synthetic_tables_render(tmp_pa
     for cfg in src["config"].unique():  # what the notebook cell does
         present.show(sass_info.top_instructions(src, cfg, n=6), caption=cap, title=cfg)
     present.show(sass_info.instruction_mix(src), caption=cap, title="mix")
+    census = N.opcode_census(N.parse_raw_csv(st.text("ncu_copies_source_instances.csv")))
+    agree = sass_info.census_agreement(src[src["config"] == census["config"].iloc[0]], census)
+    assert agree["agree"].all() and len(agree) == 8  # the fixture's per-opcode sums, BRA's 0 included
     out = capsys.readouterr().out
     assert "STG.E.128 desc[UR6][R6.64], R4" in out and "special register" in out and "ncu_copies_source.csv" in out

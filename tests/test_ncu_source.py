@@ -18,7 +18,8 @@ TARGET = ["--kernel", "copy_strided", "--stride", "8", "--n", "1024", "--dtype",
 
 # ------------------------------------------------------------------ command lines
 def test_source_commands_profile_into_a_report_and_export_two_pages():
-    profile, source, raw = N.source_commands(TARGET, "copy_strided", "/tmp/x/rep.ncu-rep", ncu="ncu", python="py")
+    profile, source, raw, inst = N.source_commands(TARGET, "copy_strided", "/tmp/x/rep.ncu-rep", ncu="ncu",
+                                                   python="py")
     assert "--csv" not in profile and "--page" not in profile  # pages are chosen at export
     for s in N.SOURCE_SECTIONS:
         assert profile[profile.index(s) - 1] == "--section"
@@ -29,10 +30,13 @@ def test_source_commands_profile_into_a_report_and_export_two_pages():
     assert profile[-len(TARGET):] == TARGET and profile.index("--export") < profile.index("py")
     assert source == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "source", "--print-source", "sass"]
     assert raw == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "raw"]
+    assert inst == raw + ["--print-metric-instances", "details"]
     counted = N.source_commands(TARGET, "copy_strided", "r", launch_skip=1, nvtx=False, ncu="ncu", python="py")[0]
     assert "--nvtx" not in counted and counted[counted.index("--launch-skip") + 1] == "1"
     line = N.source_command_line(TARGET, page="raw", kernel_regex="copy_strided")
     assert " ; " in line and line.endswith("--page raw") and "--export REPORT" in line
+    with pytest.raises(ValueError, match="expected 'source', 'raw' or 'instances'"):
+        N.source_command_line(TARGET, page="details", kernel_regex="copy_strided")
 
 
 def test_source_commands_reject_bad_filters():
@@ -49,11 +53,14 @@ for a in "$@"; do
   if [ "$prev" = "--export" ]; then echo rep > "$a.ncu-rep"; echo "==PROF== Report: $a.ncu-rep"; fi
   if [ "$prev" = "--page" ]; then page="$a"; fi
   if [ "$prev" = "--import" ]; then rep="$a"; fi
+  if [ "$a" = "--print-metric-instances" ]; then inst=1; fi
   prev="$a"
 done
 if [ -n "$rep" ]; then
   echo "$rep" > "$(dirname "$0")/last_report"
-  if [ "$page" = "source" ]; then cat "$(dirname "$0")/source.csv"; else echo '"ID","Kernel Name","x__y.sum"'; echo '"","","n"'; echo '"0","copy_strided","1"'; fi
+  if [ "$page" = "source" ]; then cat "$(dirname "$0")/source.csv"
+  elif [ -n "$inst" ]; then echo '"ID","Kernel Name","sass__inst_executed_per_opcode"'; echo '"","","inst"'; echo '"0","copy_strided","3,000 (IMAD: 2,000; LDG: 1,000)"'
+  else echo '"ID","Kernel Name","x__y.sum"'; echo '"","","n"'; echo '"0","copy_strided","1"'; fi
 fi
 exit 0
 """
@@ -71,7 +78,9 @@ def _fake_ncu(tmp_path, monkeypatch, source_text: str):
 def test_run_ncu_source_returns_both_pages_and_deletes_the_report(tmp_path, monkeypatch):
     d = _fake_ncu(tmp_path, monkeypatch, F.page("copy_strided", F.STRIDED))
     out = N.run_ncu_source(TARGET, "copy_strided", timeout=30)
-    assert set(out) == {"source", "raw"}
+    assert set(out) == {"source", "raw", "instances"}
+    census = N.opcode_census(N.parse_raw_csv(out["instances"]))
+    assert census[["opcode", "executed"]].values.tolist() == [["IMAD", 2000.0], ["LDG", 1000.0]]
     assert len(N.parse_source_csv(out["source"])) == len(F.STRIDED)
     assert N.parse_raw_csv(out["raw"])["metric"].tolist() == ["x__y.sum"]
     rep = (d / "last_report").read_text().strip()
@@ -146,7 +155,8 @@ class _Fake:
         err = self.fail.get((kind, nvtx))
         if err is not None:
             raise err
-        return {"source": F.page(kernel_regex, F.STRIDED), "raw": '"ID","Kernel Name","x__y.sum"\n"","",""\n"0","k","1"\n'}
+        raw = '"ID","Kernel Name","x__y.sum"\n"","",""\n"0","k","1"\n'
+        return {"source": F.page(kernel_regex, F.STRIDED), "raw": raw, "instances": raw}
 
 
 def test_recorder_step_writes_both_files_and_falls_back_without_nvtx(tmp_path, monkeypatch):
@@ -168,6 +178,8 @@ def test_recorder_step_writes_both_files_and_falls_back_without_nvtx(tmp_path, m
     assert N.command_of(st.text("ncu_copies_source.csv"), "stride=8").count("--page source") == 1
     assert not list((tmp_path / "rec").glob("*.ncu-rep"))
     assert len(N.read_blocks(st.text("ncu_copies_source_raw.csv"))) == 2
+    inst = st.text("ncu_copies_source_instances.csv")
+    assert len(N.read_blocks(inst)) == 2 and "--print-metric-instances details" in N.command_of(inst, "stride=8")
 
 
 def test_recorder_step_fails_soft_when_every_capture_fails(tmp_path, monkeypatch):
@@ -176,3 +188,15 @@ def test_recorder_step_fails_soft_when_every_capture_fails(tmp_path, monkeypatch
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
     rec.run("ncu_copies_source")
     assert rec.entries[-1]["status"] == "failed" and "every ncu source capture failed" in rec.entries[-1]["detail"]
+
+
+def test_opcode_census_reads_instance_values_and_refuses_a_plain_export():
+    text = ('"ID","Kernel Name","sass__inst_executed_per_opcode"\n"","","inst"\n'
+            '"0","copy_strided","9,000 (EXIT: 1,000; IMAD: 3,000; LDG: 4,000; S2R: 1,000)"\n')
+    c = N.opcode_census(N.parse_raw_csv(text))
+    assert dict(zip(c["opcode"], c["executed"])) == {"EXIT": 1000, "IMAD": 3000, "LDG": 4000, "S2R": 1000}
+    plain = text.replace("9,000 (EXIT: 1,000; IMAD: 3,000; LDG: 4,000; S2R: 1,000)", "9,000")
+    with pytest.raises(N.NcuCsvError, match="--print-metric-instances details"):
+        N.opcode_census(N.parse_raw_csv(plain))
+    with pytest.raises(N.NcuCsvError, match="sass__inst_executed_per_opcode"):
+        N.opcode_census(N.parse_raw_csv(text.replace("sass__inst_executed_per_opcode", "x__y.sum")))

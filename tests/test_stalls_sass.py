@@ -97,3 +97,14 @@ def test_reading_names_sites_and_says_when_evidence_is_split(rows):
     split.loc[stg, "short_scoreboard"] = 120.0
     line = [ln for ln in S.reading(split, reasons=("short_scoreboard",), threshold=0.6) if ln.startswith(STRIDED)][0]
     assert "split: " in line and "special register 50%" in line and "global load 50%" in line
+
+
+def test_census_agreement_holds_source_sums_against_the_opcode_census(rows):
+    census = pd.DataFrame({"config": [STRIDED] * 3, "opcode": ["IMAD", "LDG", "S2R"],
+                           "executed": [2000.0, 4000.0, 990.0]})
+    a = S.census_agreement(rows[rows["config"] == STRIDED], census).set_index("op")
+    assert a.at["IMAD", "from_source"] == 2000 and a.loc["IMAD", "agree"] and a.loc["LDG", "agree"]
+    assert not a.loc["S2R", "agree"]  # 1000 against 990: 1% off
+    assert a.at["EXIT", "from_census"] == 0 and not a.loc["EXIT", "agree"]  # absent from the census
+    with pytest.raises(ValueError, match="opcode_census"):
+        S.census_agreement(rows, pd.DataFrame({"x": [1]}))

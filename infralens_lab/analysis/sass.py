@@ -192,3 +192,20 @@ def reading(rows: pd.DataFrame, reasons=("short_scoreboard", "mio_throttle", "dr
                 src = f"split: {', '.join(f'{k} {v:.0%}' for k, v in list(r['by_producer_class'].items())[:3])}"
             lines.append(f"{r['config']}: {reason} {r['samples']:.0f} samples, {where}; {src}")
     return lines
+
+
+def census_agreement(rows: pd.DataFrame, census: pd.DataFrame) -> pd.DataFrame:
+    """Per config and opcode: executions summed over the Source page's instructions (``from_source``) beside
+    ncu's per-opcode count ``sass__inst_executed_per_opcode`` (``from_census``, from
+    :func:`infralens_lab.measure.ncu.opcode_census`), and ``agree`` (equal within 0.1%: both come from the same
+    instrumented run, so they should match exactly; the slack is for rounding in the exported text)."""
+    _check(rows)
+    if not {"config", "opcode", "executed"} <= set(getattr(census, "columns", [])):
+        raise ValueError(f"census has columns {list(getattr(census, 'columns', []))}; expected config, opcode, "
+                         f"executed (measure.ncu.opcode_census)")
+    a = rows.groupby(["config", "op"])["inst_executed"].sum().rename("from_source")
+    b = census.assign(op=census["opcode"].str.split(".").str[0]).groupby(["config", "op"])["executed"].sum()
+    out = pd.concat([a, b.rename("from_census")], axis=1).fillna(0.0).reset_index()
+    tol = 1e-3 * out[["from_source", "from_census"]].max(axis=1)  # 0.1%: rounding of printed values
+    out["agree"] = (out["from_source"] - out["from_census"]).abs() <= tol
+    return out

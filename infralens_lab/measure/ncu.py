@@ -524,12 +524,14 @@ def _report_base(report: str) -> str:
 
 def source_commands(target_args: Sequence[str], kernel_regex: str, report: str, launch_skip: int = 0,
                     launch_count: int = 1, nvtx: bool = True, ncu: str = "ncu",
-                    python: str | None = None) -> tuple[list[str], list[str], list[str]]:
-    """The three ncu argument lists of a per-instruction capture: profile one launch of
+                    python: str | None = None) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The four ncu argument lists of a per-instruction capture: profile one launch of
     ``python -m infralens_lab target <target_args>`` with :data:`SOURCE_SECTIONS` into ``report``
     (``--export``; ``.ncu-rep`` is added), then export that report's Source page
     (``--import ... --csv --page source --print-source sass``: one row per SASS instruction) and its raw page
-    (``--page raw``: the same report's kernel-level counters). Filters as in :func:`ncu_command`."""
+    (``--page raw``: the same report's kernel-level counters) twice, plain and with
+    ``--print-metric-instances details`` (instanced metrics such as ``sass__inst_executed_per_opcode`` then carry
+    their per-opcode values, ``"total (OPCODE: n; ...)"``). Filters as in :func:`ncu_command`."""
     base = ncu_command(target_args, kernel_regex, sections=SOURCE_SECTIONS, launch_skip=launch_skip,
                        launch_count=launch_count, nvtx=nvtx, ncu=ncu, python=python)
     cut = base.index(python or sys.executable) if (python or sys.executable) in base else len(base)
@@ -538,15 +540,19 @@ def source_commands(target_args: Sequence[str], kernel_regex: str, report: str, 
     del profile[i:i + 2]  # the report keeps everything; pages are chosen at export
     profile += ["--force-overwrite", "--export", _report_base(report)] + base[cut:]
     rep = _report_base(report) + ".ncu-rep"
-    return (profile, [ncu, "--import", rep, "--csv", "--page", "source", "--print-source", "sass"],
-            [ncu, "--import", rep, "--csv", "--page", "raw"])
+    raw = [ncu, "--import", rep, "--csv", "--page", "raw"]
+    return (profile, [ncu, "--import", rep, "--csv", "--page", "source", "--print-source", "sass"], raw,
+            raw + ["--print-metric-instances", "details"])
 
 
 def source_command_line(target_args: Sequence[str], page: str = "source", **kwargs) -> str:
-    """The profile command and the export of ``page`` (``"source"`` or ``"raw"``) of :func:`source_commands`,
+    """The profile command and the export of ``page`` (``"source"``, ``"raw"`` or ``"instances"``) of
+    :func:`source_commands`,
     shell-quoted and joined by `` ; `` (the report path is a placeholder), to record beside the CSV."""
-    profile, source, raw = source_commands(target_args, report="REPORT", **kwargs)
-    return shlex.join(profile) + " ; " + shlex.join(source if page == "source" else raw)
+    cmds = dict(zip(("profile", "source", "raw", "instances"), source_commands(target_args, report="REPORT", **kwargs)))
+    if page not in cmds or page == "profile":
+        raise ValueError(f"page={page!r}; expected 'source', 'raw' or 'instances'")
+    return shlex.join(cmds["profile"]) + " ; " + shlex.join(cmds[page])
 
 
 def _run(cmd: list[str], timeout: float, what: str, kernel_regex: str = "") -> str:
@@ -568,7 +574,8 @@ def _run(cmd: list[str], timeout: float, what: str, kernel_regex: str = "") -> s
 def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: int = 0, launch_count: int = 1,
                    nvtx: bool = True, timeout: float = 240.0) -> dict[str, str]:
     """Capture per-instruction counters of one launch (:func:`source_commands`) and return
-    ``{"source": CSV of the Source page, "raw": CSV of the raw page}``. The report lives in a temporary folder
+    ``{"source": CSV of the Source page, "raw": CSV of the raw page, "instances": the raw page with instance
+    values}``. The report lives in a temporary folder
     and is deleted (it is binary and large; only CSV text is kept). Raises an :class:`NcuError` subclass."""
     import tempfile  # only here: nothing else in this module needs a scratch folder
 
@@ -576,13 +583,14 @@ def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: i
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     with tempfile.TemporaryDirectory(prefix="infralens_ncu_") as tmp:
-        profile, source, raw = source_commands(target_args, kernel_regex, os.path.join(tmp, "source"),
-                                               launch_skip, launch_count, nvtx, ncu=ncu)
+        profile, source, raw, inst = source_commands(target_args, kernel_regex, os.path.join(tmp, "source"),
+                                                     launch_skip, launch_count, nvtx, ncu=ncu)
         _run(profile, timeout, "profile", kernel_regex)
         if not os.path.exists(source[2]):
             raise NcuNoKernels(f"ncu wrote no report ({os.path.basename(source[2])}): no kernel matched "
                                f"regex {kernel_regex!r} in the launch window.", FIX_NO_KERNELS)
-        out = {"source": _run(source, timeout, "source page export"), "raw": _run(raw, timeout, "raw page export")}
+        out = {"source": _run(source, timeout, "source page export"), "raw": _run(raw, timeout, "raw page export"),
+               "instances": _run(inst, timeout, "raw page export with instances")}
     if _source_header(out["source"].splitlines()) is None:
         raise NcuCsvError("ncu exported no Source page header (a row with \"Address\" and \"Source\").",
                           "Check that the SourceCounters section was collected; run the commands by hand.",
@@ -680,3 +688,24 @@ def parse_source_csv(text: str):
     df["pc_offset"] = df["address"] - df.groupby(["config", "kernel"], sort=False)["address"].transform("min")
     return df[["config", "kernel", "address", "pc_offset", "sass", "opcode", "op", "samples", "samples_not_issued",
                "inst_executed"] + reasons]
+
+
+OPCODE_MIX = "sass__inst_executed_per_opcode"  # InstructionStats: warp-level executed instructions per SASS opcode
+_INSTANCE = re.compile(r"([A-Z][A-Z0-9_.]*)\s*:\s*([0-9][0-9,]*(?:\.[0-9]+)?)")
+
+
+def opcode_census(df):
+    """Executed instructions per opcode per launch from a tidy raw frame (:func:`parse_raw_csv`) of a report
+    exported with ``--print-metric-instances details``: the cell of :data:`OPCODE_MIX` reads
+    ``"total (OPCODE: n; ...)"``. Returns ``(config, kernel, launch, opcode, executed)``. :class:`NcuCsvError`
+    when the metric is absent or its cell carries no per-opcode values (exported without instances)."""
+    _require(df, [OPCODE_MIX], "opcode_census", f"Collect the InstructionStats section ({OPCODE_MIX}).")
+    rows = []
+    for r in df[df["metric"] == OPCODE_MIX].itertuples():
+        pairs = _INSTANCE.findall(str(r.text))
+        if not pairs:
+            raise NcuCsvError(f"opcode_census: the {OPCODE_MIX} cell of {r.kernel!r} is {str(r.text)[:60]!r}, without "
+                              f"per-opcode values; expected \"total (OPCODE: n; ...)\"",
+                              "Export with `ncu --import R.ncu-rep --csv --page raw --print-metric-instances details`.")
+        rows += [(r.config, r.kernel, r.launch, op, _number(v)) for op, v in pairs]
+    return pd.DataFrame(rows, columns=KEYS + ["opcode", "executed"])
