@@ -200,3 +200,26 @@ def test_opcode_census_reads_instance_values_and_refuses_a_plain_export():
         N.opcode_census(N.parse_raw_csv(plain))
     with pytest.raises(N.NcuCsvError, match="sass__inst_executed_per_opcode"):
         N.opcode_census(N.parse_raw_csv(text.replace("sass__inst_executed_per_opcode", "x__y.sum")))
+
+
+# ------------------------------------------------------------------ the real recording, once there is one
+def test_recorded_source_page_parses_and_matches_the_opcode_census():
+    from infralens_lab import evidence
+    from infralens_lab.analysis import sass as S
+
+    try:
+        st = evidence.reference()
+    except evidence.EvidenceError:
+        pytest.skip("no recorded evidence under data/recorded yet")
+    if "ncu_copies_source.csv" not in st.files():
+        pytest.skip("the recorded set has no ncu_copies_source.csv yet (recorder step ncu_copies_source)")
+    df = N.parse_source_csv(st.text("ncu_copies_source.csv"))
+    assert set(df["kernel"]) <= {"copy_coalesced", "copy_strided"} and df["config"].nunique() >= 1
+    for cfg, sub in df.groupby("config"):
+        assert sub["samples"].sum() > 0 and sub["inst_executed"].sum() > 0, cfg
+        assert {"short_scoreboard", "mio_throttle", "drain", "long_scoreboard"} <= set(df.columns)
+        assert (sub["op"] == "EXIT").any() and (sub["op"] == "LDG").any(), cfg
+    if "ncu_copies_source_instances.csv" in st.files():
+        census = N.opcode_census(N.parse_raw_csv(st.text("ncu_copies_source_instances.csv")))
+        agree = S.census_agreement(df, census)
+        assert agree["agree"].all(), agree[~agree["agree"]]
