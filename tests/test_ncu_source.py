@@ -121,8 +121,10 @@ def test_parse_source_csv_accepts_older_labels_and_a_leading_number_column():
     lines = old.splitlines()
     lines[1] = '"#",' + lines[1]
     lines[2:] = [f'"{i}",' + ln for i, ln in enumerate(lines[2:], 1)]
+    lines[2] = lines[2].replace(f'"{hex(0x7F0000001000)}"', f'"{0x7F0000001000}"')  # a decimal address
     df = N.parse_source_csv("\n".join(lines))
     assert df["samples"].sum() == sum(sum(st.values()) for _, _, st in F.STRIDED)
+    assert df["pc_offset"].tolist()[:2] == [0, 16] and len(df) == len(F.STRIDED)
     assert df["samples_not_issued"].notna().all()
 
 

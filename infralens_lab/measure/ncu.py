@@ -598,6 +598,9 @@ def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: i
     return out
 
 
+_ADDRESS = re.compile(r"^(0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)$")  # ncu prints 0x...; a plain decimal is accepted too
+
+
 def _source_header(lines: list[str]) -> int | None:
     for i, ln in enumerate(lines):
         if '"Address"' in ln and '"Source"' in ln or ln.startswith("Address,Source"):
@@ -667,11 +670,11 @@ def parse_source_csv(text: str):
             cols["stall"] = {j: SOURCE_STALL_COLUMNS.get(s, s) for j, s in stall.items()}
             reasons += [r for r in cols["stall"].values() if r not in reasons]
             continue
-        if cols is None or len(row) <= cols["address"] or not row[cols["address"]].strip().lower().startswith("0x"):
-            continue
+        if cols is None or len(row) <= cols["address"] or not _ADDRESS.match(row[cols["address"]].strip()):
+            continue  # not an instruction row (a source line, a separator, "-")
         def get(k, row=row):
             return _number(row[cols[k]]) if cols.get(k) is not None and cols[k] < len(row) else math.nan
-        rec = {"config": label, "kernel": kernel, "address": int(row[cols["address"]].strip(), 16),
+        rec = {"config": label, "kernel": kernel, "address": int(row[cols["address"]].strip(), 0),
                "sass": row[cols["sass"]].strip(), "samples": get("samples"),
                "samples_not_issued": get("samples_not_issued"), "inst_executed": get("inst_executed")}
         for j, r in cols["stall"].items():
