@@ -125,6 +125,8 @@ def test_parse_source_csv_accepts_older_labels_and_a_leading_number_column():
     df = N.parse_source_csv("\n".join(lines))
     assert df["samples"].sum() == sum(sum(st.values()) for _, _, st in F.STRIDED)
     assert df["pc_offset"].tolist()[:2] == [0, 16] and len(df) == len(F.STRIDED)
+    sass_named = N.parse_source_csv(F.page("copy_strided", F.STRIDED).replace('"Source"', '"SASS"', 1))
+    assert sass_named["sass"].tolist() == df["sass"].tolist()
     assert df["samples_not_issued"].notna().all()
 
 

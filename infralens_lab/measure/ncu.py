@@ -603,7 +603,7 @@ _ADDRESS = re.compile(r"^(0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)$")  # ncu prints 0x..
 
 def _source_header(lines: list[str]) -> int | None:
     for i, ln in enumerate(lines):
-        if '"Address"' in ln and '"Source"' in ln or ln.startswith("Address,Source"):
+        if '"Address"' in ln and ('"Source"' in ln or '"SASS"' in ln) or ln.startswith("Address,"):
             return i
     return None
 
@@ -654,10 +654,12 @@ def parse_source_csv(text: str):
         if first in ("Kernel Name", "Function Name") and len(row) > 1:
             kernel = row[1].strip()
             continue
-        if "Address" in [c.strip() for c in row] and "Source" in [c.strip() for c in row]:
+        if "Address" in [c.strip() for c in row] and {"Source", "SASS"} & {c.strip() for c in row}:
             header = [c.strip() for c in row]
             cols = {k: _col(header, v, exact=k in ("address", "sass", "inst_executed"))
                     for k, v in SOURCE_COLUMNS.items() if k != "reasons"}
+            if cols["sass"] is None:  # a version that names the instruction column after the view
+                cols["sass"] = _col(header, "SASS", exact=True)
             stall = {j: h[len("stall_"):] for j, h in enumerate(header)
                      if h.lower().startswith("stall_") and not h.endswith("(Not Issued)")}
             missing = [SOURCE_COLUMNS[k] for k in ("address", "sass", "samples") if cols[k] is None]
