@@ -17,7 +17,9 @@ from the first, warm-up included, and back to back); ``memory`` (``memory_train`
 :func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
 ``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
 counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
-fixed-pipeline training step, chosen from ``trace_fixed``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
+fixed-pipeline training step, chosen from ``trace_fixed``); ``ncu_copies_source`` (``ncu_copies_source.csv``: ncu's
+Source page, stall samples per SASS instruction, coalesced and stride 8, 32; its raw page, plain and with instance
+values: ``ncu_copies_source_raw.csv``, ``ncu_copies_source_instances.csv``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
 :func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL; skipped with fewer than 2 GPUs).
 """
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .measure.torch_trace import profile, trim
 from .workloads.pipeline import make_step
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
-         "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
+         "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
          "memory_timeline", "gates",
          "distributed")
 COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
@@ -226,6 +228,42 @@ class Recorder:
 
     def step_ncu_copies_stalls(self):
         return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS + N.SCHEDULER + N.CLOCK)
+
+    def step_ncu_copies_source(self):
+        """Per-SASS-instruction stall samples and executions (ncu's Source page,
+        :func:`~infralens_lab.measure.ncu.run_ncu_source`) of the coalesced and stride 8, 32 copies: which
+        instruction each stall reason sits on. The ``.ncu-rep`` report is temporary; only CSV text is kept."""
+        src, raw, inst, failed = [], [], [], []
+        for run in [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in (8, 32)]:
+            target = ["--kernel", run.kind, *target_args(run), "--warmup", "1", "--iters", "1"]
+            rx, skip, cnt = launch_window(run.kind, 1, 1)
+            windows = ([dict(kernel_regex=REGEX[run.kind], launch_skip=0, launch_count=1, nvtx=True)]
+                       if self.nvtx_ok is not False else []) + [dict(kernel_regex=rx, launch_skip=skip,
+                                                                       launch_count=cnt or 1, nvtx=False)]
+            err = None
+            for a in windows:
+                try:
+                    t0 = time.perf_counter()
+                    out = N.run_ncu_source(target, timeout=240, **a)
+                    self.log(f"[record]   ncu_copies_source {run.label()}: {time.perf_counter() - t0:.1f} s")
+                    src.append(N.config_block(run.label(), N.source_command_line(target, page="source", **a), out["source"]))
+                    raw.append(N.config_block(run.label(), N.source_command_line(target, page="raw", **a), out["raw"]))
+                    inst.append(N.config_block(run.label(), N.source_command_line(target, page="instances", **a),
+                                               out["instances"]))
+                    err = None
+                    break
+                except N.NcuError as exc:  # no kernels: try the counted launch window; anything else: give up
+                    err = exc
+                    if not isinstance(exc, N.NcuNoKernels):
+                        break
+            if err is not None:
+                failed.append(f"{run.label()}: {err}")
+        if not src:
+            raise RuntimeError(f"every ncu source capture failed: {failed}")
+        self.w.write_text("ncu_copies_source.csv", "".join(src))
+        self.w.write_text("ncu_copies_source_raw.csv", "".join(raw))
+        self.w.write_text("ncu_copies_source_instances.csv", "".join(inst))
+        return f"{len(src)}/3 captures ok" + (f"; failed: {failed}" if failed else "")
 
     def step_ncu_attention(self):
         runs = [RunConfig(k, "fp16", shape=ATTN_SHAPE) for k in ATTENTION_KINDS]

@@ -406,3 +406,33 @@ def test_attention_before_after_dram_rate_row_and_bad_variants():
         A.attention_before_after(v, (1, 8, 2048, 64), after="flash")
     voc = A.vocabulary_table()
     assert {"drain", "short_scoreboard", "mio_throttle"} <= set(voc["reason"]) and voc["meaning"].map(len).min() > 10
+
+
+# ------------------------------------------------------------------ per-instruction stalls (SYNTHETIC source page)
+def test_recorded_source_absent_prints_a_note_and_synthetic_tables_render(tmp_path, capsys):
+    import source_fixture
+
+    from infralens_lab import present
+    from infralens_lab.analysis import sass as sass_info
+
+    assert lab04.recorded_source(None) is None
+    assert "ncu_copies_source.csv" in capsys.readouterr().out
+    w = evidence.EvidenceWriter(tmp_path / "rec", "test")
+    w.write_text(lab04.SOURCE_FILE, source_fixture.recorded_text())
+    cell = "12,000 (S2R: 1,000; S2UR: 1,000; IMAD: 2,000; LOP3: 1,000; LDG: 4,000; STG: 1,000; EXIT: 1,000; BRA: 0)"
+    w.write_text("ncu_copies_source_instances.csv", N.config_block(
+        "copy_strided stride=8 n=67108864 fp32", "ncu --import R --page raw --print-metric-instances details",
+        f'"ID","Kernel Name","{N.OPCODE_MIX}"\n"","","inst"\n"0","copy_strided","{cell}"\n'))
+    w.close()
+    st = evidence.RecordedStore(tmp_path / "rec")
+    src = lab04.recorded_source(st)
+    cap = lab04.file_caption(st, lab04.SOURCE_FILE)
+    assert "ncu_copies_source.csv" in cap
+    for cfg in src["config"].unique():  # what the notebook cell does
+        present.show(sass_info.top_instructions(src, cfg, n=6), caption=cap, title=cfg)
+    present.show(sass_info.instruction_mix(src), caption=cap, title="mix")
+    census = N.opcode_census(N.parse_raw_csv(st.text("ncu_copies_source_instances.csv")))
+    agree = sass_info.census_agreement(src[src["config"] == census["config"].iloc[0]], census)
+    assert agree["agree"].all() and len(agree) == 8  # the fixture's per-opcode sums, BRA's 0 included
+    out = capsys.readouterr().out
+    assert "STG.E.128 desc[UR6][R6.64], R4" in out and "special register" in out and "ncu_copies_source.csv" in out

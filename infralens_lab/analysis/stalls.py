@@ -28,6 +28,11 @@ def _s(reason: str, meaning: str, fix: str, is_stall: bool = True) -> tuple[str,
     return reason, Stall(reason, meaning, fix, is_stall)
 
 
+# Meanings paraphrase the Kernel Profiling Guide's warp stall reasons (Nsight Compute docs, ProfilingGuide
+# "metrics-reference" / Warp Stall Reasons, and the WarpStateStats rule texts): long_scoreboard = L1TEX (local,
+# global, surface, texture); short_scoreboard = MIO, not L1TEX (shared memory, MUFU, BRX/JMX); mio_throttle = MIO
+# queue full; drain = after EXIT, memory operations outstanding. Which SASS instruction a copy's samples sit on:
+# infralens_lab.analysis.sass (ncu's Source page).
 STALLS: dict[str, Stall] = dict([
     _s("long_scoreboard", "waiting on a scoreboard dependency on an L1TEX operation (global, local, surface or "
                           "texture memory): the wait for the data of a load, L1 hits included, not only misses to "

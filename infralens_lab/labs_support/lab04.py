@@ -24,11 +24,10 @@ from ..present import attention as attn_tables
 from ..present import tables
 
 COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
-ATTN_FILE = "ncu_attention.csv"
+ATTN_FILE, SOURCE_FILE = "ncu_attention.csv", "ncu_copies_source.csv"
 LIVE_COPY_N_IN = 40_003  # odd: the last program of every launch runs with a partial mask
 LIVE_ATTN_SHAPES = ((1, 2, 48, 32, False), (1, 2, 37, 16, True))  # (B, H, N, D, causal): N not a multiple of 32
-LIVE_NCU_N = 64 * 2**20  # useful elements per copy when ncu runs live on a GPU (256 MiB of fp32, over 4x L2)
-LIVE_NCU_STRIDES = (2, 8, 32)
+LIVE_NCU_N, LIVE_NCU_STRIDES = 64 * 2**20, (2, 8, 32)  # live ncu: useful fp32 per copy (256 MiB, >4x L2), strides
 
 
 def file_caption(st, *files: str, extra: str = "") -> str:
@@ -77,10 +76,9 @@ def sector_predictions(elem_bytes: int = 4, strides=(1, 2, 4, 8, 16, 32)):
     return t[["stride", "bytes_apart", "pred_sectors_per_req", "pred_read_x", "pred_useful_fraction"]]
 
 
-PREDICTION_CAPTION = ("Formula: infralens_lab.analysis.traffic.sector_model(stride, elem_bytes=4): "
-                      "read_x = min(stride, 32 / elem_bytes); 16 sectors per request when coalesced "
-                      "(32 threads × 16-byte vectors), 32 once threads sit in different sectors; "
-                      "useful fraction = 2 / (read_x + 1)")
+PREDICTION_CAPTION = ("Formula: infralens_lab.analysis.traffic.sector_model(stride, elem_bytes=4): read_x = "
+                      "min(stride, 32 / elem_bytes); 16 sectors per request when coalesced (32 threads × 16-byte "
+                      "vectors), 32 once threads sit in different sectors; useful fraction = 2 / (read_x + 1)")
 
 
 @dataclass
@@ -131,6 +129,12 @@ def recorded_copy_family(st) -> CopyFamily | None:
     cap = file_caption(st, *files, extra="predictions: analysis.traffic.sector_model")
     scap = file_caption(st, COPY_FILES[1]) if stalls_text else None
     return _family(st.text(COPY_FILES[0]), stalls_text, bench_rows, cap, scap, "recorded")
+
+
+def recorded_source(st):
+    """Per-SASS-instruction rows of the recorded copies (measure.ncu.parse_source_csv), or None after a note."""
+    gone = _have(st, [SOURCE_FILE])
+    return _missing("Per-instruction stalls", gone) if gone else N.parse_source_csv(st.text(SOURCE_FILE))
 
 
 def shift_table(fam: CopyFamily) -> pd.DataFrame | None:

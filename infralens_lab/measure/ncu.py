@@ -496,3 +496,221 @@ def summary(df):
     for view in views:
         out = out.merge(view(df), on=KEYS, how="left")
     return out
+
+
+# ---------------------------------------------------------------- source page: counters per SASS instruction
+# Sections behind ncu's Source page (Nsight Compute CLI, "--page source"; Kernel Profiling Guide, "Source
+# Counters"): SourceCounters gives per-instruction executed counts and warp-state samples, WarpStateStats the
+# sampling itself, InstructionStats the opcode mix (sass__inst_executed_per_opcode).
+SOURCE_SECTIONS = ("SourceCounters", "WarpStateStats", "InstructionStats")
+# The source page's per-reason sample columns carry ncu's short labels (``stall_long_sb``, ...; a second set
+# ends in " (Not Issued)"); this maps each label to the reason name of STALL_REASONS / stall_breakdown.
+SOURCE_STALL_COLUMNS = {
+    "barrier": "barrier", "branch_resolving": "branch_resolving", "dispatch": "dispatch_stall", "drain": "drain",
+    "imc": "imc_miss", "lg": "lg_throttle", "long_sb": "long_scoreboard", "math": "math_pipe_throttle",
+    "membar": "membar", "mio": "mio_throttle", "misc": "misc", "no_inst": "no_instruction",
+    "not_selected": "not_selected", "selected": "selected", "short_sb": "short_scoreboard", "sleep": "sleeping",
+    "sleeping": "sleeping", "tex": "tex_throttle", "wait": "wait", "gmma": "gmma"}
+# what the source-page parser looks for (matched by substring, case-insensitive: labels moved between versions,
+# e.g. "Warp Stall Sampling (All Cycles)" before "(All Samples)")
+SOURCE_COLUMNS = {"address": "Address", "sass": "Source", "samples": "Warp Stall Sampling (All",
+                  "samples_not_issued": "Warp Stall Sampling (Not-issued", "inst_executed": "Instructions Executed",
+                  "reasons": "stall_<reason>"}
+
+
+def _report_base(report: str) -> str:
+    return report[:-len(".ncu-rep")] if report.endswith(".ncu-rep") else report
+
+
+def source_commands(target_args: Sequence[str], kernel_regex: str, report: str, launch_skip: int = 0,
+                    launch_count: int = 1, nvtx: bool = True, ncu: str = "ncu",
+                    python: str | None = None) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The four ncu argument lists of a per-instruction capture: profile one launch of
+    ``python -m infralens_lab target <target_args>`` with :data:`SOURCE_SECTIONS` into ``report``
+    (``--export``; ``.ncu-rep`` is added), then export that report's Source page
+    (``--import ... --csv --page source --print-source sass``: one row per SASS instruction) and its raw page
+    (``--page raw``: the same report's kernel-level counters) twice, plain and with
+    ``--print-metric-instances details`` (instanced metrics such as ``sass__inst_executed_per_opcode`` then carry
+    their per-opcode values, ``"total (OPCODE: n; ...)"``). Filters as in :func:`ncu_command`."""
+    base = ncu_command(target_args, kernel_regex, sections=SOURCE_SECTIONS, launch_skip=launch_skip,
+                       launch_count=launch_count, nvtx=nvtx, ncu=ncu, python=python)
+    cut = base.index(python or sys.executable) if (python or sys.executable) in base else len(base)
+    profile = [a for a in base[:cut] if a not in ("--csv",)]
+    i = profile.index("--page")
+    del profile[i:i + 2]  # the report keeps everything; pages are chosen at export
+    profile += ["--force-overwrite", "--export", _report_base(report)] + base[cut:]
+    rep = _report_base(report) + ".ncu-rep"
+    raw = [ncu, "--import", rep, "--csv", "--page", "raw"]
+    return (profile, [ncu, "--import", rep, "--csv", "--page", "source", "--print-source", "sass"], raw,
+            raw + ["--print-metric-instances", "details"])
+
+
+def source_command_line(target_args: Sequence[str], page: str = "source", **kwargs) -> str:
+    """The profile command and the export of ``page`` (``"source"``, ``"raw"`` or ``"instances"``) of
+    :func:`source_commands`,
+    shell-quoted and joined by `` ; `` (the report path is a placeholder), to record beside the CSV."""
+    cmds = dict(zip(("profile", "source", "raw", "instances"), source_commands(target_args, report="REPORT", **kwargs)))
+    if page not in cmds or page == "profile":
+        raise ValueError(f"page={page!r}; expected 'source', 'raw' or 'instances'")
+    return shlex.join(cmds["profile"]) + " ; " + shlex.join(cmds[page])
+
+
+def _run(cmd: list[str], timeout: float, what: str, kernel_regex: str = "") -> str:
+    root, env = subprocess_env()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
+    except subprocess.TimeoutExpired:
+        raise NcuTimeout(f"ncu ({what}) did not finish within {timeout:.0f} s.",
+                         "Profile fewer launches or sections, or raise timeout.") from None
+    except OSError as exc:
+        raise NcuNotFound(f"ncu at {cmd[0]!r} could not be started: {exc}", FIX_NOT_FOUND) from None
+    text = out.stdout + ("\n" + out.stderr if out.stderr else "")
+    err = classify_failure(text, out.returncode, (), kernel_regex)
+    if err is not None:
+        raise err
+    return out.stdout
+
+
+def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: int = 0, launch_count: int = 1,
+                   nvtx: bool = True, timeout: float = 240.0) -> dict[str, str]:
+    """Capture per-instruction counters of one launch (:func:`source_commands`) and return
+    ``{"source": CSV of the Source page, "raw": CSV of the raw page, "instances": the raw page with instance
+    values}``. The report lives in a temporary folder
+    and is deleted (it is binary and large; only CSV text is kept). Raises an :class:`NcuError` subclass."""
+    import tempfile  # only here: nothing else in this module needs a scratch folder
+
+    ncu = ncu_binary()
+    if ncu is None:
+        raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
+    with tempfile.TemporaryDirectory(prefix="infralens_ncu_") as tmp:
+        profile, source, raw, inst = source_commands(target_args, kernel_regex, os.path.join(tmp, "source"),
+                                                     launch_skip, launch_count, nvtx, ncu=ncu)
+        _run(profile, timeout, "profile", kernel_regex)
+        if not os.path.exists(source[2]):
+            raise NcuNoKernels(f"ncu wrote no report ({os.path.basename(source[2])}): no kernel matched "
+                               f"regex {kernel_regex!r} in the launch window.", FIX_NO_KERNELS)
+        out = {"source": _run(source, timeout, "source page export"), "raw": _run(raw, timeout, "raw page export"),
+               "instances": _run(inst, timeout, "raw page export with instances")}
+    if _source_header(out["source"].splitlines()) is None:
+        raise NcuCsvError("ncu exported no Source page header (a row with \"Address\" and \"Source\").",
+                          "Check that the SourceCounters section was collected; run the commands by hand.",
+                          out["source"])
+    return out
+
+
+_ADDRESS = re.compile(r"^(0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)$")  # ncu prints 0x...; a plain decimal is accepted too
+
+
+def _source_header(lines: list[str]) -> int | None:
+    for i, ln in enumerate(lines):
+        if '"Address"' in ln and ('"Source"' in ln or '"SASS"' in ln) or ln.startswith("Address,"):
+            return i
+    return None
+
+
+def _col(header: list[str], want: str, exact: bool = False) -> int | None:
+    low = [h.strip().lower() for h in header]
+    w = want.lower()
+    hits = [i for i, h in enumerate(low) if (h == w if exact else w in h)]
+    return hits[0] if hits else None
+
+
+def _opcode(sass: str) -> str:
+    """Mnemonic of one SASS line without its predicate: ``'@!P0 LDG.E.128 R4, desc[UR4][R2.64]'`` ->
+    ``'LDG.E.128'``."""
+    words = sass.strip().rstrip(";").split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0] if words else ""
+
+
+def parse_source_csv(text: str):
+    """Tidy DataFrame from ncu's Source page as CSV (``--page source --print-source sass --csv``), one row
+    per SASS instruction: ``config`` (the recorder's block label), ``kernel``, ``address`` (int), ``pc_offset``
+    (bytes from the kernel's first instruction), ``sass`` (the instruction text), ``opcode`` (mnemonic with
+    modifiers, e.g. ``LDG.E.128``), ``op`` (before the first dot, ``LDG``), ``samples`` (warp-state samples at
+    this instruction, all reasons), ``samples_not_issued``, ``inst_executed`` (warp-level executions) and one
+    column per stall reason (names as in :data:`STALL_REASONS`; ncu's ``stall_<label>`` columns, not their
+    ``(Not Issued)`` twins). Columns are found by substring (:data:`SOURCE_COLUMNS`); a CSV without them raises
+    :class:`NcuCsvError` naming the columns seen and those expected."""
+    if not isinstance(text, str):
+        raise TypeError(f"ncu source page is {type(text).__name__}; expected str (the CSV text)")
+    lines = text.splitlines()
+    if _source_header(lines) is None:
+        what = ("ncu's raw page (one row per launch), not the Source page" if _find_headers(lines) else
+                f"no Source page header (a row with \"Address\" and \"Source\"); the text begins {text[:120]!r}")
+        raise NcuCsvError(f"parse_source_csv: {what}",
+                          "Export the report with `ncu --import REPORT.ncu-rep --csv --page source --print-source "
+                          "sass` (measure.ncu.source_commands).", text)
+    starts = {b["first_line"]: b["label"] for b in read_blocks(text)}
+    records, label, kernel, cols = [], "", "", None
+    reasons: list[str] = []
+    for i, ln in enumerate(lines):
+        label = starts.get(i, label)
+        if not ln.strip() or ln.startswith("=="):
+            continue
+        row = next(csv.reader([ln]))
+        first = row[0].strip() if row else ""
+        if first in ("Kernel Name", "Function Name") and len(row) > 1:
+            kernel = row[1].strip()
+            continue
+        if "Address" in [c.strip() for c in row] and {"Source", "SASS"} & {c.strip() for c in row}:
+            header = [c.strip() for c in row]
+            cols = {k: _col(header, v, exact=k in ("address", "sass", "inst_executed"))
+                    for k, v in SOURCE_COLUMNS.items() if k != "reasons"}
+            if cols["sass"] is None:  # a version that names the instruction column after the view
+                cols["sass"] = _col(header, "SASS", exact=True)
+            stall = {j: h[len("stall_"):] for j, h in enumerate(header)
+                     if h.lower().startswith("stall_") and not h.endswith("(Not Issued)")}
+            missing = [SOURCE_COLUMNS[k] for k in ("address", "sass", "samples") if cols[k] is None]
+            if missing or not stall:
+                raise NcuCsvError(f"parse_source_csv: line {i + 1}: the header lacks {missing or []}"
+                                  f"{'' if stall else ' and every stall_<reason> column'}; columns seen: {header}; "
+                                  f"expected (by substring): {list(SOURCE_COLUMNS.values())}",
+                                  "Collect the SourceCounters and WarpStateStats sections (measure.ncu.SOURCE_SECTIONS) "
+                                  "and export with --page source --print-source sass.", text)
+            cols["stall"] = {j: SOURCE_STALL_COLUMNS.get(s, s) for j, s in stall.items()}
+            reasons += [r for r in cols["stall"].values() if r not in reasons]
+            continue
+        if cols is None or len(row) <= cols["address"] or not _ADDRESS.match(row[cols["address"]].strip()):
+            continue  # not an instruction row (a source line, a separator, "-")
+        def get(k, row=row):
+            return _number(row[cols[k]]) if cols.get(k) is not None and cols[k] < len(row) else math.nan
+        rec = {"config": label, "kernel": kernel, "address": int(row[cols["address"]].strip(), 0),
+               "sass": row[cols["sass"]].strip(), "samples": get("samples"),
+               "samples_not_issued": get("samples_not_issued"), "inst_executed": get("inst_executed")}
+        for j, r in cols["stall"].items():
+            rec[r] = rec.get(r, 0.0) + (_number(row[j]) if j < len(row) else math.nan)
+        records.append(rec)
+    if not records:
+        raise NcuCsvError("parse_source_csv: the Source page has a header but no instruction rows (addresses 0x...)",
+                          "Check the capture profiled a launch; export the complete report.", text)
+    df = pd.DataFrame.from_records(records)
+    for r in reasons:
+        df[r] = df[r].fillna(0.0) if r in df.columns else 0.0
+    df["opcode"] = df["sass"].map(_opcode)
+    df["op"] = df["opcode"].str.split(".").str[0]
+    df["pc_offset"] = df["address"] - df.groupby(["config", "kernel"], sort=False)["address"].transform("min")
+    return df[["config", "kernel", "address", "pc_offset", "sass", "opcode", "op", "samples", "samples_not_issued",
+               "inst_executed"] + reasons]
+
+
+OPCODE_MIX = "sass__inst_executed_per_opcode"  # InstructionStats: warp-level executed instructions per SASS opcode
+_INSTANCE = re.compile(r"([A-Z][A-Z0-9_.]*)\s*:\s*([0-9][0-9,]*(?:\.[0-9]+)?)")
+
+
+def opcode_census(df):
+    """Executed instructions per opcode per launch from a tidy raw frame (:func:`parse_raw_csv`) of a report
+    exported with ``--print-metric-instances details``: the cell of :data:`OPCODE_MIX` reads
+    ``"total (OPCODE: n; ...)"``. Returns ``(config, kernel, launch, opcode, executed)``. :class:`NcuCsvError`
+    when the metric is absent or its cell carries no per-opcode values (exported without instances)."""
+    _require(df, [OPCODE_MIX], "opcode_census", f"Collect the InstructionStats section ({OPCODE_MIX}).")
+    rows = []
+    for r in df[df["metric"] == OPCODE_MIX].itertuples():
+        pairs = _INSTANCE.findall(str(r.text))
+        if not pairs:
+            raise NcuCsvError(f"opcode_census: the {OPCODE_MIX} cell of {r.kernel!r} is {str(r.text)[:60]!r}, without "
+                              f"per-opcode values; expected \"total (OPCODE: n; ...)\"",
+                              "Export with `ncu --import R.ncu-rep --csv --page raw --print-metric-instances details`.")
+        rows += [(r.config, r.kernel, r.launch, op, _number(v)) for op, v in pairs]
+    return pd.DataFrame(rows, columns=KEYS + ["opcode", "executed"])

@@ -1,0 +1,110 @@
+"""analysis.sass: opcode classes, the producer of a consumer's operands, where each stall reason's samples sit,
+the executed-instruction mix, and the sentences, on SYNTHETIC source rows (tests/source_fixture.py) with answers
+worked out by hand from the fixture."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import source_fixture as F
+
+from infralens_lab.analysis import sass as S
+from infralens_lab.measure import ncu as N
+
+STRIDED = "copy_strided stride=8 n=67108864 fp32"
+COALESCED = "copy n=67108864 fp32"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return N.parse_source_csv(F.recorded_text())
+
+
+def test_opcode_classes():
+    assert S.opcode_class("LDG.E.128") == "global load" and S.opcode_class("STG") == "global store"
+    assert S.opcode_class("S2R") == S.opcode_class("S2UR") == "special register"
+    assert S.opcode_class("MUFU.EX2") == "special math" and S.opcode_class("LDS.U") == "shared memory"
+    assert S.opcode_class("EXIT") == "control" and S.opcode_class("ULDC.64") == "constant load"
+    assert S.opcode_class("UFOO") == "uniform datapath" and S.opcode_class("XYZ") == "other"
+    assert set(S.MIO_CLASSES) <= set(S.CLASSES)
+    with pytest.raises(TypeError, match="expected a str"):
+        S.opcode_class(None)
+
+
+def test_operands_written_and_read():
+    assert S._operands("S2R R0, SR_TID.X") == ({"R0"}, set())
+    assert S._operands("@!P0 LDG.E R4, desc[UR6][R2.64]") == ({"R4"}, {"UR6", "R2", "P0"})
+    assert S._operands("STG.E.128 desc[UR6][R6.64], R4") == (set(), {"UR6", "R6", "R4"})
+    assert S._operands("ISETP.GE.AND P0, PT, R0, UR5, PT") == ({"P0"}, {"R0", "UR5"})
+    assert S._operands("EXIT") == (set(), set())
+
+
+def test_producer_is_the_nearest_earlier_writer(rows):
+    s = rows[rows["config"] == STRIDED]
+    imad = s.index[s["sass"].str.startswith("IMAD.SHL")][0]
+    stg = s.index[s["op"] == "STG"][0]
+    assert rows.at[S.producer(rows, imad), "sass"] == "S2R R0, SR_TID.X"
+    assert rows.at[S.producer(rows, stg), "op"] == "LDG"  # R4 comes from the load, not from the coalesced block
+    assert S.producer(rows, s.index[s["op"] == "EXIT"][0]) is None
+    assert S.producer(rows, s.index[0]) is None  # the first instruction has nothing before it
+
+
+def test_reason_sites_attribute_each_reason(rows):
+    sb = S.reason_sites(rows, "short_scoreboard").set_index("config")
+    assert sb.at[STRIDED, "samples"] == 120 and sb.at[STRIDED, "op"] == "IMAD"
+    assert sb.at[STRIDED, "producer_class"] == "special register"
+    assert sb.at[STRIDED, "by_producer_class"] == {"special register": 1.0}
+    mio = S.reason_sites(rows, "mio_throttle").set_index("config")
+    assert mio.at[STRIDED, "site_share"] == pytest.approx(40 / 50)
+    assert mio.at[STRIDED, "by_site_class"] == {"special register": 1.0}
+    assert mio.at[COALESCED, "samples"] == 0 and pd.isna(mio.at[COALESCED, "sass"])
+    drain = S.reason_sites(rows, "drain").set_index("config")
+    assert drain.at[STRIDED, "op"] == "EXIT" and drain.at[STRIDED, "site_share"] == 1.0
+    with pytest.raises(ValueError, match="no column 'coffee'"):
+        S.reason_sites(rows, "coffee")
+
+
+def test_instruction_mix_sums_executions_by_class(rows):
+    mix = S.instruction_mix(rows)
+    s = mix[mix["config"] == STRIDED].set_index("op_class")
+    assert s.at["global load", "executed"] == 4000 and s.at["special register", "executed"] == 2000
+    assert s.at["integer / address", "executed"] == 3000 and s["share"].sum() == pytest.approx(1.0)
+    total = rows.groupby("config")["inst_executed"].sum()
+    assert mix.groupby("config")["executed"].sum().to_dict() == total.to_dict()
+
+
+def test_top_instructions_sorted_with_shares(rows):
+    t = S.top_instructions(rows, STRIDED, n=3)
+    assert t["sass"].tolist() == ["STG.E.128 desc[UR6][R6.64], R4", "EXIT", "IMAD.SHL.U32 R0, R0, 0x4, RZ"]
+    assert t["pc"].tolist() == ["0x0060", "0x0070", "0x0020"]
+    total = sum(sum(st.values()) for _, _, st in F.STRIDED)
+    assert t["share"].tolist() == pytest.approx([401 / total, 200 / total, 121 / total])
+    assert {"short_scoreboard", "mio_throttle", "drain"} <= set(t.columns)
+    with pytest.raises(ValueError, match="no source rows for config 'x'"):
+        S.top_instructions(rows, "x")
+    with pytest.raises(ValueError, match="parse_source_csv"):
+        S.top_instructions(pd.DataFrame({"a": [1]}), STRIDED)
+
+
+def test_reading_names_sites_and_says_when_evidence_is_split(rows):
+    lines = S.reading(rows)
+    assert any(ln.startswith(STRIDED + ": short_scoreboard 120 samples") and "special register result" in ln
+               for ln in lines)
+    assert any("mio_throttle 50 samples" in ln and "special register instructions waiting" in ln for ln in lines)
+    assert any("drain 200 samples" in ln and "at EXIT" in ln for ln in lines)
+    # move half of the short-scoreboard samples onto an instruction fed by the load: no class reaches 60%
+    split = rows.copy()
+    stg = split.index[(split["config"] == STRIDED) & (split["op"] == "STG")][0]
+    split.loc[stg, "short_scoreboard"] = 120.0
+    line = [ln for ln in S.reading(split, reasons=("short_scoreboard",), threshold=0.6) if ln.startswith(STRIDED)][0]
+    assert "split: " in line and "special register 50%" in line and "global load 50%" in line
+
+
+def test_census_agreement_holds_source_sums_against_the_opcode_census(rows):
+    census = pd.DataFrame({"config": [STRIDED] * 3, "opcode": ["IMAD", "LDG", "S2R"],
+                           "executed": [2000.0, 4000.0, 990.0]})
+    a = S.census_agreement(rows[rows["config"] == STRIDED], census).set_index("op")
+    assert a.at["IMAD", "from_source"] == 2000 and a.loc["IMAD", "agree"] and a.loc["LDG", "agree"]
+    assert not a.loc["S2R", "agree"]  # 1000 against 990: 1% off
+    assert a.at["EXIT", "from_census"] == 0 and not a.loc["EXIT", "agree"]  # absent from the census
+    with pytest.raises(ValueError, match="opcode_census"):
+        S.census_agreement(rows, pd.DataFrame({"x": [1]}))
