@@ -163,3 +163,28 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
             first_half = next(i for i, e in enumerate(ev_) if e == ("alloc", sbv4 // 2))
             assert ev_[0] == ("alloc", sbv4) and ("free_completed", sbv4) in ev_[1:first_half], \
                 f"amp_bf16 backward starts {ev_[:4]}: re-word lab 03's timeline text and lab03.q10's worked answer"
+
+
+def test_lab02_text_premises_naive_and_tiled_at_the_bench_shape():
+    """Lab 02's reading of the kernel tables: naive_qk and naive_softmax launch hundreds of waves and naive_pv a few;
+    naive_qk writes the full N×N fp32 scores; both tiled kernels run several waves with about the same DRAM bytes;
+    Nsight's Memory % of the tiled kernels is many times their DRAM share of the datasheet bandwidth."""
+    from infralens_lab.analysis.hardware import peaks_for
+
+    st = evidence.reference()
+    attn = lab02.load_counters(st, "ncu_attention.csv")
+    w = lab02.wide_counters(attn).groupby("kernel", sort=False).mean(numeric_only=True)
+    B, H, N = 4, 16, 4096
+    waves = w["launch__waves_per_multiprocessor"]
+    assert waves["naive_qk"] > 100 and waves["naive_softmax"] > 100, "naive waves: re-word lab 02's naive bullet"
+    assert 2 < waves["naive_pv"] < 20, "naive_pv waves: re-word lab 02's naive bullet ('a few')"
+    assert abs(w.loc["naive_qk", "dram__bytes_write.sum"] / (B * H * N * N * 4) - 1) < 0.05, \
+        "naive_qk no longer writes the N×N fp32 scores: re-word lab 02's naive bullet"
+    dram = w["dram__bytes_read.sum"] + w["dram__bytes_write.sum"]
+    bw = peaks_for(st.load("device").values["name"]).bandwidth
+    for k in ("attn_fwd", "attn_fwd_fast"):
+        assert waves[k] > 2, f"{k} runs {waves[k]:.2f} waves: re-word lab 02's tiled bullet ('several waves')"
+        dram_pct = 100 * dram[k] / (w.loc[k, "gpu__time_duration.sum"] * 1e-9) / bw
+        assert w.loc[k, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"] > 3 * dram_pct, \
+            f"{k}: Memory % no longer many times the DRAM share: re-word lab 02's Memory % paragraph"
+    assert abs(dram["attn_fwd"] / dram["attn_fwd_fast"] - 1) < 0.1, "tiled DRAM bytes differ: re-word the tiled bullet"
