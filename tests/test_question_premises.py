@@ -151,6 +151,7 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
     for run, logits in (("fp32", sbv4), ("amp_bf16", sbv4 // 2)):
         tl = tls[run]
         base = tl.attrs["baseline_bytes"]
+        assert tl.loc[tl["allocated_bytes"].idxmax(), "phase"] == "backward", f"{run}: the peak is not in backward"
         assert base > held, f"{run}: the timeline's floor is only weights + optimizer states: re-word lab 03's timeline text"
         above_tl, above_rec = tl["allocated_bytes"].max() - base, by[run]["peak"] - held
         assert abs((above_rec - above_tl) - logits) < 2**20, \
