@@ -189,3 +189,6 @@ def test_lab02_text_premises_naive_and_tiled_at_the_bench_shape():
         assert w.loc[k, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"] > 3 * dram_pct, \
             f"{k}: Memory % no longer many times the DRAM share: re-word lab 02's Memory % paragraph"
     assert abs(dram["attn_fwd"] / dram["attn_fwd_fast"] - 1) < 0.1, "tiled DRAM bytes differ: re-word the tiled bullet"
+    # the hierarchical section: attn_fwd_fast (TMA descriptors) moves no L1TEX bytes, and L2 bytes close to attn_fwd's
+    assert w.loc["attn_fwd_fast", "l1tex__t_bytes.sum"] < 0.01 * w.loc["attn_fwd_fast", "lts__t_bytes.sum"]
+    assert 0.8 < w.loc["attn_fwd_fast", "lts__t_bytes.sum"] / w.loc["attn_fwd", "lts__t_bytes.sum"] < 1.2
