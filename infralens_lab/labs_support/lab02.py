@@ -220,8 +220,8 @@ def hierarchy_notes(points: pd.DataFrame | None) -> list[str]:
         parts = [f"L2 {b['L2'] / b['DRAM']:.2g}x"] + ([f"L1 {b['L1'] / b['DRAM']:.2g}x"] if "L1" in b else [])
         out.append(f"{name}: bytes per DRAM byte: " + ", ".join(parts))
     if points.attrs.get("l1_bypass"):
-        out.append("No L1 point (L1/TEX bytes under 1% of L2 bytes: loads copied L2 -> shared memory by TMA): "
-                   + ", ".join(points.attrs["l1_bypass"]))
+        out.append("No L1 point (L1/TEX bytes under 1% of L2 bytes: loads that bypass L1TEX, such as TMA copies "
+                   "from L2 to shared memory): " + ", ".join(points.attrs["l1_bypass"]))
     return out
 
 

@@ -35,7 +35,7 @@ def timeline_figure(timelines: Mapping[str, object], title: str = "Allocated byt
         base = df.attrs.get("baseline_bytes")
         if base:
             ax.axhline(base / MiB, ls="--", color="#555555", lw=1)
-            ax.text(len(df) - 1, base / MiB, "held before the step (weights + optimizer states) ", va="top",
+            ax.text(len(df) - 1, base / MiB, "allocated before the step (weights, optimizer states, other blocks) ", va="top",
                     ha="right", fontsize=_FONT - 1, color="#555555")  # under the floor, clear of the curve
         ax.set_ylabel(f"{label}: allocated (MiB)", fontsize=_FONT)
         ax.tick_params(labelsize=_FONT - 1)
