@@ -1,0 +1,118 @@
+"""The pipeline variants, one change at a time: a profiled trace reduced to the few numbers a table needs,
+and the tables lab 01 reads from the ``pipeline_variants`` record.
+
+:func:`trace_digest` keeps, per variant, the numbers of :func:`~infralens_lab.analysis.joins.trace_comparison`
+(period, GPU busy share, idle gaps over 50 µs) and the top kernels by GPU time, not the trace itself.
+:func:`one_change_table` and :func:`precision_table` join those digests with the wall-clock step times
+and the Amdahl bounds (:func:`infralens_lab.analysis.overlap.amdahl`). Kernel kinds are read from kernel
+names (:data:`FP32_GEMM`, :data:`TENSOR_CORE_GEMM`): cuBLAS and CUTLASS spell their instruction path
+into the name. Times: ``_ms`` milliseconds, ``_us`` microseconds, ``_pct`` percent.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from .joins import idle_budget, trace_comparison
+from .overlap import amdahl
+
+FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores (SIMT FMAs, no tensor cores)
+# kernel-name marks of tensor-core GEMMs: TF32/half inputs in cuBLAS/CUTLASS names, Hopper's gmma and
+# cuBLASLt's nvjet kernels, Ampere-style mma shapes (s1688, h16816...)
+TENSOR_CORE_GEMM = r"tf32|bf16|f16|tensorop|gmma|nvjet|hmma|\b[sh]\d{3,5}gemm|_[sh]1688|_[sh]16816"
+TOP = 5
+RECORD = "pipeline_variants"
+
+
+def kernel_kind(name: str) -> str:
+    """``'fp32 SIMT GEMM'``, ``'tensor-core GEMM'`` or ``'other'``, read from a kernel's name (fp32 marks
+    first: ``..._f32f32_..._ffma_...`` is SIMT even though it names no tensor path)."""
+    n = name.lower()
+    if re.search(FP32_GEMM, n):
+        return "fp32 SIMT GEMM"
+    if re.search(TENSOR_CORE_GEMM, n):
+        return "tensor-core GEMM"
+    return "other"
+
+
+def trace_digest(tr, top: int = TOP, min_gap_us: float = 50.0) -> dict:
+    """The summary of one profiled variant (a :class:`~infralens_lab.measure.torch_trace.Trace`), JSON-shaped:
+    ``period_ms``, ``cpu_step_ms``, ``gpu_work_ms``, ``gpu_busy_pct`` (GPU busy share of the profiled window),
+    ``idle_ms_per_step`` (gaps over ``min_gap_us``) and ``idle_under_ms`` (shorter gaps), from
+    :func:`trace_comparison` and :func:`idle_budget`; ``fp32_gemm_pct`` and
+    ``tensor_core_pct`` (shares of kernel time by :func:`kernel_kind`); ``top_kernels``: the ``top`` kernels by
+    GPU time (name, kind, count, total_us, pct). A CPU-only trace keeps ``cpu_step_ms`` and a ``note``."""
+    s = tr.summary(min_gap_us)
+    out = {"steps": s["steps"], "cpu_step_ms": s["mean_step_us"] / 1e3 if s["mean_step_us"] is not None else None,
+           "has_gpu": bool(tr.has_gpu)}
+    if not tr.has_gpu:
+        out["note"] = s.get("note", "CPU-only trace: no kernels")
+        return out
+    row = trace_comparison({"v": tr}).iloc[0]
+    b = idle_budget(tr, min_gap_us)
+    k = tr.kernels()
+    kind = k["name"].map(kernel_kind)
+    out.update({"period_ms": float(row["period_ms"]), "gpu_work_ms": float(row["gpu_work_ms"]),
+                "gpu_busy_pct": float(row["gpu_util_pct"]), "idle_ms_per_step": float(row["idle_ms_per_step"]),
+                "idle_under_ms": b["idle_under_ms"], "min_gap_us": float(min_gap_us),
+                "fp32_gemm_pct": float(k.loc[kind == "fp32 SIMT GEMM", "pct"].sum()),
+                "tensor_core_pct": float(k.loc[kind == "tensor-core GEMM", "pct"].sum()),
+                "top_kernels": [{"name": r.name, "kind": kernel_kind(r.name), "count": int(r.count),
+                                 "total_us": float(r.total_us), "pct": float(r.pct)}
+                                for r in k.head(top).itertuples(index=False)]})
+    return out
+
+
+def _rows(values: dict, names) -> list[tuple[str, dict]]:
+    missing = [n for n in names if n not in values.get("variants", {})]
+    if missing:
+        raise ValueError(f"record {RECORD}: variants {missing} missing; it has {sorted(values.get('variants', {}))}")
+    return [(n, values["variants"][n]) for n in names]
+
+
+def one_change_table(values: dict, names=("bubble", "bubble+prefetch", "bubble+pinned", "bubble+no_sync", "fixed")
+                     ) -> pd.DataFrame:
+    """One row per variant of the ``pipeline_variants`` record: ``variant, changed, period_ms`` (trace),
+    ``step_ms`` (wall clock, steps back to back), ``speedup`` (bubble's period / this period), ``gpu_busy_pct``,
+    ``idle_ms_per_step`` (gaps over 50 µs), and ``amdahl_bound``: 1 / the bubble's GPU busy share, the most
+    any change that only removes idle time can give (the same for every row)."""
+    rows = _rows(values, names)
+    base = dict(rows)[names[0]]["trace"]
+    if not base.get("has_gpu"):
+        raise ValueError(f"record {RECORD}: the {names[0]} trace has no GPU side, so it has no period to compare")
+    bound = amdahl(1 - base["gpu_busy_pct"] / 100)
+    out = []
+    for n, v in rows:
+        t = v["trace"]
+        out.append({"variant": n, "changed": v["changed"], "period_ms": t["period_ms"],
+                    "step_ms": v["timing"]["throughput_ms_per_step"], "speedup": base["period_ms"] / t["period_ms"],
+                    "gpu_busy_pct": t["gpu_busy_pct"], "idle_ms_per_step": t["idle_ms_per_step"],
+                    "amdahl_bound": bound})
+    return pd.DataFrame(out)
+
+
+def precision_table(values: dict, ceilings: dict | None = None,
+                    names=("fixed", "fixed+tf32", "fixed+bf16")) -> pd.DataFrame:
+    """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one),
+    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name) and ``top_kind``, and, with
+    ``ceilings`` (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), ``amdahl_bound``: the step's best speedup
+    if fixed's fp32-GEMM share of kernel time ran at this precision's ceiling (a GPU-bound step:
+    ``amdahl(share, ceiling / fp32 ceiling)``)."""
+    rows = _rows(values, names)
+    base = dict(rows)[names[0]]["trace"]
+    out = []
+    for n, v in rows:
+        t, prec = v["trace"], v["precision"]
+        top = t["top_kernels"][0] if t.get("top_kernels") else {"name": "", "kind": ""}
+        r = {"variant": n, "precision": prec, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
+             "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
+             "top_kernel": top["name"], "top_kind": top["kind"]}
+        if ceilings and prec in ceilings and "fp32" in ceilings:
+            r["amdahl_bound"] = amdahl(base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
+        out.append(r)
+    return pd.DataFrame(out)
+
+
+__all__ = ["FP32_GEMM", "RECORD", "TENSOR_CORE_GEMM", "kernel_kind", "one_change_table", "precision_table",
+           "trace_digest"]
