@@ -166,14 +166,15 @@ class Recorder:
             tr = profile(step, wait=1, warmup=1, active=3)
             out[name] = {"changed": v.changed, "base": v.base, "precision": v.precision, "prefetch": v.prefetch,
                          "pinned": v.pinned, "pins": step.pins, "sync_every_step": v.sync_every_step,
-                         "timing": timing, "trace": trace_digest(tr)}
+                         "timing": timing, "trace": trace_digest(tr), "mean_loss": step.mean_loss(), "steps_run": step.steps}
         sizes = {"config": vars(step.config), "batch": step.batch, "seq": step.seq, "device": step.device}
         self.w.write(VARIANTS_RECORD, {"variants": out, "sizes": sizes}, units={"_ms": "ms", "_us": "us", "_pct": "%"},
                      notes=f"workloads.pipeline.VARIANTS; timing: {synced} steps each with a synchronize (median/p10/p90 "
                            f"over steps {skip}+), then {batched} back to back (throughput_ms_per_step); trace: "
                            "torch.profiler schedule(wait=1, warmup=1, active=3) on the same pipeline, reduced by "
                            "analysis.variants.trace_digest (idle gaps over min_gap_us; top kernels by GPU time; "
-                           "kernel kinds read from kernel names); TF32 was allowed only during the fixed+tf32 steps")
+                           "kernel kinds read from kernel names); mean_loss over all steps_run (same seed; prefetching variants cycle "
+                           "4 batches, the others tokenize a new one each step); TF32 allowed only during fixed+tf32's steps")
         return "; ".join(f"{n} {o['timing']['throughput_ms_per_step']:.1f} ms/step" for n, o in out.items())
 
     def step_memory_timeline(self):

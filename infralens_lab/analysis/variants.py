@@ -75,8 +75,9 @@ def one_change_table(values: dict, names=("bubble", "bubble+prefetch", "bubble+p
                      ) -> pd.DataFrame:
     """One row per variant of the ``pipeline_variants`` record: ``variant, changed, period_ms`` (trace),
     ``step_ms`` (wall clock, steps back to back), ``speedup`` (bubble's period / this period), ``gpu_busy_pct``,
-    ``idle_ms_per_step`` (gaps over 50 µs), and ``amdahl_bound``: 1 / the bubble's GPU busy share, the most
-    any change that only removes idle time can give (the same for every row)."""
+    ``idle_ms_per_step`` (gaps over 50 µs), ``amdahl_bound``: 1 / the bubble's GPU busy share, the most
+    any change that only removes idle time can give (the same for every row), and ``spread_pct``: (p90 - p10) /
+    median of the variant's synced step times, what a change must beat to count."""
     rows = _rows(values, names)
     base = dict(rows)[names[0]]["trace"]
     if not base.get("has_gpu"):
@@ -88,14 +89,69 @@ def one_change_table(values: dict, names=("bubble", "bubble+prefetch", "bubble+p
         out.append({"variant": n, "changed": v["changed"], "period_ms": t["period_ms"],
                     "step_ms": v["timing"]["throughput_ms_per_step"], "speedup": base["period_ms"] / t["period_ms"],
                     "gpu_busy_pct": t["gpu_busy_pct"], "idle_ms_per_step": t["idle_ms_per_step"],
-                    "amdahl_bound": bound})
+                    "amdahl_bound": bound, "spread_pct": _spread_pct(v["timing"])})
     return pd.DataFrame(out)
+
+
+def _spread_pct(timing: dict) -> float:
+    """(p90 - p10) / median of the synced step times, percent (NaN when the record has no percentiles)."""
+    try:
+        return 100 * (timing["p90_ms"] - timing["p10_ms"]) / timing["median_ms"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return float("nan")
+
+
+def effect_words(speedup: float, spread_pct: float) -> str:
+    """Words sized to a measured speed-up: within the run-to-run spread (``spread_pct``, at least 2%) it is
+    "no change beyond the run-to-run spread"; else "x% faster" / "x% slower" (the percentage is the claim)."""
+    noise = max(2.0, spread_pct if spread_pct == spread_pct else 2.0)  # NaN: fall back to 2%
+    pct = 100 * (speedup - 1)
+    if abs(pct) < noise:
+        return f"no change beyond the run-to-run spread ({pct:+.1f}% against ±{noise:.0f}%)"
+    return f"{pct:.0f}% faster" if pct > 0 else f"{-pct:.0f}% slower"
+
+
+def one_change_notes(table: pd.DataFrame) -> list[str]:
+    """Sentences from :func:`one_change_table`: each single change's effect (sized by :func:`effect_words`)
+    and its share of what the bundled fix bought, then whether the single gains add up to the bundle's."""
+    t = table.set_index("variant")
+    b, f = t.iloc[0], t.loc["fixed"]
+    bundle = b["period_ms"] - f["period_ms"]
+    out, gains = [], []
+    for name, r in t.iterrows():
+        if name in (t.index[0], "fixed"):
+            continue
+        got = b["period_ms"] - r["period_ms"]
+        gains.append(got)
+        share = f", {100 * got / bundle:.0f}% of the {bundle:.1f} ms per step the three edits bought together" \
+            if bundle > 0 else ""
+        out.append(f"{name} ({r['changed']}): {r['period_ms']:.1f} ms per step, "
+                   f"{effect_words(r['speedup'], r['spread_pct'])}{share}; GPU busy {r['gpu_busy_pct']:.0f}%.")
+    out.append(f"fixed (all three): {f['speedup']:.2f}x against the Amdahl bound {f['amdahl_bound']:.2f}x. The single "
+               f"changes together bought {sum(gains):.1f} ms per step against {bundle:.1f} ms for the bundle: "
+               + ("they do not add up, so the edits interact: each removes part of the same idle time."
+                  if abs(sum(gains) - bundle) > 0.1 * abs(bundle) else "about additive here."))
+    return out
+
+
+def precision_notes(table: pd.DataFrame) -> list[str]:
+    """Sentences from :func:`precision_table`: each precision's speed-up against its Amdahl bound (when the
+    table has one), what its top kernel is by name, and the share of kernel time left in fp32 SIMT GEMMs."""
+    out = []
+    for r in table.iloc[1:].itertuples(index=False):
+        bound = f" against an Amdahl bound of {r.amdahl_bound:.1f}x ({100 * (r.speedup - 1) / (r.amdahl_bound - 1):.0f}% " \
+                f"of the possible gain)" if getattr(r, "amdahl_bound", None) and r.amdahl_bound > 1 else ""
+        out.append(f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
+                   f"is a {r.top_kind} ({r.top_kernel[:60]}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
+                   f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core GEMMs {r.tensor_core_pct:.0f}%.")
+    return out
 
 
 def precision_table(values: dict, ceilings: dict | None = None,
                     names=("fixed", "fixed+tf32", "fixed+bf16")) -> pd.DataFrame:
     """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one),
-    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name) and ``top_kind``, and, with
+    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name) and ``top_kind``, ``mean_loss``
+    (over every step the recorder ran: same data and steps, so the precisions' losses compare), and, with
     ``ceilings`` (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), ``amdahl_bound``: the step's best speedup
     if fixed's fp32-GEMM share of kernel time ran at this precision's ceiling (a GPU-bound step:
     ``amdahl(share, ceiling / fp32 ceiling)``)."""
@@ -107,12 +163,12 @@ def precision_table(values: dict, ceilings: dict | None = None,
         top = t["top_kernels"][0] if t.get("top_kernels") else {"name": "", "kind": ""}
         r = {"variant": n, "precision": prec, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
              "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
-             "top_kernel": top["name"], "top_kind": top["kind"]}
+             "top_kernel": top["name"], "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
         if ceilings and prec in ceilings and "fp32" in ceilings:
             r["amdahl_bound"] = amdahl(base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
         out.append(r)
     return pd.DataFrame(out)
 
 
-__all__ = ["FP32_GEMM", "RECORD", "TENSOR_CORE_GEMM", "kernel_kind", "one_change_table", "precision_table",
-           "trace_digest"]
+__all__ = ["FP32_GEMM", "RECORD", "TENSOR_CORE_GEMM", "effect_words", "kernel_kind", "one_change_notes",
+           "one_change_table", "precision_notes", "precision_table", "trace_digest"]
