@@ -113,7 +113,8 @@ def effect_words(speedup: float, spread_pct: float) -> str:
 
 def one_change_notes(table: pd.DataFrame) -> list[str]:
     """Sentences from :func:`one_change_table`: each single change's effect (sized by :func:`effect_words`)
-    and its share of what the bundled fix bought, then whether the single gains add up to the bundle's."""
+    and its share of what the bundled fix bought, then whether the single gains add up to the bundle's (within
+    10%), overlap (more) or need each other (less)."""
     t = table.set_index("variant")
     b, f = t.iloc[0], t.loc["fixed"]
     bundle = b["period_ms"] - f["period_ms"]
@@ -125,12 +126,14 @@ def one_change_notes(table: pd.DataFrame) -> list[str]:
         gains.append(got)
         share = f", {100 * got / bundle:.0f}% of the {bundle:.1f} ms per step the three edits bought together" \
             if bundle > 0 else ""
-        out.append(f"{name} ({r['changed']}): {r['period_ms']:.1f} ms per step, "
+        out.append(f"{name}, {r['changed']}: {r['period_ms']:.1f} ms per step, "
                    f"{effect_words(r['speedup'], r['spread_pct'])}{share}; GPU busy {r['gpu_busy_pct']:.0f}%.")
+    total = sum(gains)
+    how = ("more than the bundle: the edits overlap, removing parts of the same idle time" if total > 1.1 * bundle
+           else "less than the bundle: an edit pays off only once another is in" if total < 0.9 * bundle
+           else "about the bundle's: here the edits add up")
     out.append(f"fixed (all three): {f['speedup']:.2f}x against the Amdahl bound {f['amdahl_bound']:.2f}x. The single "
-               f"changes together bought {sum(gains):.1f} ms per step against {bundle:.1f} ms for the bundle: "
-               + ("they do not add up, so the edits interact: each removes part of the same idle time."
-                  if abs(sum(gains) - bundle) > 0.1 * abs(bundle) else "about additive here."))
+               f"changes together bought {total:.1f} ms per step against {bundle:.1f} ms for the bundle, {how}.")
     return out
 
 
@@ -142,7 +145,7 @@ def precision_notes(table: pd.DataFrame) -> list[str]:
         bound = f" against an Amdahl bound of {r.amdahl_bound:.1f}x ({100 * (r.speedup - 1) / (r.amdahl_bound - 1):.0f}% " \
                 f"of the possible gain)" if getattr(r, "amdahl_bound", None) and r.amdahl_bound > 1 else ""
         out.append(f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
-                   f"is a {r.top_kind} ({r.top_kernel[:60]}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
+                   f"is a {r.top_kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
                    f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core GEMMs {r.tensor_core_pct:.0f}%.")
     return out
 
@@ -150,7 +153,7 @@ def precision_notes(table: pd.DataFrame) -> list[str]:
 def precision_table(values: dict, ceilings: dict | None = None,
                     names=("fixed", "fixed+tf32", "fixed+bf16")) -> pd.DataFrame:
     """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one),
-    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name) and ``top_kind``, ``mean_loss``
+    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name, cut at 70 characters), ``top_kind``, ``mean_loss``
     (over every step the recorder ran: same data and steps, so the precisions' losses compare), and, with
     ``ceilings`` (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), ``amdahl_bound``: the step's best speedup
     if fixed's fp32-GEMM share of kernel time ran at this precision's ceiling (a GPU-bound step:
@@ -163,7 +166,7 @@ def precision_table(values: dict, ceilings: dict | None = None,
         top = t["top_kernels"][0] if t.get("top_kernels") else {"name": "", "kind": ""}
         r = {"variant": n, "precision": prec, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
              "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
-             "top_kernel": top["name"], "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
+             "top_kernel": top["name"][:70] + ("…" if len(top["name"]) > 70 else ""), "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
         if ceilings and prec in ceilings and "fp32" in ceilings:
             r["amdahl_bound"] = amdahl(base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
         out.append(r)
