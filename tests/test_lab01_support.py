@@ -313,3 +313,22 @@ def test_variants_tables_from_a_synthetic_recorded_set(tmp_path):
     prec = lab01.precision_table(ev.values, {"fp32": 51.3, "tf32": 417.0, "bf16": 801.0})
     assert list(prec["top_kind"]) == ["fp32 SIMT GEMM", "tensor-core GEMM", "tensor-core GEMM"]
     assert len(lab01.precision_notes(prec)) == 2 and lab01.FP32_GEMM == "sgemm|ffma"
+    # lab01.q11 is derived from this table: the one-change row with the largest speedup (prefetch, synthetic)
+    from infralens_lab.quiz import check
+
+    assert check("lab01.q11", "bubble+prefetch", evidence=one).status == "correct"
+    wrong = check("lab01.q11", "bubble+pinned", evidence=one)
+    assert wrong.status != "correct" and "fresh pinned buffer" in wrong.message
+
+
+def test_q11_provider_follows_the_recorded_set(monkeypatch, tmp_path):
+    from infralens_lab.quiz import grading_evidence
+    from test_variants import synthetic_record
+
+    monkeypatch.setattr(lab01, "store", lambda: None)
+    assert grading_evidence.lab01_one_change() is None  # no recording: the grader's row says so
+    w = evidence.EvidenceWriter(tmp_path / "set", "SYNTHETIC test set")
+    w.write("pipeline_variants", synthetic_record(), notes="SYNTHETIC")
+    w.close()
+    monkeypatch.setattr(lab01, "store", lambda: evidence.RecordedStore(tmp_path / "set"))
+    assert list(grading_evidence.lab01_one_change()["kind"]) == ["baseline"] + ["one change"] * 3 + ["bundle"]

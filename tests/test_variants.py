@@ -104,6 +104,11 @@ def test_one_change_table_on_a_synthetic_record():
     assert t.loc["bubble+pinned", "speedup"] == pytest.approx(25 / 26)  # slower: a pin per step
     assert list(t["amdahl_bound"]) == pytest.approx([1 / 0.8] * 5) and t.loc["fixed", "step_ms"] == 19.5
     assert t.loc["bubble+no_sync", "changed"] == VARIANTS["bubble+no_sync"].changed
+    assert list(t["kind"]) == ["baseline", "one change", "one change", "one change", "bundle"]
+    # lab01.q11's derivation on this table: the one-change row with the largest speedup
+    from infralens_lab.quiz.derive import derive
+    assert derive("argmax", t.reset_index(), column="speedup", label="variant", where={"kind": "one change"}) \
+        == "bubble+prefetch"
 
 
 def test_precision_table_on_a_synthetic_record():

@@ -22,6 +22,7 @@ FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores 
 # cuBLASLt's nvjet kernels, Ampere-style mma shapes (s1688, h16816...)
 TENSOR_CORE_GEMM = r"tf32|bf16|f16|tensorop|gmma|nvjet|hmma|\b[sh]\d{3,5}gemm|_[sh]1688|_[sh]16816"
 TOP = 5
+SINGLE_CHANGES = ("bubble+prefetch", "bubble+pinned", "bubble+no_sync")  # one edit each, from the bubble
 RECORD = "pipeline_variants"
 
 
@@ -71,9 +72,9 @@ def _rows(values: dict, names) -> list[tuple[str, dict]]:
     return [(n, values["variants"][n]) for n in names]
 
 
-def one_change_table(values: dict, names=("bubble", "bubble+prefetch", "bubble+pinned", "bubble+no_sync", "fixed")
-                     ) -> pd.DataFrame:
-    """One row per variant of the ``pipeline_variants`` record: ``variant, changed, period_ms`` (trace),
+def one_change_table(values: dict, names=("bubble",) + SINGLE_CHANGES + ("fixed",)) -> pd.DataFrame:
+    """One row per variant of the ``pipeline_variants`` record: ``variant``, ``kind`` (``baseline``, ``one change``:
+    one of :data:`SINGLE_CHANGES`, or ``bundle``), ``changed``, ``period_ms`` (trace),
     ``step_ms`` (wall clock, steps back to back), ``speedup`` (bubble's period / this period), ``gpu_busy_pct``,
     ``idle_ms_per_step`` (gaps over 50 µs), ``amdahl_bound``: 1 / the bubble's GPU busy share, the most
     any change that only removes idle time can give (the same for every row), and ``spread_pct``: (p90 - p10) /
@@ -86,7 +87,8 @@ def one_change_table(values: dict, names=("bubble", "bubble+prefetch", "bubble+p
     out = []
     for n, v in rows:
         t = v["trace"]
-        out.append({"variant": n, "changed": v["changed"], "period_ms": t["period_ms"],
+        kind = "baseline" if n == names[0] else "one change" if n in SINGLE_CHANGES else "bundle"
+        out.append({"variant": n, "kind": kind, "changed": v["changed"], "period_ms": t["period_ms"],
                     "step_ms": v["timing"]["throughput_ms_per_step"], "speedup": base["period_ms"] / t["period_ms"],
                     "gpu_busy_pct": t["gpu_busy_pct"], "idle_ms_per_step": t["idle_ms_per_step"],
                     "amdahl_bound": bound, "spread_pct": _spread_pct(v["timing"])})
@@ -173,5 +175,5 @@ def precision_table(values: dict, ceilings: dict | None = None,
     return pd.DataFrame(out)
 
 
-__all__ = ["FP32_GEMM", "RECORD", "TENSOR_CORE_GEMM", "effect_words", "kernel_kind", "one_change_notes",
+__all__ = ["FP32_GEMM", "RECORD", "SINGLE_CHANGES", "TENSOR_CORE_GEMM", "effect_words", "kernel_kind", "one_change_notes",
            "one_change_table", "precision_notes", "precision_table", "trace_digest"]
