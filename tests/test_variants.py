@@ -83,6 +83,7 @@ def synthetic_record() -> dict:
         return {"changed": VARIANTS[name].changed, "precision": VARIANTS[name].precision,
                 "timing": {"throughput_ms_per_step": step_ms},
                 "trace": {"has_gpu": True, "period_ms": period, "gpu_busy_pct": busy, "idle_ms_per_step": idle,
+                          "cpu_step_ms": 12.0,
                           "fp32_gemm_pct": fp32, "tensor_core_pct": tc,
                           "top_kernels": [{"name": top, "kind": kind, "count": 3, "total_us": 100.0, "pct": 20.0}]}}
     sgemm = "cutlass_80_simt_sgemm_256x128"
@@ -154,3 +155,9 @@ def test_notes_on_a_synthetic_record():
     prec = V.precision_notes(V.precision_table(synthetic_record(), {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}))
     assert prec[0].startswith("fixed+tf32: 8.0 ms per step, 2.50x the fp32 step against an Amdahl bound of 3.3x (64% ")  # 1.5 / 2.33
     assert "top kernel is a tensor-core GEMM (sm90_xmma_gemm_tf32)" in prec[0] and "(fp32: 80%)" in prec[0]
+    assert "host-bound" not in prec[0]  # 97% busy
+    rec = synthetic_record()
+    rec["variants"]["fixed+bf16"]["trace"].update(period_ms=4.0, gpu_busy_pct=45.0)  # 5x: past the 4.0x bound
+    bf16 = V.precision_notes(V.precision_table(rec, {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}))[1]
+    assert "5.00x the fp32 step, past the Amdahl bound of 4.0x, which held every non-GEMM kernel fixed" in bf16
+    assert "busy only 45% of the step now, with 12.0 ms of CPU time per step: the step is host-bound again" in bf16

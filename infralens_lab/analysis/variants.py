@@ -139,22 +139,33 @@ def one_change_notes(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def precision_notes(table: pd.DataFrame) -> list[str]:
+def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0) -> list[str]:
     """Sentences from :func:`precision_table`: each precision's speed-up against its Amdahl bound (when the
-    table has one), what its top kernel is by name, and the share of kernel time left in fp32 SIMT GEMMs."""
+    table has one; a speed-up past it means kernels other than the GEMMs changed too, which the bound held
+    fixed), its top kernel by name, the kernel-time shares by kind, and, when the GPU is busy less than
+    ``busy_floor_pct`` of the step, that the step is no longer GPU-bound: the CPU's time per step is the floor."""
     out = []
     for r in table.iloc[1:].itertuples(index=False):
-        bound = f" against an Amdahl bound of {r.amdahl_bound:.1f}x ({100 * (r.speedup - 1) / (r.amdahl_bound - 1):.0f}% " \
-                f"of the possible gain)" if getattr(r, "amdahl_bound", None) and r.amdahl_bound > 1 else ""
-        out.append(f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
-                   f"is a {r.top_kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
-                   f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core GEMMs {r.tensor_core_pct:.0f}%.")
+        b = getattr(r, "amdahl_bound", None)
+        bound = ""
+        if b and b > 1:
+            bound = (f" against an Amdahl bound of {b:.1f}x ({100 * (r.speedup - 1) / (b - 1):.0f}% of the possible gain)"
+                     if r.speedup <= b else f", past the Amdahl bound of {b:.1f}x, which held every non-GEMM kernel "
+                     f"fixed: other kernels got faster at this precision too")
+        line = (f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
+                f"is a {r.top_kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
+                f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core GEMMs {r.tensor_core_pct:.0f}%.")
+        if r.gpu_busy_pct < busy_floor_pct:
+            line += (f" The GPU is busy only {r.gpu_busy_pct:.0f}% of the step now, with {r.cpu_step_ms:.1f} ms of CPU "
+                     f"time per step: the step is host-bound again, and the CPU sets the floor the bound ignored.")
+        out.append(line)
     return out
 
 
 def precision_table(values: dict, ceilings: dict | None = None,
                     names=("fixed", "fixed+tf32", "fixed+bf16")) -> pd.DataFrame:
-    """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one),
+    """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one), ``gpu_busy_pct``,
+    ``cpu_step_ms`` (CPU time in the step range: once the GPU work shrinks below it, the CPU sets the pace),
     ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name, cut at 70 characters), ``top_kind``, ``mean_loss``
     (over every step the recorder ran: same data and steps, so the precisions' losses compare), and, with
     ``ceilings`` (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), ``amdahl_bound``: the step's best speedup
@@ -166,7 +177,8 @@ def precision_table(values: dict, ceilings: dict | None = None,
     for n, v in rows:
         t, prec = v["trace"], v["precision"]
         top = t["top_kernels"][0] if t.get("top_kernels") else {"name": "", "kind": ""}
-        r = {"variant": n, "precision": prec, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
+        r = {"variant": n, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
+             "gpu_busy_pct": t["gpu_busy_pct"], "cpu_step_ms": t["cpu_step_ms"],
              "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
              "top_kernel": top["name"][:70] + ("…" if len(top["name"]) > 70 else ""), "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
         if ceilings and prec in ceilings and "fp32" in ceilings:
