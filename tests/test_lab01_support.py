@@ -318,7 +318,7 @@ def test_variants_tables_from_a_synthetic_recorded_set(tmp_path):
 
     assert check("lab01.q11", "bubble+prefetch", evidence=one).status == "correct"
     wrong = check("lab01.q11", "bubble+pinned", evidence=one)
-    assert wrong.status != "correct" and "fresh pinned buffer" in wrong.message
+    assert wrong.status != "correct" and "extra host copy into pinned memory" in wrong.message
 
 
 def test_q11_provider_follows_the_recorded_set(monkeypatch, tmp_path):

@@ -102,7 +102,7 @@ def test_one_change_table_on_a_synthetic_record():
     t = V.one_change_table(synthetic_record()).set_index("variant")
     assert list(t.index) == ["bubble", "bubble+prefetch", "bubble+pinned", "bubble+no_sync", "fixed"]
     assert t.loc["bubble", "speedup"] == 1.0 and t.loc["bubble+prefetch", "speedup"] == pytest.approx(25 / 21)
-    assert t.loc["bubble+pinned", "speedup"] == pytest.approx(25 / 26)  # slower: a pin per step
+    assert t.loc["bubble+pinned", "speedup"] == pytest.approx(25 / 26)  # slower (synthetic): a pinning copy per step
     assert list(t["amdahl_bound"]) == pytest.approx([1 / 0.8] * 5) and t.loc["fixed", "step_ms"] == 19.5
     assert t.loc["bubble+no_sync", "changed"] == VARIANTS["bubble+no_sync"].changed
     assert list(t["kind"]) == ["baseline", "one change", "one change", "one change", "bundle"]

@@ -22,8 +22,9 @@ launch it and the tokenizer's gap stands out.
 orthogonal switches (:class:`Variant`), so each edit of the fix can be profiled on its own.
 ``prefetch``: batches prepared ahead (a ring of ``depth`` batches) instead of tokenized in the step.
 ``pinned``: the host batch sits in pinned memory and is copied with ``non_blocking=True``; without
-``prefetch`` the freshly tokenized batch is pinned every step, which costs a page-locked allocation
-per step. On a CPU there is no host-to-device copy, so ``pinned`` is a documented no-op there
+``prefetch`` the freshly tokenized batch is pinned every step, which costs a host copy into pinned memory
+per step (``pin_memory()`` takes the block from PyTorch's caching host allocator, so the page-locking
+itself is paid only in the first steps). On a CPU there is no host-to-device copy, so ``pinned`` is a documented no-op there
 (:attr:`Pipeline.pins` is False). ``sync_every_step``: ``loss.item()`` each step, or the loss summed
 on the device. ``precision``: ``"fp32"`` (as is; torch leaves TF32 off for matmuls), ``"tf32"``
 (``torch.backends.cuda.matmul.allow_tf32`` set during the step only and restored after it, so it
@@ -95,7 +96,7 @@ class Variant:
 VARIANTS = {
     "bubble": Variant(False, False, True, "fp32", None, "nothing: the baseline"),
     "bubble+prefetch": Variant(True, False, True, "fp32", "bubble", "batches tokenized ahead (pageable copy)"),
-    "bubble+pinned": Variant(False, True, True, "fp32", "bubble", "pinned batch + non_blocking copy (a pin per step)"),
+    "bubble+pinned": Variant(False, True, True, "fp32", "bubble", "pinned batch + non_blocking copy (pinned each step)"),
     "bubble+no_sync": Variant(False, False, False, "fp32", "bubble", "no per-step loss.item() (loss summed on device)"),
     "fixed": Variant(True, True, False, "fp32", "bubble", "all three edits at once"),
     "fixed+tf32": Variant(True, True, False, "tf32", "fixed", "TF32 matmuls (allow_tf32 during the step)"),
@@ -163,7 +164,7 @@ class Pipeline:
         else:
             host = torch.from_numpy(tokenize_batch(self.rng, self.batch, self.seq, self.config.vocab))
             if self.pins:
-                host = host.pin_memory()  # a fresh page-locked buffer every step
+                host = host.pin_memory()  # one more host copy per step, into a pinned block
         # pinned: an asynchronous DMA; pageable: the CPU waits for this copy
         dev = host.to(self.device, non_blocking=self.pins)
         return dev[:, :-1], dev[:, 1:].contiguous()
