@@ -311,7 +311,7 @@ def test_variants_tables_from_a_synthetic_recorded_set(tmp_path):
     assert one["variant"].iloc[-1] == "fixed" and one["speedup"].iloc[-1] == pytest.approx(25 / 20)
     assert any("19% faster" in n for n in lab01.one_change_notes(one))
     prec = lab01.precision_table(ev.values, {"fp32": 51.3, "tf32": 417.0, "bf16": 801.0})
-    assert list(prec["top_kind"]) == ["fp32 SIMT GEMM", "tensor-core GEMM", "tensor-core GEMM"]
+    assert list(prec["top_kind"]) == ["fp32 SIMT GEMM", "tensor-core kernel", "tensor-core kernel"]
     assert len(lab01.precision_notes(prec)) == 2 and lab01.FP32_GEMM == "sgemm|ffma"
     # lab01.q11 is derived from this table: the one-change row with the largest speedup (prefetch, synthetic)
     from infralens_lab.quiz import check

@@ -34,7 +34,7 @@ def test_digest_of_the_recorded_fixed_trace(fixed_trace):
     kev = ev[(ev["cat"] == "kernel") & (ev["name"] == first["name"])]
     assert first["count"] == len(kev) and first["total_us"] == pytest.approx(float(kev["dur"].sum()))
     assert first["name"].startswith("sm80_xmma_gemm_f32f32") and first["kind"] == "fp32 SIMT GEMM"
-    # fp32 SIMT GEMMs hold 77% of the recorded fixed step's kernel time and no tensor-core GEMM runs
+    # fp32 SIMT GEMMs hold 77% of the recorded fixed step's kernel time and no tensor-core kernel runs
     assert d["fp32_gemm_pct"] == pytest.approx(77.2, abs=0.1) and d["tensor_core_pct"] == 0.0
     # period 19.15 ms = 18.74 busy + 0 in gaps over 50 µs + 0.41 in shorter gaps (idle_budget's identity)
     assert d["period_ms"] == pytest.approx(19.15, abs=0.01) and d["idle_ms_per_step"] == 0.0
@@ -51,10 +51,13 @@ def test_digest_of_the_recorded_bubble_has_its_idle_gaps():
 @pytest.mark.parametrize("name, kind", [
     ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(...)", "fp32 SIMT GEMM"),
     ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4", "fp32 SIMT GEMM"),
-    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off", "tensor-core GEMM"),
-    ("nvjet_tst_128x64_64x8_1x2_h_bz_coopA_NNT", "tensor-core GEMM"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "tensor-core GEMM"),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off", "tensor-core kernel"),
+    ("nvjet_tst_128x64_64x8_1x2_h_bz_coopA_NNT", "tensor-core kernel"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "tensor-core kernel"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", "other"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", "tensor-core kernel"),
+    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", "other"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>(...)", "tensor-core kernel"),
 ])
 def test_kernel_kind_by_name(name, kind):
     assert V.kernel_kind(name) == kind
@@ -93,8 +96,8 @@ def synthetic_record() -> dict:
         "bubble+pinned": v("bubble+pinned", 26.0, 77.0, 5.0, 78.0, 0.0, sgemm, "fp32 SIMT GEMM", 25.5),
         "bubble+no_sync": v("bubble+no_sync", 22.0, 90.0, 1.0, 78.0, 0.0, sgemm, "fp32 SIMT GEMM", 21.5),
         "fixed": v("fixed", 20.0, 98.0, 0.0, 80.0, 0.0, sgemm, "fp32 SIMT GEMM", 19.5),
-        "fixed+tf32": v("fixed+tf32", 8.0, 97.0, 0.0, 0.0, 50.0, "sm90_xmma_gemm_tf32", "tensor-core GEMM", 7.9),
-        "fixed+bf16": v("fixed+bf16", 6.4, 96.0, 0.0, 0.0, 45.0, "nvjet_hsh", "tensor-core GEMM", 6.3),
+        "fixed+tf32": v("fixed+tf32", 8.0, 97.0, 0.0, 0.0, 50.0, "sm90_xmma_gemm_tf32", "tensor-core kernel", 7.9),
+        "fixed+bf16": v("fixed+bf16", 6.4, 96.0, 0.0, 0.0, 45.0, "nvjet_hsh", "tensor-core kernel", 6.3),
     }}
 
 
@@ -119,7 +122,7 @@ def test_precision_table_on_a_synthetic_record():
     # 80% of kernel time in fp32 GEMMs; 8x faster at the TF32 ceiling: 1 / (0.2 + 0.8 / 8) = 3.33x
     assert t.loc["fixed+tf32", "amdahl_bound"] == pytest.approx(1 / (0.2 + 0.1))
     assert t.loc["fixed+bf16", "amdahl_bound"] == pytest.approx(1 / (0.2 + 0.05)) and t.loc["fixed", "amdahl_bound"] == 1.0
-    assert t.loc["fixed+tf32", "top_kind"] == "tensor-core GEMM" and t.loc["fixed", "fp32_gemm_pct"] == 80.0
+    assert t.loc["fixed+tf32", "top_kind"] == "tensor-core kernel" and t.loc["fixed", "fp32_gemm_pct"] == 80.0
     assert "amdahl_bound" not in V.precision_table(synthetic_record()).columns
 
 
@@ -154,7 +157,7 @@ def test_notes_on_a_synthetic_record():
     assert "an edit pays off only once another is in" in V.one_change_notes(V.one_change_table(rec))[-1]
     prec = V.precision_notes(V.precision_table(synthetic_record(), {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}))
     assert prec[0].startswith("fixed+tf32: 8.0 ms per step, 2.50x the fp32 step against an Amdahl bound of 3.3x (64% ")  # 1.5 / 2.33
-    assert "top kernel is a tensor-core GEMM (sm90_xmma_gemm_tf32)" in prec[0] and "(fp32: 80%)" in prec[0]
+    assert "top kernel is a tensor-core kernel (sm90_xmma_gemm_tf32)" in prec[0] and "(fp32: 80%)" in prec[0]
     assert "host-bound" not in prec[0]  # 97% busy
     rec = synthetic_record()
     rec["variants"]["fixed+bf16"]["trace"].update(period_ms=4.0, gpu_busy_pct=45.0)  # 5x: past the 4.0x bound

@@ -5,7 +5,7 @@ and the tables lab 01 reads from the ``pipeline_variants`` record.
 (period, GPU busy share, idle gaps over 50 µs) and the top kernels by GPU time, not the trace itself.
 :func:`one_change_table` and :func:`precision_table` join those digests with the wall-clock step times
 and the Amdahl bounds (:func:`infralens_lab.analysis.overlap.amdahl`). Kernel kinds are read from kernel
-names (:data:`FP32_GEMM`, :data:`TENSOR_CORE_GEMM`): cuBLAS and CUTLASS spell their instruction path
+names (:data:`FP32_GEMM`, :data:`TENSOR_CORE`): cuBLAS and CUTLASS spell their instruction path
 into the name. Times: ``_ms`` milliseconds, ``_us`` microseconds, ``_pct`` percent.
 """
 from __future__ import annotations
@@ -18,22 +18,23 @@ from .joins import idle_budget, trace_comparison
 from .overlap import amdahl
 
 FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores (SIMT FMAs, no tensor cores)
-# kernel-name marks of tensor-core GEMMs: TF32/half inputs in cuBLAS/CUTLASS names, Hopper's gmma and
-# cuBLASLt's nvjet kernels, Ampere-style mma shapes (s1688, h16816...)
-TENSOR_CORE_GEMM = r"tf32|bf16|f16|tensorop|gmma|nvjet|hmma|\b[sh]\d{3,5}gemm|_[sh]1688|_[sh]16816"
+# kernel-name marks of tensor-core kernels (GEMMs, and attention kernels built on them): TF32/half inputs in
+# cuBLAS/CUTLASS names, Hopper's gmma and cuBLASLt's nvjet kernels, Ampere-style mma shapes (s1688, h16816...)
+TENSOR_CORE = r"tf32|bf16|f16|tensorop|gmma|nvjet|hmma|[sh]1688|[sh]16816|[sh]884"
 TOP = 5
 SINGLE_CHANGES = ("bubble+prefetch", "bubble+pinned", "bubble+no_sync")  # one edit each, from the bubble
 RECORD = "pipeline_variants"
 
 
 def kernel_kind(name: str) -> str:
-    """``'fp32 SIMT GEMM'``, ``'tensor-core GEMM'`` or ``'other'``, read from a kernel's name (fp32 marks
-    first: ``..._f32f32_..._ffma_...`` is SIMT even though it names no tensor path)."""
+    """``'fp32 SIMT GEMM'``, ``'tensor-core kernel'`` or ``'other'``, read from a kernel's name (fp32 marks
+    first: ``..._f32f32_..._ffma_...`` is SIMT). A name is a claim of the library that built the kernel, not a
+    counter: ncu's ``sm__inst_executed_pipe_tensor`` is the measurement that settles it."""
     n = name.lower()
     if re.search(FP32_GEMM, n):
         return "fp32 SIMT GEMM"
-    if re.search(TENSOR_CORE_GEMM, n):
-        return "tensor-core GEMM"
+    if re.search(TENSOR_CORE, n):
+        return "tensor-core kernel"
     return "other"
 
 
@@ -58,7 +59,7 @@ def trace_digest(tr, top: int = TOP, min_gap_us: float = 50.0) -> dict:
                 "gpu_busy_pct": float(row["gpu_util_pct"]), "idle_ms_per_step": float(row["idle_ms_per_step"]),
                 "idle_under_ms": b["idle_under_ms"], "min_gap_us": float(min_gap_us),
                 "fp32_gemm_pct": float(k.loc[kind == "fp32 SIMT GEMM", "pct"].sum()),
-                "tensor_core_pct": float(k.loc[kind == "tensor-core GEMM", "pct"].sum()),
+                "tensor_core_pct": float(k.loc[kind == "tensor-core kernel", "pct"].sum()),
                 "top_kernels": [{"name": r.name, "kind": kernel_kind(r.name), "count": int(r.count),
                                  "total_us": float(r.total_us), "pct": float(r.pct)}
                                 for r in k.head(top).itertuples(index=False)]})
@@ -154,7 +155,7 @@ def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0) -> list[s
                      f"fixed: other kernels got faster at this precision too")
         line = (f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
                 f"is a {r.top_kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
-                f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core GEMMs {r.tensor_core_pct:.0f}%.")
+                f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core kernels {r.tensor_core_pct:.0f}%.")
         if r.gpu_busy_pct < busy_floor_pct:
             line += (f" The GPU is busy only {r.gpu_busy_pct:.0f}% of the step now, with {r.cpu_step_ms:.1f} ms of CPU "
                      f"time per step: the step is host-bound again, and the CPU sets the floor the bound ignored.")
@@ -187,5 +188,5 @@ def precision_table(values: dict, ceilings: dict | None = None,
     return pd.DataFrame(out)
 
 
-__all__ = ["FP32_GEMM", "RECORD", "SINGLE_CHANGES", "TENSOR_CORE_GEMM", "effect_words", "kernel_kind", "one_change_notes",
+__all__ = ["FP32_GEMM", "RECORD", "SINGLE_CHANGES", "TENSOR_CORE", "effect_words", "kernel_kind", "one_change_notes",
            "one_change_table", "precision_notes", "precision_table", "trace_digest"]
