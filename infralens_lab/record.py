@@ -13,7 +13,10 @@ bandwidth at 1 GiB, matmul FLOP/s for fp32 (TF32 off), tf32, fp16, bf16 at 8192Â
 size sweep 256..8192); ``bench`` (:func:`infralens_lab.bench.record_into`); ``traces``
 (``trace_bubble``, ``trace_fixed``: trimmed chrome traces of :mod:`infralens_lab.workloads.pipeline`,
 and ``trace_summary``); ``step_times`` (wall-clock steps of both versions: synchronised per step
-from the first, warm-up included, and back to back); ``memory`` (``memory_train``, ``memory_infer`` via
+from the first, warm-up included, and back to back);
+``variants`` (``pipeline_variants``: each of ``workloads.pipeline.VARIANTS``, one change at a time, timed as
+in ``step_times`` and profiled for 3 steps, each trace reduced to ``analysis.variants.trace_digest``);
+``memory`` (``memory_train``, ``memory_infer`` via
 :func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
 ``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
 counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
@@ -44,10 +47,11 @@ from .measure.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .measure.target import LAUNCHES, REGEX, launch_window
 from .measure.timing import time_steps
 from .measure.torch_trace import profile, trim
-from .workloads.pipeline import make_step
+from .workloads.pipeline import VARIANTS, make_step, make_variant
+from .analysis.variants import RECORD as VARIANTS_RECORD, trace_digest
 
-STEPS = ("device", "ceilings", "bench", "traces", "step_times", "memory", "ncu_copies", "ncu_copies_stalls",
-         "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
+STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
+         "ncu_copies_stalls", "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
          "memory_timeline", "gates",
          "distributed")
 COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
@@ -151,6 +155,29 @@ class Recorder:
                            f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")
         return "; ".join(f"{v}: median {o['median_ms']:.1f} ms synced, {o['throughput_ms_per_step']:.1f} ms/step "
                          f"back to back" for v, o in out.items())
+
+    def step_variants(self, device_name: str | None = None, config=None, batch: int | None = None,
+                      synced: int = STEP_TIME_STEPS, batched: int = STEP_TIME_BATCHED, skip: int = 10):
+        """Each pipeline variant, one change at a time: wall-clock step times (the protocol of ``step_times``),
+        then 3 profiled steps reduced to a digest (period, GPU busy share, idle gaps, top 5 kernels), not the
+        trace. ~4 s a variant on an H200. Sizes: the pipeline's for the device unless given (tests: tiny, CPU)."""
+        out = {}
+        for name, v in VARIANTS.items():
+            step = make_variant(name, device=device_name, config=config, batch=batch)
+            timing = time_steps(step, synced, batched, skip=skip)
+            tr = profile(step, wait=1, warmup=1, active=3)
+            out[name] = {"changed": v.changed, "base": v.base, "precision": v.precision, "prefetch": v.prefetch,
+                         "pinned": v.pinned, "pins": step.pins, "sync_every_step": v.sync_every_step,
+                         "timing": timing, "trace": trace_digest(tr), "mean_loss": step.mean_loss(), "steps_run": step.steps}
+        sizes = {"config": vars(step.config), "batch": step.batch, "seq": step.seq, "device": step.device}
+        self.w.write(VARIANTS_RECORD, {"variants": out, "sizes": sizes}, units={"_ms": "ms", "_us": "us", "_pct": "%"},
+                     notes=f"workloads.pipeline.VARIANTS; timing: {synced} steps each with a synchronize (median/p10/p90 "
+                           f"over steps {skip}+), then {batched} back to back (throughput_ms_per_step); trace: "
+                           "torch.profiler schedule(wait=1, warmup=1, active=3) on the same pipeline, reduced by "
+                           "analysis.variants.trace_digest (idle gaps over min_gap_us; top kernels by GPU time; "
+                           "kernel kinds read from kernel names); mean_loss over all steps_run (same seed; prefetching variants cycle "
+                           "4 batches, the others tokenize a new one each step); TF32 allowed only during fixed+tf32's steps")
+        return "; ".join(f"{n} {o['timing']['throughput_ms_per_step']:.1f} ms/step" for n, o in out.items())
 
     def step_memory_timeline(self):
         timeline = _optional("infralens_lab.measure.memory_timeline", "record_into")
@@ -323,7 +350,7 @@ def bundle(out: Path, path: Path, log_text: str) -> Path:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m infralens_lab record", description=__doc__.split("\n\n")[0],
                                  epilog="steps: " + ", ".join(STEPS) + ". Records: device, ceilings, bench, "
-                                 "trace_bubble, trace_fixed, trace_summary, step_times, memory_train, memory_infer, record_log; "
+                                 "trace_bubble, trace_fixed, trace_summary, step_times, pipeline_variants, memory_train, memory_infer, record_log; "
                                  "files ncu_copies.csv, ncu_copies_stalls.csv, ncu_attention.csv, ncu_matmul.csv, "
                                  "ncu_train_step.csv.")
     ap.add_argument("--out", required=True, help="folder for the recorded set, e.g. data/recorded/<gpu-slug>")

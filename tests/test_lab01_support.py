@@ -278,3 +278,57 @@ def test_step_time_notes():
     (note,) = lab01.step_time_notes(t)
     assert note == ("fixed: first step 30.0 ms, steady median 20.0 ms (p10-p90 19.5-21.0); timed with a sync after "
                     "every step the mean is 20.4 ms, run back to back 19.2 ms per step (+6% for the synced timing).")
+
+
+# ------------------------------------------------------------------ one change at a time (pipeline_variants)
+def test_variants_record_absent_says_so_in_one_line(capsys):
+    from pathlib import Path
+
+    assert lab01.variants(None) is None
+    h100 = evidence.RecordedStore(Path(__file__).resolve().parents[1] / "data" / "recorded" / "nvidia-h100-80gb-hbm3")
+    assert "pipeline_variants" not in h100.names() and lab01.variants(h100) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "(NVIDIA H100 80GB HBM3) has no `pipeline_variants` record yet" in lines[1]
+    assert "record --only variants" in lines[1]
+
+
+@pytest.mark.skipif(is_gpu(), reason="interpreter-mode behaviour; on a GPU the variants are timed live")
+def test_live_variants_decline_in_interpreter_mode(capsys):
+    assert lab01.live_variants(["bubble", "fixed"]) is None
+    assert "shows the recording only" in capsys.readouterr().out
+
+
+def test_variants_tables_from_a_synthetic_recorded_set(tmp_path):
+    """A recorded set written by EvidenceWriter holding a SYNTHETIC pipeline_variants record (made-up numbers,
+    no GPU recording of `variants` exists yet): lab01 loads it and builds both tables and their notes."""
+    from test_variants import synthetic_record  # tests/ is on sys.path
+
+    w = evidence.EvidenceWriter(tmp_path / "set", "SYNTHETIC test set")
+    w.write("pipeline_variants", synthetic_record(), notes="SYNTHETIC")
+    w.close()
+    ev = lab01.variants(evidence.RecordedStore(tmp_path / "set"))
+    one = lab01.one_change_table(ev.values)
+    assert one["variant"].iloc[-1] == "fixed" and one["speedup"].iloc[-1] == pytest.approx(25 / 20)
+    assert any("19% faster" in n for n in lab01.one_change_notes(one))
+    prec = lab01.precision_table(ev.values, {"fp32": 51.3, "tf32": 417.0, "bf16": 801.0})
+    assert list(prec["top_kind"]) == ["fp32 SIMT GEMM", "tensor-core kernel", "tensor-core kernel"]
+    assert len(lab01.precision_notes(prec)) == 2 and lab01.FP32_GEMM == "sgemm|ffma"
+    # lab01.q11 is derived from this table: the one-change row with the largest speedup (prefetch, synthetic)
+    from infralens_lab.quiz import check
+
+    assert check("lab01.q11", "bubble+prefetch", evidence=one).status == "correct"
+    wrong = check("lab01.q11", "bubble+pinned", evidence=one)
+    assert wrong.status != "correct" and "extra host copy into pinned memory" in wrong.message
+
+
+def test_q11_provider_follows_the_recorded_set(monkeypatch, tmp_path):
+    from infralens_lab.quiz import grading_evidence
+    from test_variants import synthetic_record
+
+    monkeypatch.setattr(lab01, "store", lambda: None)
+    assert grading_evidence.lab01_one_change() is None  # no recording: the grader's row says so
+    w = evidence.EvidenceWriter(tmp_path / "set", "SYNTHETIC test set")
+    w.write("pipeline_variants", synthetic_record(), notes="SYNTHETIC")
+    w.close()
+    monkeypatch.setattr(lab01, "store", lambda: evidence.RecordedStore(tmp_path / "set"))
+    assert list(grading_evidence.lab01_one_change()["kind"]) == ["baseline"] + ["one change"] * 3 + ["bundle"]

@@ -45,7 +45,7 @@ def test_sizes_by_device():
     (dict(version="slow"), "expected one of"),
     (dict(version="fixed", batch=0), "batch=0"),
     (dict(version="fixed", seq=17), "seq=17"),
-    (dict(version="fixed", prefetch=0), "prefetch=0"),
+    (dict(version="fixed", depth=0), "depth=0"),
 ])
 def test_bad_arguments(kwargs, match):
     version = kwargs.pop("version")

@@ -20,14 +20,16 @@ from ..device import is_gpu
 from ..measure import ncu as N
 from ..measure import nsys
 from ..analysis import joins, stalls
+from ..analysis.variants import (FP32_GEMM, RECORD as VARIANTS_RECORD, one_change_notes, one_change_table,  # noqa: F401
+                                 precision_notes, precision_table)
 from ..analysis.joins import idle_budget  # noqa: F401  (re-exported: the lab shows it)
 from ..analysis.roofline import sol_verdict
 from ..measure.ncu import demangled_regex  # noqa: F401  (re-exported: the lab shows it)
 from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, quiet_profiler_chatter,  # noqa: F401
                                    step_gpu_work)
-from ..workloads.pipeline import VERSIONS, make_step
+from ..workloads.pipeline import VARIANTS, VERSIONS, make_step, make_variant
 from ..workloads.tiny_gpt import GPTConfig
-from ..measure.timing import time_fn
+from ..measure.timing import time_fn, time_steps
 from ..present.trace_tables import gap_view, hot_kernel_name, hot_kernels, ops_by_count, ranges_view  # noqa: F401
 from ..analysis.stalls import explain
 
@@ -166,9 +168,6 @@ def hot_kernel_counters(st, hot_kernel: str):
 
 
 # ---------------------------------------------------------------- precision
-FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores (SIMT FMAs, no tensor cores)
-
-
 def matmul_ceilings(st) -> tuple[pd.DataFrame, str] | None:
     """The recorded 8192³ matmul rate per precision (``ceilings``: median of CUDA-event timings) as
     ``dtype, rate_TFLOPs``, with its caption; None with a note if not recorded."""
@@ -179,6 +178,29 @@ def matmul_ceilings(st) -> tuple[pd.DataFrame, str] | None:
     rows = [{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / 1e12}
             for r in ev.values["matmul"]]
     return pd.DataFrame(rows), ev.caption()
+
+
+# ---------------------------------------------------------------- one change at a time
+def variants(st):
+    """The ``pipeline_variants`` record (each pipeline variant timed and profiled on the GPU), or None with
+    a one-line note when the recorded set predates it."""
+    if st is None or VARIANTS_RECORD not in st.names():
+        print(f"One change at a time: the recorded set ({st.gpu if st is not None else 'none'}) has no "
+              f"`{VARIANTS_RECORD}` record yet; `python -m infralens_lab record --only variants` writes it on a GPU.")
+        return None
+    return st.load(VARIANTS_RECORD)
+
+
+def live_variants(names, steps: int = 20):
+    """On a GPU: ``(table, Evidence)`` of each variant's wall-clock step now (``step_ms``: ``steps`` back to back
+    after ``steps`` synced ones, :func:`time_steps`), at the pipeline's GPU sizes; in interpreter mode None."""
+    if not is_gpu():
+        print("Live: interpreter mode, so this cell shows the recording only (a CPU has no GPU queue to starve).")
+        return None
+    rows = [{"variant": n, "changed": VARIANTS[n].changed,
+             "step_ms": time_steps(make_variant(n), steps, steps, skip=steps // 2)["throughput_ms_per_step"]}
+            for n in names]
+    return pd.DataFrame(rows), evidence.live("variants_live", rows, f"lab01.live_variants({list(names)}, {steps})")
 
 
 # ---------------------------------------------------------------- spread

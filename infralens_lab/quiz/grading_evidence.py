@@ -66,6 +66,14 @@ def lab01_matmul_ceilings():
     return got[0] if got is not None else None
 
 
+def lab01_one_change():
+    """Lab 01: the one-change table of the recorded pipeline variants (None while the set lacks them)."""
+    from infralens_lab.labs_support import lab01
+
+    ev = lab01.variants(lab01.store())
+    return lab01.one_change_table(ev.values) if ev is not None else None
+
+
 def _lab02_tables():
     from infralens_lab import evidence
     from infralens_lab.labs_support import lab02

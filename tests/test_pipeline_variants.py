@@ -1,0 +1,124 @@
+"""workloads.pipeline's one-change variants: each switch really changes what the step does, on a CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from infralens_lab.workloads import pipeline as P
+from infralens_lab.workloads.pipeline import VARIANTS, Variant, make_step, make_variant, matmul_tf32
+from infralens_lab.workloads.tiny_gpt import GPTConfig
+
+SMALL = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=32, ffn=64, vocab=97, block_size=16)
+
+
+def _run(name, steps=2, **kw):
+    p = make_variant(name, device="cpu", config=SMALL, batch=2, **kw)
+    for _ in range(steps):
+        p()
+    return p
+
+
+def test_table_names_and_the_two_versions():
+    assert list(VARIANTS)[:1] == ["bubble"] and {"fixed", "fixed+tf32", "fixed+bf16"} <= set(VARIANTS)
+    assert VARIANTS["bubble"] == Variant(False, False, True, "fp32", None, VARIANTS["bubble"].changed)
+    assert (VARIANTS["fixed"].prefetch, VARIANTS["fixed"].pinned, VARIANTS["fixed"].sync_every_step) == (True, True, False)
+    # every bubble+X differs from the bubble in exactly one switch; fixed+X from fixed in precision only
+    for name, v in VARIANTS.items():
+        if v.base is None or name == "fixed":
+            continue
+        b = VARIANTS[v.base]
+        diff = [f for f in ("prefetch", "pinned", "sync_every_step", "precision") if getattr(v, f) != getattr(b, f)]
+        assert len(diff) == 1, (name, diff)
+    assert make_step("bubble", device="cpu", config=SMALL).variant is VARIANTS["bubble"]
+
+
+def test_sync_every_step_appends_losses_and_no_sync_sums_on_device():
+    synced, summed = _run("bubble"), _run("bubble+no_sync")
+    assert len(synced.losses) == 2 and summed.losses == [] and summed.loss_sum.item() != 0
+    # same seed, same batches, same weights: the two ways of keeping the loss agree (fp32 rounding)
+    torch.testing.assert_close(torch.tensor(summed.mean_loss()), torch.tensor(synced.mean_loss()), rtol=1e-5, atol=1e-6)
+
+
+def test_prefetch_prepares_a_ring_and_stops_tokenizing(monkeypatch):
+    calls = []
+    real = P.tokenize_batch
+    monkeypatch.setattr(P, "tokenize_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = make_variant("bubble+prefetch", device="cpu", config=SMALL, batch=2, depth=3)
+    assert len(p.ready) == 3 and len(calls) == 3
+    for _ in range(5):
+        p()
+    assert len(calls) == 3  # no tokenizing inside the steps
+    b = make_variant("bubble", device="cpu", config=SMALL, batch=2)
+    for _ in range(5):
+        b()
+    assert b.ready == [] and len(calls) == 3 + 5  # one batch tokenized per step
+
+
+def test_pinned_is_a_documented_no_op_on_cpu():
+    p = _run("bubble+pinned")
+    assert p.variant.pinned and p.pins is False and "no-op" in P.__doc__
+    assert np.isfinite(p.mean_loss())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs CUDA")
+def test_pinned_batches_are_pinned_on_a_gpu():
+    p = make_variant("fixed", device="cuda", config=SMALL, batch=2)
+    assert p.pins and all(t.is_pinned() for t in p.ready)
+    assert not make_variant("bubble+prefetch", device="cuda", config=SMALL, batch=2).ready[0].is_pinned()
+
+
+def test_tf32_is_set_during_the_step_only(monkeypatch):
+    seen = []
+    p = make_variant("fixed+tf32", device="cpu", config=SMALL, batch=2)
+    forward = p.model.forward
+    monkeypatch.setattr(p.model, "forward", lambda *a, **k: seen.append(torch.backends.cuda.matmul.allow_tf32)
+                        or forward(*a, **k))
+    before = torch.backends.cuda.matmul.allow_tf32
+    p()
+    assert seen == [True] and torch.backends.cuda.matmul.allow_tf32 == before
+    q = make_variant("fixed", device="cpu", config=SMALL, batch=2)
+    f2 = q.model.forward
+    monkeypatch.setattr(q.model, "forward", lambda *a, **k: seen.append(torch.backends.cuda.matmul.allow_tf32)
+                        or f2(*a, **k))
+    q()
+    assert seen == [True, before]
+
+
+def test_matmul_tf32_restores_after_an_error():
+    before = torch.backends.cuda.matmul.allow_tf32
+    with pytest.raises(ZeroDivisionError):
+        with matmul_tf32(not before):
+            assert torch.backends.cuda.matmul.allow_tf32 is (not before)
+            1 / 0
+    assert torch.backends.cuda.matmul.allow_tf32 is before
+
+
+def test_bf16_runs_forward_under_autocast_on_cpu(monkeypatch):
+    dtypes = []
+    p = make_variant("fixed+bf16", device="cpu", config=SMALL, batch=2)
+    p.model.head.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    p()
+    p()
+    assert dtypes == [torch.bfloat16, torch.bfloat16] and not torch.is_autocast_enabled("cpu")
+    assert p.model.head.weight.dtype == torch.float32 and np.isfinite(p.mean_loss())  # weights stay fp32
+    q = _run("fixed", steps=1)
+    q.model.head.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    q()
+    assert dtypes[-1] == torch.float32
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: make_variant("bubble+magic", device="cpu", config=SMALL), "expected one of .*bubble\\+prefetch"),
+    (lambda: make_step("fixed+tf32", device="cpu", config=SMALL), "make_variant"),
+    (lambda: Variant(True, True, False, "fp16"), "precision 'fp16'; expected one of \\('fp32', 'tf32', 'bf16'\\)"),
+    (lambda: P.Pipeline("nope", device="cpu", config=SMALL), "or a Variant"),
+])
+def test_bad_names_and_precisions(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_switches_must_be_bools():
+    with pytest.raises(TypeError, match="Variant.pinned = 1; expected True or False"):
+        Variant(True, 1, False)

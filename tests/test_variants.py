@@ -1,0 +1,166 @@
+"""analysis.variants and the recorder's `variants` step: the digest of a real recorded trace, hand-checkable
+numbers, the step run on a CPU at tiny sizes, and the lab tables on a SYNTHETIC record."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infralens_lab import record
+from infralens_lab.analysis import variants as V
+from infralens_lab.evidence import EvidenceWriter, RecordedStore
+from infralens_lab.measure.torch_trace import load_trace
+from infralens_lab.workloads.pipeline import VARIANTS
+from infralens_lab.workloads.tiny_gpt import GPTConfig
+
+H200 = Path(__file__).resolve().parents[1] / "data" / "recorded" / "nvidia-h200"
+TINY = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=32, ffn=64, vocab=97, block_size=16)
+
+
+@pytest.fixture(scope="module")
+def fixed_trace():
+    return load_trace(RecordedStore(H200).load("trace_fixed"))
+
+
+def test_digest_of_the_recorded_fixed_trace(fixed_trace):
+    d = V.trace_digest(fixed_trace)
+    k = fixed_trace.kernels()
+    assert d["steps"] == 3 and d["has_gpu"] and len(d["top_kernels"]) == 5
+    # the top kernels are the trace's own, in order, with their totals (µs, summed from the events)
+    assert [t["name"] for t in d["top_kernels"]] == list(k["name"].head(5))
+    ev = fixed_trace.events
+    first = d["top_kernels"][0]
+    kev = ev[(ev["cat"] == "kernel") & (ev["name"] == first["name"])]
+    assert first["count"] == len(kev) and first["total_us"] == pytest.approx(float(kev["dur"].sum()))
+    assert first["name"].startswith("sm80_xmma_gemm_f32f32") and first["kind"] == "fp32 SIMT GEMM"
+    # fp32 SIMT GEMMs hold 77% of the recorded fixed step's kernel time and no tensor-core kernel runs
+    assert d["fp32_gemm_pct"] == pytest.approx(77.2, abs=0.1) and d["tensor_core_pct"] == 0.0
+    # period 19.15 ms = 18.74 busy + 0 in gaps over 50 µs + 0.41 in shorter gaps (idle_budget's identity)
+    assert d["period_ms"] == pytest.approx(19.15, abs=0.01) and d["idle_ms_per_step"] == 0.0
+    assert d["idle_under_ms"] == pytest.approx(0.41, abs=0.01) and d["gpu_busy_pct"] == pytest.approx(97.9, abs=0.1)
+    json.dumps(d)  # JSON-shaped
+
+
+def test_digest_of_the_recorded_bubble_has_its_idle_gaps():
+    d = V.trace_digest(load_trace(RecordedStore(H200).load("trace_bubble")))
+    assert d["period_ms"] == pytest.approx(23.64, abs=0.01) and d["idle_ms_per_step"] == pytest.approx(4.43, abs=0.01)
+    assert d["gpu_busy_pct"] == pytest.approx(79.3, abs=0.1)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(...)", "fp32 SIMT GEMM"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4", "fp32 SIMT GEMM"),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off", "tensor-core kernel"),
+    ("nvjet_tst_128x64_64x8_1x2_h_bz_coopA_NNT", "tensor-core kernel"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "tensor-core kernel"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", "other"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", "tensor-core kernel"),
+    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)", "other"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>(...)", "tensor-core kernel"),
+])
+def test_kernel_kind_by_name(name, kind):
+    assert V.kernel_kind(name) == kind
+
+
+def test_recorder_step_runs_on_cpu_at_tiny_sizes(tmp_path):
+    w = EvidenceWriter(tmp_path / "rec", "test")
+    rec = record.Recorder(w, log=lambda m: None)
+    detail = rec.step_variants(device_name="cpu", config=TINY, batch=2, synced=3, batched=2, skip=1)
+    w.close()
+    ev = RecordedStore(tmp_path / "rec").load(V.RECORD)
+    got = ev.values["variants"]
+    assert list(got) == list(VARIANTS) and all(n in detail for n in VARIANTS)
+    for name, v in got.items():
+        assert len(v["timing"]["per_step_sync_ms"]) == 3 and v["timing"]["throughput_ms_per_step"] > 0
+        assert v["trace"]["has_gpu"] is False and v["trace"]["steps"] == 3 and "note" in v["trace"]
+        assert v["precision"] == VARIANTS[name].precision and v["pins"] is False  # a CPU pins nothing
+    assert ev.values["sizes"]["batch"] == 2 and ev.units["_ms"] == "ms" and "trace_digest" in ev.notes
+    assert "variants" in record.STEPS and record.STEPS.index("variants") == record.STEPS.index("step_times") + 1
+
+
+# ---------------------------------------------------------------- SYNTHETIC record (no GPU recording yet)
+def synthetic_record() -> dict:
+    """SYNTHETIC values, made up for this test only, shaped like `pipeline_variants`: NOT a measurement."""
+    def v(name, period, busy, idle, fp32, tc, top, kind, step_ms):
+        return {"changed": VARIANTS[name].changed, "precision": VARIANTS[name].precision,
+                "timing": {"throughput_ms_per_step": step_ms},
+                "trace": {"has_gpu": True, "period_ms": period, "gpu_busy_pct": busy, "idle_ms_per_step": idle,
+                          "cpu_step_ms": 12.0,
+                          "fp32_gemm_pct": fp32, "tensor_core_pct": tc,
+                          "top_kernels": [{"name": top, "kind": kind, "count": 3, "total_us": 100.0, "pct": 20.0}]}}
+    sgemm = "cutlass_80_simt_sgemm_256x128"
+    return {"variants": {
+        "bubble": v("bubble", 25.0, 80.0, 4.5, 78.0, 0.0, sgemm, "fp32 SIMT GEMM", 24.0),
+        "bubble+prefetch": v("bubble+prefetch", 21.0, 95.0, 0.5, 78.0, 0.0, sgemm, "fp32 SIMT GEMM", 20.5),
+        "bubble+pinned": v("bubble+pinned", 26.0, 77.0, 5.0, 78.0, 0.0, sgemm, "fp32 SIMT GEMM", 25.5),
+        "bubble+no_sync": v("bubble+no_sync", 22.0, 90.0, 1.0, 78.0, 0.0, sgemm, "fp32 SIMT GEMM", 21.5),
+        "fixed": v("fixed", 20.0, 98.0, 0.0, 80.0, 0.0, sgemm, "fp32 SIMT GEMM", 19.5),
+        "fixed+tf32": v("fixed+tf32", 8.0, 97.0, 0.0, 0.0, 50.0, "sm90_xmma_gemm_tf32", "tensor-core kernel", 7.9),
+        "fixed+bf16": v("fixed+bf16", 6.4, 96.0, 0.0, 0.0, 45.0, "nvjet_hsh", "tensor-core kernel", 6.3),
+    }}
+
+
+def test_one_change_table_on_a_synthetic_record():
+    t = V.one_change_table(synthetic_record()).set_index("variant")
+    assert list(t.index) == ["bubble", "bubble+prefetch", "bubble+pinned", "bubble+no_sync", "fixed"]
+    assert t.loc["bubble", "speedup"] == 1.0 and t.loc["bubble+prefetch", "speedup"] == pytest.approx(25 / 21)
+    assert t.loc["bubble+pinned", "speedup"] == pytest.approx(25 / 26)  # slower (synthetic): a pinning copy per step
+    assert list(t["amdahl_bound"]) == pytest.approx([1 / 0.8] * 5) and t.loc["fixed", "step_ms"] == 19.5
+    assert t.loc["bubble+no_sync", "changed"] == VARIANTS["bubble+no_sync"].changed
+    assert list(t["kind"]) == ["baseline", "one change", "one change", "one change", "bundle"]
+    # lab01.q11's derivation on this table: the one-change row with the largest speedup
+    from infralens_lab.quiz.derive import derive
+    assert derive("argmax", t.reset_index(), column="speedup", label="variant", where={"kind": "one change"}) \
+        == "bubble+prefetch"
+
+
+def test_precision_table_on_a_synthetic_record():
+    ceil = {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}  # SYNTHETIC ceilings (TFLOP/s)
+    t = V.precision_table(synthetic_record(), ceil).set_index("variant")
+    assert t.loc["fixed+tf32", "speedup"] == pytest.approx(2.5) and t.loc["fixed+bf16", "speedup"] == pytest.approx(20 / 6.4)
+    # 80% of kernel time in fp32 GEMMs; 8x faster at the TF32 ceiling: 1 / (0.2 + 0.8 / 8) = 3.33x
+    assert t.loc["fixed+tf32", "amdahl_bound"] == pytest.approx(1 / (0.2 + 0.1))
+    assert t.loc["fixed+bf16", "amdahl_bound"] == pytest.approx(1 / (0.2 + 0.05)) and t.loc["fixed", "amdahl_bound"] == 1.0
+    assert t.loc["fixed+tf32", "top_kind"] == "tensor-core kernel" and t.loc["fixed", "fp32_gemm_pct"] == 80.0
+    assert "amdahl_bound" not in V.precision_table(synthetic_record()).columns
+
+
+def test_tables_name_what_is_missing():
+    rec = synthetic_record()
+    del rec["variants"]["bubble+pinned"]
+    with pytest.raises(ValueError, match=r"variants \['bubble\+pinned'\] missing"):
+        V.one_change_table(rec)
+    rec = synthetic_record()
+    rec["variants"]["bubble"]["trace"] = {"has_gpu": False}
+    with pytest.raises(ValueError, match="no GPU side"):
+        V.one_change_table(rec)
+
+
+def test_effect_words_are_sized_by_the_spread():
+    assert V.effect_words(1.01, 1.5).startswith("no change beyond the run-to-run spread (+1.0% against ±2%)")
+    assert V.effect_words(1.04, 6.0).startswith("no change")  # inside a 6% spread
+    assert V.effect_words(1.23, 2.0) == "23% faster" and V.effect_words(0.9, 2.0) == "10% slower"
+    assert V.effect_words(1.05, float("nan")) == "5% faster"  # no percentiles: the 2% floor
+
+
+def test_notes_on_a_synthetic_record():
+    one = V.one_change_table(synthetic_record())
+    notes = V.one_change_notes(one)
+    assert notes[0].startswith("bubble+prefetch, batches tokenized ahead") and "19% faster" in notes[0]
+    assert "80% of the 5.0 ms per step the three edits bought together" in notes[0]  # (25 - 21) / (25 - 20)
+    assert "4% slower" in notes[1] and "-20% of the 5.0 ms" in notes[1]
+    # single gains 4 - 1 + 3 = 6 ms against 5 ms for the bundle: more than 10% apart
+    assert "bought 6.0 ms per step against 5.0 ms" in notes[-1] and "the edits overlap" in notes[-1]
+    rec = synthetic_record()
+    rec["variants"]["bubble+no_sync"]["trace"]["period_ms"] = 24.5  # single gains 4 - 1 + 0.5 = 3.5 < 0.9 * 5
+    assert "an edit pays off only once another is in" in V.one_change_notes(V.one_change_table(rec))[-1]
+    prec = V.precision_notes(V.precision_table(synthetic_record(), {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}))
+    assert prec[0].startswith("fixed+tf32: 8.0 ms per step, 2.50x the fp32 step against an Amdahl bound of 3.3x (64% ")  # 1.5 / 2.33
+    assert "top kernel is a tensor-core kernel (sm90_xmma_gemm_tf32)" in prec[0] and "(fp32: 80%)" in prec[0]
+    assert "host-bound" not in prec[0]  # 97% busy
+    rec = synthetic_record()
+    rec["variants"]["fixed+bf16"]["trace"].update(period_ms=4.0, gpu_busy_pct=45.0)  # 5x: past the 4.0x bound
+    bf16 = V.precision_notes(V.precision_table(rec, {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}))[1]
+    assert "5.00x the fp32 step, past the Amdahl bound of 4.0x, which held every non-GEMM kernel fixed" in bf16
+    assert "busy only 45% of the step now, with 12.0 ms of CPU time per step: the step is host-bound again" in bf16
