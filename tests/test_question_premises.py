@@ -83,6 +83,33 @@ def test_lab04_profile_text_premises_tiled_attention_at_the_bench_shape():
     assert k.loc["attn_fwd", "waves"] > 2 and k.loc["attn_fwd_fast", "waves"] > 2
 
 
+def test_lab04_text_premises_sm_pct_is_not_a_flop_rate_and_copies_exceed_l2():
+    """Lab 04's 'Reading it' paragraph after question 8: neither tiled kernel is below one wave or under the launch
+    floor; attn_fwd_fast does the same FLOPs with about the same DRAM bytes in less time, at a lower SM %, with
+    fewer eligible warps and issue slots used, and issues clearly fewer instructions (issue-slot utilisation ×
+    time), while its FLOP rate is higher. And the copies section: each copy reads at least 4x the L2."""
+    from infralens_lab.analysis import launches
+    from infralens_lab.analysis.hardware import Ceilings
+    from infralens_lab.measure import ncu
+
+    st = evidence.reference()
+    floor = Ceilings.from_values(st.load("ceilings").values, st.gpu).launch_floor_s
+    lt = launches.launch_table(ncu.parse_raw_csv(st.text(lab04.ATTN_FILE)), floor).set_index("kernel")
+    k = lab04.recorded_attention(st).kernels.set_index("kernel")
+    a, f = "attn_fwd", "attn_fwd_fast"
+    for name in (a, f):
+        assert not lt.loc[name, "below_one_wave"] and not lt.loc[name, "under_launch_floor"], f"{name}: re-word 'Reading it'"
+    assert k.loc[a, "flops"] == k.loc[f, "flops"] and abs(k.loc[f, "dram_mb"] / k.loc[a, "dram_mb"] - 1) < 0.1
+    assert k.loc[f, "time_us"] < k.loc[a, "time_us"] and k.loc[f, "sm_pct"] < k.loc[a, "sm_pct"], \
+        "attn_fwd_fast is no longer faster at a lower SM %: re-word lab 04's 'Reading it' paragraph"
+    assert lt.loc[f, "eligible_warps"] < lt.loc[a, "eligible_warps"] and lt.loc[f, "issue_active_pct"] < lt.loc[a, "issue_active_pct"]
+    issued = (lt.loc[f, "issue_active_pct"] * lt.loc[f, "time_us"]) / (lt.loc[a, "issue_active_pct"] * lt.loc[a, "time_us"])
+    assert issued < 0.8, f"attn_fwd_fast issues {issued:.2f}x attn_fwd's instructions: re-word 'Reading it'"
+    fam = lab04.recorded_copy_family(st)
+    assert fam.table["useful_read_mb"].min() * 1e6 >= 4 * st.load("device").values["l2_bytes"], \
+        "a copy reads under 4x the L2: re-word lab 04's 'Working set against L2'"
+
+
 def test_lab01_q9_q10_premises_fp32_gemms_and_a_fix_near_its_bound():
     from infralens_lab.labs_support import lab01
 
