@@ -59,7 +59,7 @@ def test_lab04_q11_premise_memory_tops_tiled_also_reaches_the_rule_tiled_fast_do
 
 
 def test_lab04_profile_text_premises_tiled_attention_at_the_bench_shape():
-    """The notebook's 'What this profile is' paragraph: the profiled shape is (4, 16, 4096, 64) fp16, one of
+    """The notebook's 'What this profile is' paragraph (and lab04.q5's explanation): the profiled shape is (4, 16, 4096, 64) fp16, one of
     Q/K/V/O is 32 MiB and the four are over twice the 60 MiB L2; attn_fwd's DRAM reads are Q, K and V once and its
     writes less than O; L1 sees the traffic model's bytes and L2 most of them; attn_fwd_fast moves no L1TEX bytes
     (TMA) and about attn_fwd's L2 bytes; both launch several waves."""
