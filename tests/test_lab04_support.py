@@ -320,7 +320,6 @@ def test_tables_on_real_h200_csvs():
     v = T.attention_variants(k, df)
     att = lab04.Attention(k, v, "cap", (1, 8, 2048, 64), None, N.stall_breakdown(df))
     assert len(lab04.sol_reading(att)) == 3 and len(lab04.model_notes(att)) == 5
-    assert len(lab04.parallelism_notes(att)) == 5
     ba = lab04.before_after(att).set_index("metric")
     assert ba.loc["DRAM bytes measured (read + write)", "naive"] == pytest.approx(v.set_index("variant").loc["naive", "dram_mb"])
 
@@ -436,3 +435,26 @@ def test_recorded_source_absent_prints_a_note_and_synthetic_tables_render(tmp_pa
     assert agree["agree"].all() and len(agree) == 8  # the fixture's per-opcode sums, BRA's 0 included
     out = capsys.readouterr().out
     assert "STG.E.128 desc[UR6][R6.64], R4" in out and "special register" in out and "ncu_copies_source.csv" in out
+
+
+# ------------------------------------------------------------------ launch and scheduler view (analysis.launches)
+def test_launch_table_on_the_recorded_attention_and_a_clear_error_without_counters():
+    import pytest
+
+    from infralens_lab.analysis import launches, roofline
+
+    st = evidence.reference()
+    df = N.parse_raw_csv(st.text(lab04.ATTN_FILE))
+    t = launches.launch_table(df, launch_floor_s=20e-6).set_index("kernel")
+    w = N.wide(df).groupby("kernel").first()
+    for k, r in t.iterrows():  # every column is the raw counter it names, or one division of them
+        assert r["blocks"] == w.loc[k, "launch__grid_size"] and r["warps_per_block"] * 32 == w.loc[k, "launch__block_size"]
+        # resident blocks × SMs × waves gives back the grid (1%: ncu prints waves to two decimals)
+        assert abs(r["blocks_per_sm"] * r["sms"] * r["waves"] / r["blocks"] - 1) < 0.01
+        assert r["issue_active_pct"] == w.loc[k, N.SCHEDULER[0]] and r["eligible_warps"] == w.loc[k, N.SCHEDULER[1]]
+        assert r["verdict"] == roofline.sol_verdict(w.loc[k, N.SOL[0]], w.loc[k, N.SOL[1]], waves=r["waves"],
+                                                     time_s=r["time_us"] * 1e-6, launch_floor_s=20e-6)
+        assert r["below_one_wave"] == (r["waves"] < 1) and r["under_launch_floor"] == (r["time_us"] < 20)
+    assert launches.launch_table(df)["under_launch_floor"].isna().all()  # no floor given: not judged
+    with pytest.raises(ValueError, match="smsp__issue_active"):
+        launches.launch_table(df[~df["metric"].str.startswith("smsp__issue_active")])

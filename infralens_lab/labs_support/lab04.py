@@ -289,12 +289,6 @@ def model_notes(a: Attention) -> list[str]:
     return attn_tables.traffic_notes(a.kernels)
 
 
-def parallelism_notes(a: Attention, st=None) -> list[str]:
-    """Blocks, warps per block and blocks per SM per kernel (:func:`~infralens_lab.present.attention.launch_notes`)."""
-    sms = st.load("device").values.get("sm_count") if st is not None and "device" in st.names() else None
-    return attn_tables.launch_notes(a.kernels, sms)
-
-
 def occupancy_table(fam: CopyFamily | None, att: Attention | None) -> pd.DataFrame:
     """Achieved occupancy beside what each kernel achieved (:func:`infralens_lab.analysis.joins.occupancy_table`)."""
     return joins.occupancy_table(fam.table if fam is not None else None, att.variants if att is not None else None)
