@@ -183,24 +183,29 @@ def runs_needed(spread_one: float, tolerance: float, z: float = 2.0) -> int:
     return max(1, math.ceil((z * _MEDIAN_SE * sd / tolerance) ** 2))
 
 
-TOLERANCES = (0.02, 0.03, 0.05, 0.08, 0.10)  # the steps a threshold file picks from (fractions)
+# The steps a threshold file picks from (fractions). None is below 3%: samples from one run cannot show the drift
+# between runs, and on the H200 (2026-11-23) the gate medians moved by up to 1.9% between processes (the interim
+# and final recordings, and a separate `gates --ratios` run), so a 2% gate would fail unchanged code.
+TOLERANCES = (0.03, 0.05, 0.08, 0.10)
 
 
 def choose_gate(sample_sets: Sequence[Sequence[float]], tolerances: Sequence[float] = TOLERANCES,
                 k_min: int = 3, k_max: int = 9, max_false_alarms: float = 0.01) -> tuple[float, int]:
     """``(tolerance, k)`` for one ratio gate from unchanged-code samples of it (one list per reference
-    GPU): the smallest ``tolerance`` at which, on every list, ``k = max(k_min, runs_needed(spread))``
-    stays within ``k_max`` and the bootstrapped :func:`false_alarm_rate` at that ``k`` is at most
-    ``max_false_alarms``; ``k`` is the largest over the lists. ``k_min`` 3: a median of fewer runs
-    is one unlucky run away from a false alarm whatever the spread says. Raises when no tolerance in
+    GPU): the smallest ``tolerance`` for which some ``k`` from ``max(k_min, runs_needed(spread))`` (the
+    largest over the lists) up to ``k_max`` keeps the bootstrapped :func:`false_alarm_rate` at most
+    ``max_false_alarms`` on every list, with the smallest such ``k``. ``k_min`` 3: a median of fewer runs
+    is one unlucky run away from a false alarm whatever the spread says; a larger ``k`` also outvotes a
+    lone slow run that a p10-p90 spread does not see. Raises when no tolerance in
     ``tolerances`` qualifies (the ratio is too noisy to gate at those steps)."""
     sets = [list(map(float, xs)) for xs in sample_sets]
     if not sets or any(len(xs) < 2 for xs in sets):
         raise ValueError(f"sample lists of lengths {[len(xs) for xs in sets]}; expected at least one, each of 2 or more")
     for tol in sorted(tolerances):
-        ks = [max(k_min, runs_needed(spread(xs), tol)) for xs in sets]
-        if max(ks) <= k_max and all(false_alarm_rate(xs, max(ks), tol) <= max_false_alarms for xs in sets):
-            return tol, max(ks)
+        k0 = max(k_min, *(runs_needed(spread(xs), tol) for xs in sets))
+        for k in range(k0, k_max + 1):  # more runs also outvote a lone outlier the spread does not show
+            if all(false_alarm_rate(xs, k, tol) <= max_false_alarms for xs in sets):
+                return tol, k
     raise ValueError(f"no tolerance in {sorted(tolerances)} keeps k <= {k_max} with false alarms <= "
                      f"{max_false_alarms:.0%}; spreads {[round(spread(xs), 4) for xs in sets]}")
 
