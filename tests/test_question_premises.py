@@ -265,3 +265,29 @@ def test_lab07_q1_q4_premises_convolutions_lead_by_op_and_batch_norm_by_family()
     assert 40 <= float(ops["pct"].iloc[0]) <= 55, "convolution's share is no longer 'close to half': re-word lab07.q1"
     fam = kernel_families(tr).set_index("family")["total_us"]
     assert fam.idxmax() == "batch norm", f"top family now {fam.idxmax()}: re-word lab07.q4's explanation"
+
+
+def test_lab04_source_reading_premises():
+    """Lab 04's "What the recording shows" paragraph: in the strided copies short_scoreboard waits on S2R's
+    result, mio_throttle sits mostly on the loads and the S2R, drain on the instruction after EXIT, and
+    long_scoreboard on the store waiting for the loads; in the coalesced copy short_scoreboard is under 1%."""
+    from infralens_lab.analysis import sass as S
+    from infralens_lab.measure import ncu as N
+
+    st = evidence.reference()
+    rows = N.parse_source_csv(st.text("ncu_copies_source.csv"))
+    sites = {r: S.reason_sites(rows, r).set_index("config") for r in
+             ("short_scoreboard", "mio_throttle", "drain", "long_scoreboard")}
+    for cfg in rows["config"].unique():
+        total = rows.loc[rows["config"] == cfg, "samples"].sum()
+        ss, mio = sites["short_scoreboard"].loc[cfg], sites["mio_throttle"].loc[cfg]
+        if "strided" in cfg:
+            assert ss["by_producer_class"].get("special register", 0) > 0.95, f"{cfg}: re-word lab 04's short_scoreboard bullet"
+            assert mio["by_site_class"].get("global load", 0) + mio["by_site_class"].get("special register", 0) > 0.8, \
+                f"{cfg}: mio_throttle no longer on the loads and S2R: re-word lab 04's mio_throttle bullet"
+        else:
+            assert ss["samples"] < 0.01 * total, f"{cfg}: short_scoreboard no longer under 1%: re-word lab 04"
+        d = sites["drain"].loc[cfg]
+        assert d["op"] == "BRA" and d["site_share"] > 0.95 and S._previous_op(rows, cfg, d["sass"]) == "EXIT"
+        ls = sites["long_scoreboard"].loc[cfg]
+        assert ls["op"] == "STG" and ls["producer_class"] == "global load", f"{cfg}: re-word the long_scoreboard bullet"

@@ -91,12 +91,13 @@ def test_reading_names_sites_and_says_when_evidence_is_split(rows):
                for ln in lines)
     assert any("mio_throttle 50 samples" in ln and "special register instructions waiting" in ln for ln in lines)
     assert any("drain 200 samples" in ln and "at EXIT" in ln for ln in lines)
-    # move half of the short-scoreboard samples onto an instruction fed by the load: no class reaches 60%
+    # move half of the short-scoreboard samples onto an instruction fed by the load: no class reaches 60%, and
+    # that half has no MIO producer to wait for (a short scoreboard waits on MIO work only), so it reads "none"
     split = rows.copy()
     stg = split.index[(split["config"] == STRIDED) & (split["op"] == "STG")][0]
     split.loc[stg, "short_scoreboard"] = 120.0
     line = [ln for ln in S.reading(split, reasons=("short_scoreboard",), threshold=0.6) if ln.startswith(STRIDED)][0]
-    assert "split: " in line and "special register 50%" in line and "global load 50%" in line
+    assert "split: " in line and "special register 50%" in line and "none 50%" in line
 
 
 def test_census_agreement_holds_source_sums_against_the_opcode_census(rows):
@@ -108,3 +109,21 @@ def test_census_agreement_holds_source_sums_against_the_opcode_census(rows):
     assert a.at["EXIT", "from_census"] == 0 and not a.loc["EXIT", "agree"]  # absent from the census
     with pytest.raises(ValueError, match="opcode_census"):
         S.census_agreement(rows, pd.DataFrame({"x": [1]}))
+
+
+def test_a_store_waits_on_its_loaded_data_not_on_its_address():
+    """On the recorded strided copy, STG reads an address (LEA, written just before it) and data (the loads'
+    registers): a long scoreboard waits on an L1TEX operation, so its producer is a load, not the nearer LEA."""
+    from infralens_lab import evidence
+    from infralens_lab.measure import ncu as N
+
+    st = evidence.reference()
+    if "ncu_copies_source.csv" not in st.files():
+        pytest.skip("the reference set has no ncu_copies_source.csv")
+    real = N.parse_source_csv(st.text("ncu_copies_source.csv"))
+    cfg = [c for c in real["config"].unique() if "stride=8" in c][0]
+    stg = real.index[(real["config"] == cfg) & (real["op"] == "STG")][0]
+    assert S.opcode_class(real.at[S.producer(real, stg), "op"]) == "integer / address"  # the nearest writer
+    assert S.opcode_class(real.at[S.producer(real, stg, S.L1TEX_CLASSES), "op"]) == "global load"
+    line = [ln for ln in S.reading(real, reasons=("long_scoreboard",)) if ln.startswith(cfg)][0]
+    assert "global load result" in line

@@ -31,15 +31,20 @@ import pandas as pd
 # short_scoreboard / mio_throttle, plus special-register reads
 CLASSES = {
     "global load": ("LDG",), "global store": ("STG",), "shared memory": ("LDS", "STS", "LDSM", "LDGSTS", "ATOMS"),
-    "special register": ("S2R", "S2UR", "CS2R"), "special math": ("MUFU",), "constant load": ("LDC", "ULDC", "LDCU"),
+    "special register": ("S2R", "S2UR"), "local memory": ("LDL", "STL"), "texture": ("TEX", "TLD", "TLD4"), "special math": ("MUFU",), "constant load": ("LDC", "ULDC", "LDCU"),
     "control": ("EXIT", "BRA", "BRX", "JMX", "BSSY", "BSYNC", "RET", "CALL", "NOP", "BAR", "WARPSYNC"),
-    "integer / address": ("IMAD", "IADD3", "IADD", "LEA", "LEA.HI", "SHF", "SHL", "SHR", "LOP3", "ISETP", "SEL",
+    "integer / address": ("IMAD", "IADD3", "VIADD", "CS2R", "IADD", "LEA", "LEA.HI", "SHF", "SHL", "SHR", "LOP3", "ISETP", "SEL",
                           "IABS", "IMNMX", "PRMT", "SGXT", "FLO", "POPC", "I2F", "F2I", "MOV", "P2R", "R2P", "PLOP3"),
     "uniform datapath": ("UMOV", "UIADD3", "UIMAD", "ULEA", "USHF", "ULOP3", "UISETP", "USEL", "R2UR", "UPLOP3"),
     "float math": ("FADD", "FMUL", "FFMA", "HADD2", "HMUL2", "HFMA2", "FSETP", "FMNMX", "F2F", "FSEL"),
 }
 _CLASS_OF = {op: cls for cls, ops in CLASSES.items() for op in ops}
 MIO_CLASSES = ("shared memory", "special register", "special math")
+# what a scoreboard reason can be waiting for (the guide: long = an L1TEX operation, short = an MIO one); the
+# producer of a scoreboard wait is looked for among those classes only, so a store that reads both an address
+# (integer arithmetic) and data (a load) is put down to the load
+L1TEX_CLASSES = ("global load", "local memory", "texture")
+SCOREBOARD_PRODUCERS = {"long_scoreboard": L1TEX_CLASSES, "short_scoreboard": MIO_CLASSES}
 # a throttle is charged to the instruction that cannot enter a full queue (its own class matters); a
 # scoreboard wait to the consumer of a result in flight (its producer's class matters)
 THROTTLES = ("mio_throttle", "lg_throttle", "tex_throttle", "math_pipe_throttle")
@@ -78,10 +83,11 @@ def _operands(sass: str) -> tuple[set[str], set[str]]:
     return written, read
 
 
-def producer(rows: pd.DataFrame, index) -> int | None:
+def producer(rows: pd.DataFrame, index, classes=None) -> int | None:
     """Row label of the nearest earlier instruction (in address order, same config and kernel) that writes a
-    register the instruction at ``index`` reads; None if none. Exact for straight-line code (a copy kernel
-    has no loop); across branches it is the nearest writer in address order, not a data-flow analysis."""
+    register the instruction at ``index`` reads, of one of ``classes`` (opcode classes) when given; None if
+    none. Exact for straight-line code (a copy kernel has no loop); across branches it is the nearest writer
+    in address order, not a data-flow analysis."""
     row = rows.loc[index]
     same = rows[(rows["config"] == row["config"]) & (rows["kernel"] == row["kernel"])].sort_values("address")
     reads = _operands(row["sass"])[1]
@@ -89,8 +95,11 @@ def producer(rows: pd.DataFrame, index) -> int | None:
         return None
     earlier = same[same["address"] < row["address"]]
     for j in reversed(list(earlier.index)):
-        if _operands(earlier.at[j, "sass"])[0] & reads:
+        written = _operands(earlier.at[j, "sass"])[0] & reads
+        if written and (classes is None or opcode_class(earlier.at[j, "op"]) in classes):
             return j
+        if classes is not None:
+            reads = reads - written  # overwritten later than any producer of the right class could write it
     return None
 
 
@@ -154,11 +163,11 @@ def reason_sites(rows: pd.DataFrame, reason: str) -> pd.DataFrame:
             for i in sub.index[sub[reason] > 0]:
                 c = opcode_class(rows.at[i, "op"])
                 own[c] = own.get(c, 0.0) + float(rows.at[i, reason])
-                p = producer(rows, i)
+                p = producer(rows, i, SCOREBOARD_PRODUCERS.get(reason))
                 cls = opcode_class(rows.at[p, "op"]) if p is not None else "none"
                 acc[cls] = acc.get(cls, 0.0) + float(rows.at[i, reason])
             top = sub[reason].idxmax()
-            p = producer(rows, top)
+            p = producer(rows, top, SCOREBOARD_PRODUCERS.get(reason))
             rec.update(sass=rows.at[top, "sass"], op=rows.at[top, "op"], site_share=float(sub.at[top, reason]) / total,
                        producer=rows.at[p, "sass"] if p is not None else None,
                        producer_class=opcode_class(rows.at[p, "op"]) if p is not None else "none",
@@ -184,14 +193,24 @@ def reading(rows: pd.DataFrame, reasons=("short_scoreboard", "mio_throttle", "dr
             if reason in THROTTLES:
                 src = (f"{own_share:.0%} on {own} instructions waiting to enter the queue" if own_share >= threshold
                        else f"split: {', '.join(f'{k} {v:.0%}' for k, v in list(r['by_site_class'].items())[:3])}")
-            elif r["op"] == "EXIT":
-                src = "at EXIT, after the warp's last instruction (its stores outstanding)"
+            elif reason == "drain" or r["op"] == "EXIT":
+                prev = _previous_op(rows, r["config"], r["sass"])
+                src = ("at EXIT" if r["op"] == "EXIT" else f"on the instruction after {prev}" if prev else "at the end")
+                src += ": warps that have exited, waiting for their outstanding stores"
             elif share >= threshold and cls != "none":
                 src = f"{share:.0%} on instructions waiting for a {cls} result (e.g. `{r['producer']}`)"
             else:
                 src = f"split: {', '.join(f'{k} {v:.0%}' for k, v in list(r['by_producer_class'].items())[:3])}"
             lines.append(f"{r['config']}: {reason} {r['samples']:.0f} samples, {where}; {src}")
     return lines
+
+
+def _previous_op(rows: pd.DataFrame, config: str, sass: str) -> str | None:
+    """The opcode just before the instruction ``sass`` of ``config`` in address order (``EXIT`` for the branch
+    that closes a program), or None."""
+    sub = rows[rows["config"] == config].sort_values("address").reset_index(drop=True)
+    at = sub.index[sub["sass"] == sass]
+    return str(sub.at[at[0] - 1, "op"]) if len(at) and at[0] > 0 else None
 
 
 def census_agreement(rows: pd.DataFrame, census: pd.DataFrame) -> pd.DataFrame:
