@@ -291,3 +291,19 @@ def test_lab04_source_reading_premises():
         assert d["op"] == "BRA" and d["site_share"] > 0.95 and S._previous_op(rows, cfg, d["sass"]) == "EXIT"
         ls = sites["long_scoreboard"].loc[cfg]
         assert ls["op"] == "STG" and ls["producer_class"] == "global load", f"{cfg}: re-word the long_scoreboard bullet"
+
+
+def test_lab04_reading_premise_one_verdict_two_roofs():
+    """Lab 04's 'Reading it': both tiled kernels are compute-bound by the series' one rule, attn_fwd by speed of
+    light (SM % at or over 60% while its FLOP rate is under 60% of the tensor roof), attn_fwd_fast by the
+    roofline (its FLOP rate at or over 60% of the roof while its SM % is under 60%). Lab 02 reads the same table."""
+    from infralens_lab.analysis import roofline
+    from infralens_lab.analysis.counters import store_kernel_table
+
+    kt = store_kernel_table(evidence.reference()).set_index("label")
+    k = lab04.recorded_attention(evidence.reference()).kernels.set_index("kernel")
+    th = 100 * roofline.BOUND_THRESHOLD
+    assert kt.loc["attn_fwd", "bound"] == kt.loc["attn_fwd_fast", "bound"] == "compute", "re-word 'Reading it'"
+    assert k.loc["attn_fwd", "sm_pct"] >= th and kt.loc["attn_fwd", "fraction_of_roof"] < th / 100
+    assert k.loc["attn_fwd_fast", "sm_pct"] < th and kt.loc["attn_fwd_fast", "fraction_of_roof"] >= th / 100
+    assert kt.loc["attn_fwd", "bound_text"].startswith("compute-bound: the SM's busiest unit")

@@ -129,3 +129,22 @@ def test_verdict_bad_input():
         verdict({"dram": 0.9})
     with pytest.raises(ValueError, match="expected a dict"):
         verdict({"memory": float("nan")})
+
+
+def test_classify_takes_the_speed_of_light_as_roofs_too():
+    """One rule over every roof: the same kernel at half of its roofline roof is latency-bound alone, but
+    compute-bound when Nsight Compute's speed of light shows an SM unit at 70% (and memory-bound when the busiest
+    memory unit is there); the roofline fraction is kept, the explanation names the unit; under 60% on every
+    roof it stays latency-bound."""
+    base = classify(1e12, 1e9, 0.02, P, W)  # I = 1000 > 50; 50 of 100 TFLOP/s
+    assert base.kind == "latency" and base.fraction_of_roof == pytest.approx(0.5)
+    sm = classify(1e12, 1e9, 0.02, P, W, sm_pct=70.0, memory_pct=20.0)
+    assert sm.kind == "compute" and sm.fraction_of_roof == pytest.approx(0.5)
+    assert "SM's busiest unit at 70%" in sm.explanation and "50% of the roofline's compute roof" in sm.explanation
+    mem = classify(1e12, 1e9, 0.02, P, W, sm_pct=30.0, memory_pct=65.0)
+    assert mem.kind == "memory" and "busiest memory unit at 65%" in mem.explanation
+    low = classify(1e12, 1e9, 0.02, P, W, sm_pct=55.0, memory_pct=40.0)
+    assert low.kind == "latency"
+    # the roofline's own roof still decides when it is the higher fraction
+    hi = classify(1e12, 1e9, 0.0125, P, W, sm_pct=30.0, memory_pct=10.0)
+    assert hi.kind == "compute" and "reaches 80% of the compute roof" in hi.explanation

@@ -18,7 +18,7 @@ import re
 
 import pandas as pd
 
-from ..measure.ncu import (FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, TENSOR_INST, TENSOR_OPS_NAMES,
+from ..measure.ncu import (FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES,
                            WAVES, wide)
 from ..measure.runs import RunConfig
 from . import roofline as rl
@@ -193,6 +193,14 @@ def kernel_table(frames: list, ceilings, tensor_flop_factor: float | None,
     return pd.DataFrame(rows)
 
 
+def _time_weighted(g: pd.DataFrame, metric: str) -> float | None:
+    """``metric`` (a % of peak) averaged over the rows of ``g`` weighted by their ncu time; None if absent."""
+    if metric not in g.columns or g[metric].isna().all():
+        return None
+    t = _col(g, TIME)
+    return float((g[metric].fillna(0.0) * t).sum() / t.sum()) if t.sum() > 0 else float(g[metric].mean())
+
+
 def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor_s=None) -> dict:
     launches = len(g) if cfg["family"] != "matmul" else 1
     t = float(_col(g, TIME).sum()) * 1e-9 / launches
@@ -212,8 +220,9 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
     group = {"attention": "attention naive" if kernel.startswith("naive_") else "attention tiled",
              "matmul": "matmul fp16"}[cfg["family"]]
     waves = float(g[WAVES].max()) if WAVES in g.columns else None
-    b = rl.classify(flops, dram, t, peak, ceilings.copy_bw, waves=waves, launch_floor_s=launch_floor_s) \
-        if flops > 0 and dram > 0 and t > 0 else None
+    sol = [_time_weighted(g, m) for m in SOL]  # several kernels (a matmul's): weighted by their time
+    b = rl.classify(flops, dram, t, peak, ceilings.copy_bw, waves=waves, launch_floor_s=launch_floor_s,
+                    sm_pct=sol[0], memory_pct=sol[1]) if flops > 0 and dram > 0 and t > 0 else None
     return {
         "label": label, "group": group, "kernel": kernel, "config": cfg_label,
         "size": cfg["M"] if cfg["family"] == "matmul" else math.nan,
@@ -225,10 +234,27 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
         "attainable_per_s": b.attainable if b else math.nan,
         "fraction_of_roof": b.fraction_of_roof if b else math.nan,
         "bound": b.kind if b else "unknown", "bound_reasons": ", ".join(b.reasons) if b else "",
+        "bound_text": (b.explanation if b.explanation.startswith(f"{b.kind}-bound") else
+                       f"{b.kind}-bound: {b.explanation}") if b else "",
         "waves": waves if waves is not None else math.nan,
         "above_ridge": bool(b and b.intensity >= b.ridge),
         "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel, ", ".join(b.reasons)) if b else "",
     }
+
+
+def store_kernel_table(store) -> pd.DataFrame | None:
+    """:func:`kernel_table` of a recorded set (its ``ncu_attention.csv``, ``ncu_matmul.csv`` and ``ceilings``),
+    the tensor counter's unit checked on its matmuls; None when the set lacks one of them. Labs 02 and 04 both
+    read their kernels' bound from here, so one kernel gets one verdict."""
+    from ..measure.ncu import parse_raw_csv
+    from .hardware import Ceilings
+
+    files, names = store.files(), store.names()
+    if "ncu_attention.csv" not in files or "ncu_matmul.csv" not in files or "ceilings" not in names:
+        return None
+    attn, mm = parse_raw_csv(store.text("ncu_attention.csv")), parse_raw_csv(store.text("ncu_matmul.csv"))
+    ceil = Ceilings.from_evidence(store.load("ceilings"))
+    return kernel_table([attn, mm], ceil, tensor_flops_per_op(tensor_op_check(mm)))
 
 
 def copy_table(df, ceilings) -> pd.DataFrame:

@@ -22,15 +22,18 @@ LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_l
 LAUNCH = ["launch__grid_size", "launch__block_size", "launch__sm_count", "launch__waves_per_multiprocessor"]
 
 
-def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None) -> pd.DataFrame:
+def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None,
+                 verdicts: dict[str, str] | None = None) -> pd.DataFrame:
     """Per launch of a tidy ncu frame (:func:`infralens_lab.measure.ncu.parse_raw_csv`): ``blocks``,
     ``warps_per_block``, ``sms``, ``blocks_per_sm`` (resident at once = blocks / (waves × SMs), rounded: ncu prints waves to 2 decimals), ``waves``,
     ``limited_by`` (the occupancy limiters allowing the fewest blocks per SM, ties joined), ``theoretical_pct`` and
     ``achieved_pct`` occupancy, ``issue_active_pct`` (issue-slot utilisation, % of active cycles),
     ``eligible_warps`` and ``active_warps`` (per scheduler per active cycle), ``time_us``, ``below_one_wave``,
     ``under_launch_floor`` (time < ``launch_floor_s``, seconds, CUDA events; None if not given) and
-    ``verdict`` (the rule on SM % and memory %, with those reasons). Raises ValueError naming the missing
-    counters."""
+    ``verdict``: ``verdicts[kernel]`` when given (the series' verdict from the roofline and speed of light
+    together, :func:`infralens_lab.analysis.counters.store_kernel_table`'s ``bound_text``), else the rule on
+    SM % and memory % alone (:func:`~infralens_lab.analysis.roofline.sol_verdict`). Raises ValueError naming
+    the missing counters."""
     need = LAUNCH + N.SCHEDULER + N.SOL + N.OCCUPANCY + ["gpu__time_duration.sum"]
     missing = [m for m in need if m not in set(df["metric"])]
     if missing:
@@ -51,6 +54,7 @@ def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None) -> pd.Da
             "issue_active_pct": r[N.SCHEDULER[0]], "eligible_warps": r[N.SCHEDULER[1]],
             "active_warps": r[N.SCHEDULER[2]], "time_us": t * 1e6, "below_one_wave": waves < 1,
             "under_launch_floor": None if launch_floor_s is None else t < launch_floor_s,
-            "verdict": rl.sol_verdict(r[N.SOL[0]], r[N.SOL[1]], waves=waves, time_s=t, launch_floor_s=launch_floor_s),
+            "verdict": (verdicts or {}).get(r["kernel"]) or rl.sol_verdict(r[N.SOL[0]], r[N.SOL[1]], waves=waves,
+                                                                         time_s=t, launch_floor_s=launch_floor_s),
         })
     return pd.DataFrame(rows)

@@ -138,13 +138,18 @@ class Bound:
 
 def classify(flops: float, bytes_moved: float, seconds: float, peak_flops: float, peak_bw: float,
              threshold: float = BOUND_THRESHOLD, waves: float | None = None,
-             launch_floor_s: float | None = None) -> Bound:
+             launch_floor_s: float | None = None, sm_pct: float | None = None,
+             memory_pct: float | None = None) -> Bound:
     """Classify a measured kernel as memory-, compute- or latency-bound with :func:`verdict`.
 
     ``flops`` and ``bytes_moved`` (DRAM bytes, e.g. ncu ``dram__bytes.sum``) per launch,
     ``seconds`` per launch, peaks in FLOP/s and byte/s. The fraction judged is the achieved rate
     over the roof at its intensity (a kernel with no FLOPs: bytes/s over the bandwidth), on the side
-    of the ridge it sits. ``waves`` and ``launch_floor_s`` as in :func:`verdict`.
+    of the ridge it sits. ``waves`` and ``launch_floor_s`` as in :func:`verdict`. ``sm_pct`` and
+    ``memory_pct``: Nsight Compute's speed-of-light pair (% of peak), when measured: :data:`RULE` is one rule
+    over every roof, so a unit at or over the threshold binds even when the roofline fraction does not reach
+    it (``fraction_of_roof`` stays the roofline's; the explanation names the unit and its fraction). The same call with
+    the same counters gives the same verdict in every lab.
     """
     t = _positive("seconds", seconds)
     i = intensity(flops, bytes_moved)
@@ -154,7 +159,19 @@ def classify(flops: float, bytes_moved: float, seconds: float, peak_flops: float
     # a kernel with no FLOPs is judged on bandwidth: fraction of peak bytes/s
     frac = (bytes_moved / t) / peak_bw if flops == 0 else achieved / roof
     side = "memory" if i < r else "compute"
-    v = verdict({side: frac}, waves=waves, time_s=t, launch_floor_s=launch_floor_s, threshold=threshold)
+    fractions = {side: frac}
+    sol = {"compute": sm_pct, "memory": memory_pct}  # Nsight Compute's speed of light, % of each unit's peak
+    for k, pct in sol.items():
+        if _known(pct):
+            fractions[k] = max(fractions.get(k, 0.0), float(pct) / 100)
+    v = verdict(fractions, waves=waves, time_s=t, launch_floor_s=launch_floor_s, threshold=threshold)
+    if v.kind != "latency" and (v.kind != side or v.fraction > frac):  # the speed of light found the roof
+        unit = "the SM's busiest unit" if v.kind == "compute" else "the busiest memory unit"
+        why = (f"{v.kind}-bound: {unit} at {v.fraction:.0%} of its peak (speed of light), although the kernel "
+               f"reaches {frac:.0%} of the roofline's {side} roof at intensity {i:.3g} FLOP/B: the "
+               f"{'SM, not its FLOP rate' if v.kind == 'compute' else 'memory system, not DRAM bandwidth alone'}, "
+               f"is what is busy")
+        return Bound(v.kind, i, r, roof, achieved, frac, why, v.reasons)
     if v.kind == "latency":
         why = (f"reaches {frac:.0%} of the {side} roof at intensity {i:.3g} FLOP/B (ridge {r:.3g}), under "
                f"{threshold:.0%}: latency, not bandwidth or math, sets its time")

@@ -16,6 +16,7 @@ from ..analysis.counters import (FLOP_METRICS, FLOP_WEIGHTS, TENSOR_INST, TENSOR
                                  copy_table, counter_flops, flop_split, hierarchy_points, kernel_table, ncu_peak_bandwidths,
                                  parse_config, per_cycle, per_second, predicted, tensor_flops_per_op,
                                  tensor_op_check, what_moves_it, wide_counters)
+from ..analysis.counters import store_kernel_table
 from ..analysis.hardware import Ceilings
 from ..device import is_gpu, torch_device
 from ..kernels import attention, copies, reference
@@ -256,8 +257,7 @@ def kernel_tables_by_gpu() -> dict[str, pd.DataFrame]:
     out = {}
     for slug in evidence.recordings():
         st = evidence.reference(slug)
-        attn, mm = load_counters(st, "ncu_attention.csv"), load_counters(st, "ncu_matmul.csv")
-        _, ceil = ceilings_from(st)
-        if attn is not None and mm is not None and ceil is not None:
-            out[st.gpu.removeprefix("NVIDIA ")] = kernel_table([attn, mm], ceil, tensor_flops_per_op(tensor_op_check(mm)))
+        kt = store_kernel_table(st)
+        if kt is not None:
+            out[st.gpu.removeprefix("NVIDIA ")] = kt
     return out

@@ -267,20 +267,23 @@ def sol_evidence(a: Attention) -> pd.DataFrame:
     return a.variants[["variant", "sm_pct", "memory_pct"]].assign(busiest_pct=a.variants[["sm_pct", "memory_pct"]].max(axis=1))
 
 
-def sol_reading(a: Attention, ceiling_bps: float | None = None) -> list[str]:
-    """One line per attention variant: its speed-of-light pair read with the series' one bound rule
-    (:func:`infralens_lab.analysis.roofline.sol_verdict`, with the launch's waves for a one-kernel variant),
-    and beside it the DRAM rate (bytes / time) against the measured copy ceiling ``ceiling_bps`` (bytes/s)."""
-    waves = a.kernels.groupby("variant", sort=False)["waves"].agg(["min", "size"]) if "waves" in a.kernels else None
+def sol_reading(a: Attention, ceiling_bps: float | None = None, verdicts: dict[str, str] | None = None) -> list[str]:
+    """One line per attention variant: its speed-of-light pair, the series' verdict for each of its kernels
+    (``verdicts``: kernel -> text, :func:`infralens_lab.analysis.counters.store_kernel_table`'s ``bound_text``;
+    without it, the rule on the pair alone, :func:`infralens_lab.analysis.roofline.sol_verdict`), and the DRAM
+    rate (bytes / time) against the measured copy ceiling ``ceiling_bps`` (bytes/s)."""
     out = []
     for r in a.variants.to_dict(orient="records"):
-        w = None
-        if waves is not None and r["variant"] in waves.index and waves.loc[r["variant"], "size"] == 1:
-            w = float(waves.loc[r["variant"], "min"])
+        kernels = list(a.kernels.loc[a.kernels["variant"] == r["variant"], "kernel"])
         tbps = r["dram_mb"] / r["time_us"]  # MB/µs = TB/s
         dram = f"DRAM {tbps:.2f} TB/s" + (f" = {tbps * 1e12 / ceiling_bps:.0%} of the measured copy ceiling "
                                           f"({ceiling_bps / 1e12:.2f} TB/s)" if ceiling_bps else "")
-        out.append(f"{r['variant']}: {rl.sol_verdict(r['sm_pct'], r['memory_pct'], waves=w)}; {dram}")
+        if verdicts and all(k in verdicts for k in kernels):
+            said = "; ".join(f"{k} {verdicts[k]}" for k in kernels)
+        else:
+            said = rl.sol_verdict(r["sm_pct"], r["memory_pct"])
+        out.append(f"{r['variant']}: SM {r['sm_pct']:.0f}%, memory {r['memory_pct']:.0f}% (speed of light); "
+                   f"{said}; {dram}")
     return out
 
 
