@@ -218,3 +218,26 @@ def reset_for_tests() -> None:
     """Forget the decided mode and facts (tests only; a real process decides once)."""
     _decided.cache_clear()
     facts.cache_clear()
+
+
+NUMPY_INTERPRETER_MAX = (2, 4)  # pyproject pins numpy<2.4: the first version Triton 3.6's interpreter breaks on
+
+
+def numpy_interpreter_problem(version: str | None = None) -> str | None:
+    """Why Triton's interpreter cannot run here, or None: NumPy 2.4 made ``int()`` of a 1-element array a
+    TypeError, and Triton 3.6's interpreter turns loop bounds into ints that way, so every kernel loop with a
+    runtime bound fails ("only 0-dimensional arrays can be converted to Python scalars"). ``version``
+    defaults to the installed NumPy's."""
+    if version is None:
+        import numpy
+
+        version = numpy.__version__
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return None
+    if (major, minor) < NUMPY_INTERPRETER_MAX:
+        return None
+    return (f"numpy {version} is installed, expected numpy < {'.'.join(map(str, NUMPY_INTERPRETER_MAX))}: Triton's "
+            f"interpreter fails on it (\"only 0-dimensional arrays can be converted to Python scalars\"). Fix: "
+            f"`make install` (it pins numpy), or pip install 'numpy<2.4' in this environment")

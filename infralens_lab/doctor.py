@@ -189,6 +189,10 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
             checks.append(Check("versions", "problem", detail, FIX_CPU_TORCH))
         else:
             checks.append(Check("versions", "ok", detail))
+        bad = device.numpy_interpreter_problem()
+        if bad:  # the labs run kernels in the interpreter without a GPU; with one, only the count gates do
+            what, fix = bad.split(" Fix: ", 1)
+            checks.append(Check("numpy", "problem" if f.mode != "gpu" else "note", what, fix))
 
     def ncu_check():
         if not p.which("ncu"):

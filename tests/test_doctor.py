@@ -238,3 +238,16 @@ def test_bogus_mode_still_refuses_clearly_where_a_lab_needs_the_mode():
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("infralens_lab.device.ModeSettingError: INFRALENS_MODE='bogus' is not understood")
     assert "Fix: `unset INFRALENS_MODE`" in last
+
+
+def test_numpy_too_new_for_the_interpreter(monkeypatch):
+    """A numpy the interpreter breaks on is a problem without a GPU (every lab kernel runs there) and a note with
+    one (only the count gates use the interpreter); healthy machines get no numpy line at all."""
+    import infralens_lab.device as device
+
+    msg = device.numpy_interpreter_problem("2.4.1")
+    monkeypatch.setattr(device, "numpy_interpreter_problem", lambda: msg)
+    r = run(probes())
+    c = r.by_name("numpy")
+    assert c.status == "note" and c.detail.startswith("numpy 2.4.1 is installed") and "make install" in c.fix
+    assert run(probes(facts=CPU)).by_name("numpy").status == "problem"

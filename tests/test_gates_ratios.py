@@ -98,3 +98,16 @@ def test_count_gates_are_refused_in_gpu_mode(monkeypatch, capsys):
     assert A.main(["--counts"]) == 2
     err = capsys.readouterr().err
     assert "measured in interpreter mode" in err and "INFRALENS_MODE=interpreter" in err
+
+
+def test_numpy_too_new_for_the_interpreter_is_explained(monkeypatch, capsys):
+    """Seen on the lent GPU machine's own Python (numpy 2.4): the count gates' interpreter run failed deep in
+    Triton. The version check says why, and the gates command refuses with the fix."""
+    import infralens_lab.device as device
+
+    assert device.numpy_interpreter_problem("2.3.5") is None and device.numpy_interpreter_problem("1.26.4") is None
+    msg = device.numpy_interpreter_problem("2.4.0")
+    assert "numpy 2.4.0 is installed, expected numpy < 2.4" in msg and "make install" in msg
+    monkeypatch.setattr(device, "numpy_interpreter_problem", lambda: msg)
+    assert A.main(["--counts"]) == 2
+    assert "numpy 2.4.0 is installed" in capsys.readouterr().err

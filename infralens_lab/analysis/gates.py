@@ -303,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verdicts = []
     if args.counts or not args.ratios:
+        from .. import device
+
+        bad = device.numpy_interpreter_problem()
+        if bad:
+            print(f"gates: cannot run the count gates (they run kernels in Triton's interpreter): {bad}", file=sys.stderr)
+            return 2
         if is_gpu():
             print("gates: refusing the count gates in gpu mode: data/gates.json's counts were measured in "
                   "interpreter mode on a CPU (aten ops, launches and bytes differ on a CUDA build). Run them with "
