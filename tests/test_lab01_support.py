@@ -102,7 +102,7 @@ def test_gap_view_hot_kernels_and_statement():
     assert "at most 5.00x faster (Amdahl)" in text  # 100 / 20% busy
     # 1.0 / 0.5 ms = 2x; gain 1 of the possible 4 (5x - 1) = 25%; three edits, so no single cause is claimed
     assert "takes 0.5 ms per step: 2.00x, 100% more steps per second, 25% of the possible gain" in text
-    assert "three edits at once" in text and "one re-profile per edit" in text and "bounded the step" not in text
+    assert "three edits at once" in text and "one-change table" in text and "bounded the step" not in text
     assert "take 75% of kernel time" in text and "TF32 is 8.0x fp32, which bounds the GPU-bound step at 2.9x" in text  # 1/(.25+.75/8)
     assert "reads memory-bound: 80% of its peak" in text and "'long_scoreboard' (waiting on a scoreboard dependency on an L1TEX" in text
 

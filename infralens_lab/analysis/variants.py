@@ -153,8 +153,9 @@ def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0) -> list[s
             bound = (f" against an Amdahl bound of {b:.1f}x ({100 * (r.speedup - 1) / (b - 1):.0f}% of the possible gain)"
                      if r.speedup <= b else f", past the Amdahl bound of {b:.1f}x, which held every non-GEMM kernel "
                      f"fixed: other kernels got faster at this precision too")
+        kind = {"other": "not a GEMM"}.get(r.top_kind, f"a {r.top_kind}")
         line = (f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
-                f"is a {r.top_kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
+                f"is {kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
                 f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core kernels {r.tensor_core_pct:.0f}%.")
         if r.gpu_busy_pct < busy_floor_pct:
             line += (f" The GPU is busy only {r.gpu_busy_pct:.0f}% of the step now, with {r.cpu_step_ms:.1f} ms of CPU "

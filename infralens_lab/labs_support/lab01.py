@@ -277,7 +277,7 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
         f"The fixed version (three edits at once: batches prepared ahead in pinned memory, non-blocking copies, "
         f"no per-step .item()) takes {f['period_ms']:.1f} ms per step: {r:.2f}x, {100 * (r - 1):.0f}% more steps "
         f"per second, {100 * (r - 1) / (bound - 1):.0f}% of the possible gain, with the GPU busy "
-        f"{f['gpu_util_pct']:.0f}% of the time. Which edit bought what needs one re-profile per edit.",
+        f"{f['gpu_util_pct']:.0f}% of the time. Which edit bought what is the one-change table's question.",
     ]
     if hot is not None and len(hot):
         h = hot.iloc[0]
