@@ -293,7 +293,8 @@ def test_tables_on_real_h200_csvs():
     for r in t.itertuples():
         sel = raw[raw["config"] == r.config].set_index("metric")["value"]
         assert r.sectors_per_req == sel[N.SECTORS[0]] / sel[N.SECTORS[1]]
-        assert r.read_x == pytest.approx(sel["dram__bytes_read.sum"] / (16 * 2**20 * 4))
+        n_useful = int(__import__("re").search(r"n=(\d+)", r.config).group(1))  # the label's n: useful fp32 elements
+        assert r.read_x == pytest.approx(sel["dram__bytes_read.sum"] / (n_useful * 4))
         assert r.time_us == pytest.approx(sel["gpu__time_duration.sum"] / 1e3)
         assert r.pred_read_x == traffic.sector_model(r.stride, 4).read_amplification
     from infralens_lab.quiz.derive import derive
