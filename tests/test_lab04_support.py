@@ -317,7 +317,8 @@ def test_tables_on_real_h200_csvs():
     df = N.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
     k = T.attention_kernels(df)
     assert sorted(k["kernel"]) == ["attn_fwd", "attn_fwd_fast", "naive_pv", "naive_qk", "naive_softmax"]
-    assert k.set_index("kernel").loc["attn_fwd", "block_m"] == 2048 // (k.set_index("kernel").loc["attn_fwd", "grid_blocks"] / 8)
+    # (4, 16, 4096, 64): grid = ceil(4096 / BLOCK_M) x 64 heads, so BLOCK_M = 4096 / (grid / 64)
+    assert k.set_index("kernel").loc["attn_fwd", "block_m"] == 4096 // (k.set_index("kernel").loc["attn_fwd", "grid_blocks"] / 64)
     v = T.attention_variants(k, df)
     att = lab04.Attention(k, v, "cap", (1, 8, 2048, 64), None, N.stall_breakdown(df))
     assert len(lab04.sol_reading(att)) == 3 and len(lab04.model_notes(att)) == 5
