@@ -428,24 +428,22 @@ def live(name: str, values: Any, command: str, units: dict[str, str] | None = No
     return Evidence(name, _jsonable(values), current_provenance(command), dict(units or {}), notes)
 
 
-def load_all(name: str, root: str | Path | None = None) -> dict[str, Evidence]:
-    """Record ``name`` from every recorded set that has it, keyed by GPU name, the default set first.
-
-    For side-by-side views (:mod:`infralens_lab.analysis.compare`); sets without the record are left out.
-    """
-    root = Path(root) if root is not None else data_root()
-    first = default_reference(root)[0]
-    out: dict[str, Evidence] = {}
-    for slug in sorted(recordings(root), key=lambda s: s != first):
-        store = RecordedStore(root / slug)
-        if name in store.names():
-            ev = store.load(name)
-            out[ev.provenance.gpu] = ev
-    return out
-
-
 def load_all_sets(root: str | Path | None = None) -> list[RecordedStore]:
     """Every recorded set under ``root`` (default :func:`data_root`), the default reference first."""
     root = Path(root) if root is not None else data_root()
     first = default_reference(root)[0]
     return [RecordedStore(root / slug) for slug in sorted(recordings(root), key=lambda s: s != first)]
+
+
+def load_all(name: str, root: str | Path | None = None) -> dict[str, Evidence]:
+    """Record ``name`` from every recorded set that has it, keyed by GPU name, the default set first.
+
+    For side-by-side views (:mod:`infralens_lab.analysis.compare`); sets without the record are left out.
+    """
+    out: dict[str, Evidence] = {}
+    for store in load_all_sets(root):
+        if name in store.names():
+            ev = store.load(name)
+            out[ev.provenance.gpu] = ev
+    return out
+

@@ -188,21 +188,24 @@ class Recorder:
         return overlap.record_into(self.w, quick=self.quick, log=self.log)
 
     # ------------------------------------------------------------ ncu
+    def _windows(self, kernel: str, regex: str | None = None) -> list[dict]:
+        """The launch windows to profile ``kernel`` in, in the order to try them: first only the launches inside
+        the target's NVTX range (left out once a run has learned NVTX filtering selects nothing here), then a
+        counted window after the warm-up launches."""
+        per = LAUNCHES[kernel]
+        attempts = [dict(kernel_regex=regex or REGEX[kernel], launch_skip=0,
+                         launch_count=None if per is None else sum(per.values()), nvtx=True)]
+        rx, skip, cnt = launch_window(kernel, 1, 1)
+        attempts.append(dict(kernel_regex=rx, launch_skip=skip, launch_count=cnt, nvtx=False))
+        return attempts[1:] if self.nvtx_ok is False else attempts
+
     def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:
         """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file."""
         blocks, failed, absent = [], [], set()
         metrics = list(metrics)
         for label, kernel, args, *regex in configs:
-            per = LAUNCHES[kernel]
-            count = None if per is None else sum(per.values())
             target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
-            # first choice: only launches inside the target's NVTX range; fallback: count launches
-            attempts = [dict(kernel_regex=regex[0] if regex else REGEX[kernel], launch_skip=0, launch_count=count,
-                             nvtx=True)]
-            regex, skip, cnt = launch_window(kernel, 1, 1)
-            attempts.append(dict(kernel_regex=regex, launch_skip=skip, launch_count=cnt, nvtx=False))
-            if self.nvtx_ok is False:
-                attempts.pop(0)
+            attempts = self._windows(kernel, regex[0] if regex else None)
             text, err = None, None
             for _ in range(3):
                 if not attempts:
@@ -263,12 +266,8 @@ class Recorder:
         src, raw, inst, failed = [], [], [], []
         for run in [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in (8, 32)]:
             target = ["--kernel", run.kind, *target_args(run), "--warmup", "1", "--iters", "1"]
-            rx, skip, cnt = launch_window(run.kind, 1, 1)
-            windows = ([dict(kernel_regex=REGEX[run.kind], launch_skip=0, launch_count=1, nvtx=True)]
-                       if self.nvtx_ok is not False else []) + [dict(kernel_regex=rx, launch_skip=skip,
-                                                                       launch_count=cnt or 1, nvtx=False)]
             err = None
-            for a in windows:
+            for a in self._windows(run.kind):
                 try:
                     t0 = time.perf_counter()
                     out = N.run_ncu_source(target, timeout=240, **a)

@@ -219,11 +219,13 @@ def suggest(stores) -> list[dict]:
             continue
         for name, xs in st.load("gates_gpu").values.get("ratio_gates", {}).items():
             per.setdefault(name, []).append((st.gpu, xs))
+    from ..measure.timing import percentile
+
     rows = []
     for name, got in per.items():
         tol, k = choose_gate([xs for _, xs in got])
         rows.append({"ratio": name, "tolerance": tol, "k": k,
-                     "sets": {gpu: {"median": sorted(xs)[len(xs) // 2], "spread": spread(xs), "n": len(xs)}
+                     "sets": {gpu: {"median": percentile(xs, 50), "spread": spread(xs), "n": len(xs)}
                               for gpu, xs in got}})
     return rows
 
@@ -284,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suggest", action="store_true", help="print the tolerance and k each ratio gate's recorded "
                     "samples call for (every recorded set with gates_gpu), then exit; any machine")
     args = ap.parse_args(argv)
-    from ..device import facts, is_gpu
+    from .. import device
+    from ..device import facts, is_gpu, slug
 
     if args.suggest:
         from .. import evidence
@@ -303,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verdicts = []
     if args.counts or not args.ratios:
-        from .. import device
-
         bad = device.numpy_interpreter_problem()
         if bad:
             print(f"gates: cannot run the count gates (they run kernels in Triton's interpreter): {bad}", file=sys.stderr)
@@ -322,8 +323,6 @@ def main(argv: list[str] | None = None) -> int:
                   "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
             return 2
         from .. import evidence
-
-        from ..device import slug
 
         mine = slug(facts().name)  # this GPU's own recorded set when there is one, else the default
         st = evidence.reference(mine if mine in evidence.recordings() else None)

@@ -14,9 +14,8 @@ from ..analysis import roofline as rl
 from ..analysis import traffic as tr
 from ..analysis.counters import (FLOP_METRICS, FLOP_WEIGHTS, TENSOR_INST, TENSOR_OPS_NAMES,  # noqa: F401
                                  copy_table, counter_flops, flop_split, hierarchy_points, kernel_table, ncu_peak_bandwidths,
-                                 parse_config, per_cycle, per_second, predicted, tensor_flops_per_op,
-                                 tensor_op_check, what_moves_it, wide_counters)
-from ..analysis.counters import store_kernel_table
+                                 parse_config, per_cycle, per_second, predicted, store_kernel_table,
+                                 tensor_flops_per_op, tensor_op_check, what_moves_it, wide_counters)
 from ..analysis.hardware import Ceilings
 from ..device import is_gpu, torch_device
 from ..kernels import attention, copies, reference

@@ -283,25 +283,34 @@ def run_ncu(target_args: Sequence[str], kernel_regex: str, metrics: Sequence[str
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     cmd = ncu_command(target_args, kernel_regex, metrics, sections, launch_skip, launch_count, nvtx, ncu=ncu)
+    stdout, text = _run(cmd, timeout, kernel_regex=kernel_regex, metrics=metrics or (),
+                        timeout_fix="Profile fewer launches or metrics (each metric group is a replay pass), "
+                                    "or raise timeout.")
+    if not _find_headers(stdout.splitlines()):
+        raise NcuCsvError("ncu finished but printed no CSV header (a line starting with \"ID\").",
+                          "Check that --csv --page raw reached ncu; run the command by hand.", text)
+    return stdout
+
+
+def _run(cmd: list[str], timeout: float, what: str = "", kernel_regex: str = "", metrics: Sequence[str] = (),
+         timeout_fix: str = "Profile fewer launches or sections, or raise timeout.") -> tuple[str, str]:
+    """Run one ncu command line (``what`` names the step in errors); return ``(stdout, stdout + stderr)``.
+    Raises the :class:`NcuError` subclass :func:`classify_failure` finds, a timeout or ncu not starting."""
     root, env = subprocess_env()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     except subprocess.TimeoutExpired as exc:
         got = (exc.stdout or b"")
         got = got.decode(errors="replace") if isinstance(got, bytes) else got
-        raise NcuTimeout(f"ncu did not finish within {timeout:.0f} s.",
-                         "Profile fewer launches or metrics (each metric group is a replay pass), or raise timeout.",
+        raise NcuTimeout(f"ncu{f' ({what})' if what else ''} did not finish within {timeout:.0f} s.", timeout_fix,
                          got) from None
     except OSError as exc:
-        raise NcuNotFound(f"ncu at {ncu!r} could not be started: {exc}", FIX_NOT_FOUND) from None
+        raise NcuNotFound(f"ncu at {cmd[0]!r} could not be started: {exc}", FIX_NOT_FOUND) from None
     text = out.stdout + ("\n" + out.stderr if out.stderr else "")
-    err = classify_failure(text, out.returncode, list(metrics or ()), kernel_regex)
+    err = classify_failure(text, out.returncode, list(metrics), kernel_regex)
     if err is not None:
         raise err
-    if not _find_headers(out.stdout.splitlines()):
-        raise NcuCsvError("ncu finished but printed no CSV header (a line starting with \"ID\").",
-                          "Check that --csv --page raw reached ncu; run the command by hand.", text)
-    return out.stdout
+    return out.stdout, text
 
 
 # ---------------------------------------------------------------- parsing
@@ -555,22 +564,6 @@ def source_command_line(target_args: Sequence[str], page: str = "source", **kwar
     return shlex.join(cmds["profile"]) + " ; " + shlex.join(cmds[page])
 
 
-def _run(cmd: list[str], timeout: float, what: str, kernel_regex: str = "") -> str:
-    root, env = subprocess_env()
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
-    except subprocess.TimeoutExpired:
-        raise NcuTimeout(f"ncu ({what}) did not finish within {timeout:.0f} s.",
-                         "Profile fewer launches or sections, or raise timeout.") from None
-    except OSError as exc:
-        raise NcuNotFound(f"ncu at {cmd[0]!r} could not be started: {exc}", FIX_NOT_FOUND) from None
-    text = out.stdout + ("\n" + out.stderr if out.stderr else "")
-    err = classify_failure(text, out.returncode, (), kernel_regex)
-    if err is not None:
-        raise err
-    return out.stdout
-
-
 def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: int = 0, launch_count: int = 1,
                    nvtx: bool = True, timeout: float = 240.0) -> dict[str, str]:
     """Capture per-instruction counters of one launch (:func:`source_commands`) and return
@@ -585,12 +578,13 @@ def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: i
     with tempfile.TemporaryDirectory(prefix="infralens_ncu_") as tmp:
         profile, source, raw, inst = source_commands(target_args, kernel_regex, os.path.join(tmp, "source"),
                                                      launch_skip, launch_count, nvtx, ncu=ncu)
-        _run(profile, timeout, "profile", kernel_regex)
+        _run(profile, timeout, "profile", kernel_regex)  # its output is the report file
         if not os.path.exists(source[2]):
             raise NcuNoKernels(f"ncu wrote no report ({os.path.basename(source[2])}): no kernel matched "
                                f"regex {kernel_regex!r} in the launch window.", FIX_NO_KERNELS)
-        out = {"source": _run(source, timeout, "source page export"), "raw": _run(raw, timeout, "raw page export"),
-               "instances": _run(inst, timeout, "raw page export with instances")}
+        out = {"source": _run(source, timeout, "source page export")[0],
+               "raw": _run(raw, timeout, "raw page export")[0],
+               "instances": _run(inst, timeout, "raw page export with instances")[0]}
     if _source_header(out["source"].splitlines()) is None:
         raise NcuCsvError("ncu exported no Source page header (a row with \"Address\" and \"Source\").",
                           "Check that the SourceCounters section was collected; run the commands by hand.",

@@ -116,21 +116,6 @@ def traffic_notes(kernels: pd.DataFrame) -> list[str]:
     return out
 
 
-def launch_notes(kernels: pd.DataFrame, sms: int | None = None) -> list[str]:
-    """Per kernel: blocks launched, warps per block and, given the GPU's ``sms``, blocks per SM: how much
-    parallel work the launch offers to hide latency."""
-    out = []
-    for r in kernels.to_dict(orient="records"):
-        g, b = r.get("grid_blocks"), r.get("block_threads")
-        if g is None or g != g or b is None or b != b:
-            continue
-        line = f"{r['kernel']}: {g:,.0f} blocks of {b / 32:.0f} warps"
-        if sms:
-            line += f" on {sms} SMs = {g / sms:.2f} blocks per SM"
-        out.append(line + f", achieved occupancy {r['achieved_occupancy_pct']:.1f}%")
-    return out
-
-
 def occupancy_facts(occ: pd.DataFrame) -> str:
     """Two sentences computed from :func:`infralens_lab.analysis.joins.occupancy_table`: is higher occupancy
     faster here? (achieved occupancy in %, DRAM rate in TB/s, time in µs)."""
