@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from infralens_lab.workloads import pipeline as P
-from infralens_lab.workloads.pipeline import VARIANTS, Variant, make_step, make_variant, matmul_tf32
+from infralens_lab.workloads.pipeline import VARIANTS, Variant, make_step, make_variant, matmul_precision
 from infralens_lab.workloads.tiny_gpt import GPTConfig
 
 SMALL = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=32, ffn=64, vocab=97, block_size=16)
@@ -85,10 +85,10 @@ def test_tf32_is_set_during_the_step_only(monkeypatch):
     assert seen == [True, before]
 
 
-def test_matmul_tf32_restores_after_an_error():
+def test_matmul_precision_restores_after_an_error():
     before = torch.backends.cuda.matmul.allow_tf32
     with pytest.raises(ZeroDivisionError):
-        with matmul_tf32(not before):
+        with matmul_precision("highest" if before else "high"):
             assert torch.backends.cuda.matmul.allow_tf32 is (not before)
             1 / 0
     assert torch.backends.cuda.matmul.allow_tf32 is before

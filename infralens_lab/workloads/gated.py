@@ -19,12 +19,12 @@ read back to the host), with one regression switched on by name (:data:`REGRESSI
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from .pipeline import matmul_precision
 from .tiny_gpt import GPTConfig
 
 CI_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -89,17 +89,6 @@ def make_gated(name: str) -> Callable[[], None]:
     if name not in GATED:
         raise ValueError(f"unknown gated workload {name!r}; expected one of {sorted(GATED)}")
     return GATED[name]()
-
-
-@contextlib.contextmanager
-def matmul_precision(p: str):
-    """``torch.set_float32_matmul_precision(p)`` for the duration, restored afterwards."""
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(p)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
 
 
 def _chain(h, b, scale, brk: bool):

@@ -27,8 +27,8 @@ per step (``pin_memory()`` takes the block from PyTorch's caching host allocator
 itself is paid only in the first steps). On a CPU there is no host-to-device copy, so ``pinned`` is a documented no-op there
 (:attr:`Pipeline.pins` is False). ``sync_every_step``: ``loss.item()`` each step, or the loss summed
 on the device. ``precision``: ``"fp32"`` (as is; torch leaves TF32 off for matmuls), ``"tf32"``
-(``torch.backends.cuda.matmul.allow_tf32`` set during the step only and restored after it, so it
-never leaks into another measurement; a CPU ignores the flag), ``"bf16"`` (``torch.autocast`` with
+(:func:`matmul_precision` ``'high'``, which sets ``torch.backends.cuda.matmul.allow_tf32``, during the step
+only and restored after it, so it never leaks into another measurement; a CPU ignores the flag), ``"bf16"`` (``torch.autocast`` with
 bfloat16 around forward and loss, on ``"cuda"`` or ``"cpu"``). ``bubble`` and ``fixed`` are two rows
 of that table.
 """
@@ -105,15 +105,16 @@ VARIANTS = {
 
 
 @contextmanager
-def matmul_tf32(on: bool = True):
-    """Set ``torch.backends.cuda.matmul.allow_tf32`` to ``on`` inside the block and restore the
-    previous value on the way out (also after an exception), so nothing outside the block sees it."""
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = on
+def matmul_precision(p: str):
+    """``torch.set_float32_matmul_precision(p)`` for the duration of the block, restored afterwards (also after
+    an exception), so nothing outside the block sees it. ``'high'`` lets fp32 matmuls use TF32 (it is what
+    ``torch.backends.cuda.matmul.allow_tf32 = True`` sets), ``'highest'`` keeps them in full fp32."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(p)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
+        torch.set_float32_matmul_precision(old)
 
 
 class Pipeline:
@@ -150,7 +151,7 @@ class Pipeline:
         kind = torch.device(self.device).type
         self.pins = self.variant.pinned and kind != "cpu"  # pinning needs a device to copy to (module doc)
         v = self.variant
-        self.tf32 = matmul_tf32 if v.precision == "tf32" else nullcontext
+        self.tf32 = (lambda: matmul_precision("high")) if v.precision == "tf32" else nullcontext
         self.autocast = (lambda: torch.autocast(kind, torch.bfloat16)) if v.precision == "bf16" else nullcontext
         self.ready: list[torch.Tensor] = []
         if v.prefetch:
