@@ -71,6 +71,7 @@ class Probes:
     counter_probe: callable = None  # runs ncu once on a tiny kernel; returns its output text
     recordings: callable = None
     default_reference: callable = None  # -> (slug or None, why): the set the labs use
+    numpy_problem: callable = None  # -> the sentence saying this numpy breaks Triton's interpreter, or None
 
     def __post_init__(self):
         if self.params_text is None:
@@ -85,6 +86,8 @@ class Probes:
             from .evidence import default_reference
 
             self.default_reference = default_reference
+        if self.numpy_problem is None:
+            self.numpy_problem = device.numpy_interpreter_problem
 
 
 @dataclass
@@ -189,7 +192,7 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
             checks.append(Check("versions", "problem", detail, FIX_CPU_TORCH))
         else:
             checks.append(Check("versions", "ok", detail))
-        bad = device.numpy_interpreter_problem()
+        bad = p.numpy_problem()
         if bad:  # the labs run kernels in the interpreter without a GPU; with one, only the count gates do
             what, fix = bad.split(" Fix: ", 1)
             checks.append(Check("numpy", "problem" if f.mode != "gpu" else "note", what, fix))

@@ -29,7 +29,8 @@ def probes(facts=H100, tools=("ncu", "nsys", "nvidia-smi"), params="RmProfilingA
                    is_root=lambda: root,
                    counter_probe=lambda: counter_output,
                    recordings=lambda: list(recorded),
-                   default_reference=lambda: ((recorded[0], "committed default") if recorded else (None, "none")))
+                   default_reference=lambda: ((recorded[0], "committed default") if recorded else (None, "none")),
+                   numpy_problem=lambda: None)  # the machine's own numpy (2.5 on the lent GPU) must not leak in
     for k, v in over.items():
         setattr(p, k, v)
     return p
@@ -240,14 +241,15 @@ def test_bogus_mode_still_refuses_clearly_where_a_lab_needs_the_mode():
     assert "Fix: `unset INFRALENS_MODE`" in last
 
 
-def test_numpy_too_new_for_the_interpreter(monkeypatch):
+def test_numpy_too_new_for_the_interpreter():
     """A numpy the interpreter breaks on is a problem without a GPU (every lab kernel runs there) and a note with
     one (only the count gates use the interpreter); healthy machines get no numpy line at all."""
     import infralens_lab.device as device
 
     msg = device.numpy_interpreter_problem("2.4.1")
-    monkeypatch.setattr(device, "numpy_interpreter_problem", lambda: msg)
-    r = run(probes())
+    r = run(probes(numpy_problem=lambda: msg))
     c = r.by_name("numpy")
     assert c.status == "note" and c.detail.startswith("numpy 2.4.1 is installed") and "make install" in c.fix
-    assert run(probes(facts=CPU)).by_name("numpy").status == "problem"
+    assert run(probes(facts=CPU, numpy_problem=lambda: msg)).by_name("numpy").status == "problem"
+    assert "numpy" not in [c.name for c in run(probes()).checks]
+    assert doc.Probes().numpy_problem is device.numpy_interpreter_problem  # the real probe is the default
