@@ -109,3 +109,27 @@ def test_spec_validation():
 def test_child_env_keeps_nvlink_multicast_off():
     assert W.CHILD_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                            "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def test_a_plain_script_without_a_main_guard_is_not_rerun_by_the_ranks(tmp_path):
+    """A lab converted to a script calls the launcher at top level. spawn used to re-run that script in
+    every rank, which then died (lab 06 on the lent H100); now the ranks start without it, and the
+    parent's __main__ is left as it was."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "lab_as_script.py"
+    script.write_text(
+        "import __main__\n"
+        "from infralens_lab.workloads import ddp as W\n"
+        "print('top level ran')\n"
+        "out = W.launch(W.job_echo, world=2, args=(2.5,), backend='gloo', timeout_s=60)\n"
+        "print('values', [r['sum'] for r in out])\n"
+        "print('main kept', __main__.__file__ == __file__ and __main__.__spec__ is None)\n")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("top level ran") == 1
+    assert "values [7.5, 7.5]" in r.stdout and "main kept True" in r.stdout

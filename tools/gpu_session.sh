@@ -36,6 +36,7 @@ if has labs; then
     for f in build/labscripts/*.py; do
         t0=$(date +%s)
         (cd labs && timeout 400 python3 "../$f") >"$OUT/lab-$(basename "$f" .py).log" 2>&1
-        echo "lab $(basename "$f"): exit $? in $(( $(date +%s) - t0 )) s"
+        rc=$?  # before any $(...) below: a command substitution resets $? (it once reported lab 06's exit 1 as 0)
+        echo "lab $(basename "$f"): exit $rc in $(( $(date +%s) - t0 )) s"
     done
 fi

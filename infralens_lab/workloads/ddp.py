@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import queue as _queue
 import socket
+import sys
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -159,6 +161,29 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
         raise SystemExit(1)
 
 
+@contextmanager
+def _main_not_rerun(job: Callable):
+    """While the ranks start, hide the parent's ``__main__`` path and module name from ``spawn``.
+
+    A spawned child re-runs the parent's main script (as ``__mp_main__``) unless its code sits under
+    ``if __name__ == "__main__"``, and a lab converted to a plain script has no such guard: every rank
+    re-ran the lab from the top, tried to start ranks of its own while bootstrapping, and died
+    (lab 06 as a script on the lent H100). The jobs are functions of this package, so a child never
+    needs ``__main__``. A job defined in ``__main__`` itself keeps the default behaviour."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(job, "__module__", None) == "__main__":
+        yield
+        return
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 def launch(job: Callable, world: int = 2, args: tuple = (), backend: str = "gloo", port: int | None = None,
            timeout_s: float = 60.0, collective_timeout_s: float | None = None) -> list[Any]:
     """Run ``job(rank, world, *args)`` on ``world`` spawned ranks and return their results in rank order.
@@ -180,8 +205,9 @@ def launch(job: Callable, world: int = 2, args: tuple = (), backend: str = "gloo
     coll = timeout_s / 2 if collective_timeout_s is None else collective_timeout_s
     procs = [ctx.Process(target=_rank_main, args=(r, world, backend, port, coll, job, args, results), daemon=True)
              for r in range(world)]
-    for p in procs:
-        p.start()
+    with _main_not_rerun(job):
+        for p in procs:
+            p.start()
     got: dict[int, Any] = {}
     errors: dict[int, str] = {}
     deadline = time.monotonic() + timeout_s
