@@ -231,4 +231,5 @@ def test_idle_gaps_are_computed_once_per_threshold():
     tr = Trace(synthetic())
     first = tr.idle_gaps()
     first.loc[:, "gap_us"] = -1  # a caller editing its copy does not change the trace's
-    assert (tr.idle_gaps()["gap_us"] > 0).all() and len(tr._gaps) == 1
+    cached = [k for k in tr._cache if isinstance(k, tuple) and k[0] == "idle_gaps"]
+    assert (tr.idle_gaps()["gap_us"] > 0).all() and cached == [("idle_gaps", 50.0)]

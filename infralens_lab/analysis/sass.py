@@ -160,14 +160,15 @@ def reason_sites(rows: pd.DataFrame, reason: str) -> pd.DataFrame:
         if total > 0:
             acc: dict[str, float] = {}
             own: dict[str, float] = {}
+            prod: dict = {}  # site row -> its producer's row (or None), found once per site
             for i in sub.index[sub[reason] > 0]:
                 c = opcode_class(rows.at[i, "op"])
                 own[c] = own.get(c, 0.0) + float(rows.at[i, reason])
-                p = producer(rows, i, SCOREBOARD_PRODUCERS.get(reason))
+                p = prod[i] = producer(rows, i, SCOREBOARD_PRODUCERS.get(reason))
                 cls = opcode_class(rows.at[p, "op"]) if p is not None else "none"
                 acc[cls] = acc.get(cls, 0.0) + float(rows.at[i, reason])
             top = sub[reason].idxmax()
-            p = producer(rows, top, SCOREBOARD_PRODUCERS.get(reason))
+            p = prod[top]  # the top site is one of the sites above (it holds the most samples, so more than 0)
             rec.update(sass=rows.at[top, "sass"], op=rows.at[top, "op"], site_share=float(sub.at[top, reason]) / total,
                        producer=rows.at[p, "sass"] if p is not None else None,
                        producer_class=opcode_class(rows.at[p, "op"]) if p is not None else "none",

@@ -264,7 +264,6 @@ class Trace:
         self.events = ev
         self._ts3 = pd.Series(ts3, index=ev.index, dtype=float)
         self._flow_ends = pd.DataFrame(flows, columns=["id", "ph", "pid", "tid", "ts3"])
-        self._gaps: dict[float, Any] = {}
         self._cache: dict[Any, Any] = {}
         self._attribute()
 
@@ -444,9 +443,7 @@ class Trace:
         ops overlapping it. Empty (with ``attrs['note']``) on a CPU-only trace. Computed once per
         threshold: the trace does not change."""
         key = float(min_gap_us)
-        if key not in self._gaps:
-            self._gaps[key] = self._idle_gaps(key)
-        return self._gaps[key].copy()
+        return self._once(("idle_gaps", key), lambda: self._idle_gaps(key)).copy()
 
     def _idle_gaps(self, min_gap_us: float):
         cols = ["start_us", "end_us", "gap_us", "cause", *[f"{c}_us" for c in CAUSES], "ranges", "ops"]
