@@ -20,6 +20,8 @@ What it changes against the teaching kernel ``attn_fwd`` (:mod:`.attention`), ea
   specialization, which Triton 3.6 does not offer on Hopper (docs/kernels_notes.md, run 4).
 * **Causal split in two stages**: the off-band tiles (entirely below the diagonal) run a loop
   with no mask at all; only the BLOCK_M/BLOCK_N on-band tiles pay for the mask.
+* **Causal, heaviest block first**: within a head, the programs take the query blocks from the
+  last (which reads every key) to the first (docs/kernels_notes.md, run 8).
 * **Autotuned** tile sizes, warps and stages per (N, D, causal, dtype). In interpreter mode
   the autotuner means nothing, so one fixed config runs instead.
 
@@ -112,6 +114,10 @@ def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
     # rows with a running max, sum and accumulator each.
     HALF: tl.constexpr = BLOCK_M // 2
     start_m = tl.program_id(0)
+    if CAUSAL:
+        # Heaviest first: program 0 of a head takes its last query block (all keys), so the light
+        # blocks near the diagonal, not the heavy ones, are what is left for the grid's last wave.
+        start_m = tl.num_programs(0) - 1 - start_m
     off_bh = tl.program_id(1)
     row0 = off_bh * N_CTX  # first row of this (batch, head) in the (B*H*N, D) views
     offs_m0 = start_m * BLOCK_M + tl.arange(0, HALF)
