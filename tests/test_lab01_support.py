@@ -87,6 +87,34 @@ def test_step_gpu_work_skips_work_queued_before_the_window():
     assert w["gpu_work_us"].tolist() == [460.0, 460.0]
 
 
+def test_hot_kernels_keep_the_whole_name_for_the_table_to_shorten():
+    # A cut at 70 characters lost the end of a CUTLASS name (its tile and layout) and left the
+    # table's hover showing the cut name; the presenter shortens for display and keeps the whole.
+    name = "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)"
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 500),
+          _x("kernel", name, 20, 460, pid=0, tid=7, correlation=1, stream=7)]
+    hot = lab01.hot_kernels(Trace({"traceEvents": ev}))
+    assert hot["kernel"].tolist() == [name] and len(name) > 70
+
+
+def test_precision_sentences_shorten_a_long_top_kernel_as_the_table_shows_it():
+    import pandas as pd
+
+    from infralens_lab.present import shorten_name
+
+    name = ("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80,"
+            " float, true, false, false, 64, 64, 64, false>::Params)")
+    row = {"variant": "fixed", "period_ms": 19.1, "speedup": 1.0, "gpu_busy_pct": 90.0, "cpu_step_ms": 5.0,
+           "fp32_gemm_pct": 78.0, "tensor_core_pct": 0.0, "top_kernel": "sgemm", "top_kind": "fp32 SIMT GEMM",
+           "mean_loss": 3.6, "amdahl_bound": 1.0}
+    table = pd.DataFrame([row, {**row, "variant": "fixed+tf32", "period_ms": 12.9, "speedup": 1.48, "fp32_gemm_pct": 0.0,
+                                "tensor_core_pct": 41.5, "top_kernel": name, "top_kind": "other", "amdahl_bound": 3.1}])
+    note = " ".join(lab01.precision_notes(table))
+    assert f"not a GEMM ({shorten_name(name)})" in note and name not in note
+    assert shorten_name(name) == "fmha_cutlassB_f32_aligned_64x64_k64_sm80"  # the argument list goes first
+    assert table["top_kernel"].iloc[1] == name  # the table keeps the whole name
+
+
 def test_gap_view_hot_kernels_and_statement():
     g = lab01.gap_view(_bubble())
     assert g[["start_ms", "gap_ms", "cause"]].values.tolist() == [[0.62, 0.8, "host"]]

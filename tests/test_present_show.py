@@ -53,6 +53,8 @@ def cells(page: str) -> list[dict]:
     (0.00615, "0.00615"), (12.345, "12.3"), (0.912, "0.912"), (3.6, "3.6"), (0.0, "0"),
     (1024.0, "1,024"), (33554432.0, "33,554,432"), (9.95e13, "99.5 T"), (4.33e9 + 0.5, "4.33 G"),
     (float("nan"), "—"), (None, "—"), (True, "True"), ("x", "x"), (-0.5, "-0.5"),
+    # zeros that are measured digits stay (3.004 TB/s is not "3", which reads as a count)
+    (3.004, "3.00"), (0.90012, "0.900"), (12.04, "12.0"), (2.5, "2.5"), (-3.0041, "-3.00"),
 ])
 def test_format_number_reads_like_a_person_writes(value, shown):
     assert format_number(value) == shown
@@ -90,6 +92,26 @@ def test_long_kernel_names_are_shortened_with_full_name_on_hover():
     assert len(td[0]["text"]) <= present.NAME_MAX_CHARS and "…" in td[0]["text"]
     assert "nn_align1" in td[0]["text"] and td[0]["text"] != td[1]["text"]
     assert shorten_name("short") == "short"
+
+
+def test_names_that_differ_stay_different_once_shortened():
+    # Two cuBLAS kernels that share their first 28 and last 19 characters (tn 128x128 against nn 256x128).
+    nn = XMMA.replace("_tn_n_tilesize128x128x8", "_nn_n_tilesize256x128x8")
+    df = pd.DataFrame({"kernel": [XMMA, nn], "total_ms": [14.3, 8.9]})
+    html_names = [c["text"] for c in cells(table_html(df)) if c["tag"] == "td"][::2]
+    text_names = [line.split()[0] for line in table_text(df).splitlines()[1:]]
+    assert html_names == text_names and html_names[0] != html_names[1]
+    assert all("…" in n and len(n) < len(XMMA) for n in html_names)
+    assert shorten_name(XMMA) == shorten_name(nn)  # at the default cut they collide; the column widens it
+
+
+def test_plain_text_shows_the_names_the_html_shows():
+    df = pd.DataFrame({"kernel": [CUTLASS, "short"], "total_ms": [14.2, 0.1]})
+    shown = [c["text"] for c in cells(table_html(df)) if c["tag"] == "td"][::2]
+    lines = table_text(df).splitlines()[1:]
+    assert [line.split()[0] for line in lines] == shown and CUTLASS not in table_text(df)
+    sentence = "fusion: a tiled kernel computes QK tile by tile on chip and never writes S to DRAM at all"
+    assert sentence in table_text(pd.DataFrame({"why": [sentence]}))  # prose is not a name: kept whole
 
 
 def test_text_left_numbers_right_and_sentences_wrap():

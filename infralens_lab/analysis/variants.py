@@ -168,7 +168,7 @@ def precision_table(values: dict, ceilings: dict | None = None,
                     names=("fixed", "fixed+tf32", "fixed+bf16")) -> pd.DataFrame:
     """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one), ``gpu_busy_pct``,
     ``cpu_step_ms`` (CPU time in the step range: once the GPU work shrinks below it, the CPU sets the pace),
-    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (name, cut at 70 characters), ``top_kind``, ``mean_loss``
+    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (its whole name), ``top_kind``, ``mean_loss``
     (over every step the recorder ran: same data and steps, so the precisions' losses compare), and, with
     ``ceilings`` (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), ``amdahl_bound``: the step's best speedup
     if fixed's fp32-GEMM share of kernel time ran at this precision's ceiling (a GPU-bound step:
@@ -182,7 +182,7 @@ def precision_table(values: dict, ceilings: dict | None = None,
         r = {"variant": n, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
              "gpu_busy_pct": t["gpu_busy_pct"], "cpu_step_ms": t["cpu_step_ms"],
              "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
-             "top_kernel": top["name"][:70] + ("…" if len(top["name"]) > 70 else ""), "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
+             "top_kernel": top["name"], "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
         if ceilings and prec in ceilings and "fp32" in ceilings:
             r["amdahl_bound"] = amdahl(base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
         out.append(r)

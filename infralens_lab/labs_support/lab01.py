@@ -21,7 +21,7 @@ from ..measure import ncu as N
 from ..measure import nsys
 from ..analysis import joins, stalls
 from ..analysis.variants import (FP32_GEMM, RECORD as VARIANTS_RECORD, one_change_notes, one_change_table,  # noqa: F401
-                                 precision_notes, precision_table)
+                                 precision_notes as _precision_notes, precision_table)
 from ..analysis.joins import idle_budget  # noqa: F401  (re-exported: the lab shows it)
 from ..analysis.roofline import sol_verdict
 from ..measure.ncu import demangled_regex  # noqa: F401  (re-exported: the lab shows it)
@@ -30,6 +30,7 @@ from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, qu
 from ..workloads.pipeline import VARIANTS, VERSIONS, make_step, make_variant
 from ..workloads.tiny_gpt import GPTConfig
 from ..measure.timing import time_fn, time_steps
+from ..present import shorten_name
 from ..present.trace_tables import gap_view, hot_kernel_name, hot_kernels, ops_by_count, ranges_view  # noqa: F401
 from ..analysis.stalls import explain
 
@@ -47,6 +48,11 @@ def live_step(version: str = "bubble"):
     if version not in VERSIONS:
         raise ValueError(f"version {version!r}; expected one of {VERSIONS}")
     return make_step(version) if is_gpu() else make_step(version, config=CPU_CONFIG, batch=CPU_BATCH)
+
+
+def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0) -> list[str]:
+    """``variants.precision_notes`` with each top kernel's name shortened as the table shows it."""
+    return _precision_notes(table.assign(top_kernel=table["top_kernel"].map(shorten_name)), busy_floor_pct)
 
 
 def live_evidence(tr: Trace, version: str):
@@ -72,11 +78,8 @@ def recorded_traces(st) -> dict | None:
         print(f"Recorded traces: {missing} not in the recorded set yet; they are written on a GPU by "
               f"`python -m infralens_lab record --only traces`.")
         return None
-    out = {}
-    for v in VERSIONS:
-        ev = st.load(f"trace_{v}")
-        out[v] = (load_trace(ev), ev)
-    return out
+    evs = {v: st.load(f"trace_{v}") for v in VERSIONS}
+    return {v: (load_trace(ev), ev) for v, ev in evs.items()}
 
 
 def compare(traces: dict) -> pd.DataFrame:

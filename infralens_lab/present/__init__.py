@@ -71,7 +71,8 @@ def _caption_text(caption: Any) -> str | None:
 def format_number(v: Any) -> str:
     """A number as people read it: integers exactly, with thousands separators
     (``33,554,432``); other values to about three significant digits, never in ``e``
-    notation below a million (``8,567``, ``12.3``, ``0.00615``); a million and up with an SI
+    notation below a million (``8,567``, ``12.3``, ``0.00615``), trailing zeros kept where
+    they are digits of a value that is not exactly that short (``3.00`` for 3.004, ``3.6`` for 3.6); a million and up with an SI
     prefix (``4.33 G``); whole floats below 10¹² (counts) exactly; NaN as ``—``. Non-numbers are returned as ``str(v)``."""
     if v is None:
         return "—"
@@ -99,7 +100,11 @@ def format_number(v: Any) -> str:
         return f"{x:.2e}"
     decimals = 2 - math.floor(math.log10(a))
     s = f"{x:.{decimals}f}"
-    return s.rstrip("0").rstrip(".") if "." in s else s
+    if "." in s:
+        short = s.rstrip("0").rstrip(".")
+        if float(short) == x:  # the zeros say nothing (3.6, 0.5): drop them
+            return short
+    return s  # 3.004 -> "3.00": the zeros are measured digits, and "3" would read as a count
 
 
 def header_label(name: Any) -> str:
@@ -143,7 +148,8 @@ def _header_html(name: Any) -> str:
 
 
 def _is_name_like(text: str) -> bool:
-    return text.count(" ") <= 2
+    """A kernel or op name, not prose: at most two spaces once a C++ signature's ", " are set aside."""
+    return text.replace(", ", ",").count(" ") <= 2
 
 
 # Inline styles as well as the <style> block: JupyterLab's sanitizer may drop <style> in an
@@ -166,8 +172,23 @@ def _whole_column(values) -> bool:
     return bool(nums) and all(math.isfinite(x) and x.is_integer() and abs(x) < 1e15 for x in nums)
 
 
-def _cell_html(v: Any, floatfmt: str | None, whole: bool = False) -> tuple[str, str]:
-    """(css class, escaped inner HTML) of one table cell; ``whole``: its column holds counts."""
+def _is_long_name(v: Any) -> bool:
+    return isinstance(v, str) and len(v) > NAME_MAX_CHARS and _is_name_like(v)
+
+
+def _name_limit(values) -> int:
+    """The shortest cut, from NAME_MAX_CHARS up, at which a column's long names that differ still differ
+    once shortened (two cuBLAS kernels can share their first and last twenty characters)."""
+    names = {v for v in values if _is_long_name(v)}
+    limit, longest = NAME_MAX_CHARS, max(map(len, names), default=0)
+    while limit < longest and len({shorten_name(n, limit) for n in names}) < len(names):
+        limit += 8
+    return limit
+
+
+def _cell_html(v: Any, floatfmt: str | None, whole: bool = False, limit: int = NAME_MAX_CHARS) -> tuple[str, str]:
+    """(css class, escaped inner HTML) of one table cell; ``whole``: its column holds counts; ``limit``:
+    the length a long name is shortened to (:func:`_name_limit`)."""
     if isinstance(v, numbers.Number) and not isinstance(v, bool):
         if floatfmt and isinstance(v, float) and not math.isnan(v):
             return "num", html.escape(floatfmt.format(v))
@@ -184,8 +205,8 @@ def _cell_html(v: Any, floatfmt: str | None, whole: bool = False) -> tuple[str, 
             return "num", "—"
     except (ImportError, TypeError, ValueError):
         pass
-    if len(s) > NAME_MAX_CHARS and _is_name_like(s):
-        return "txt", f'<abbr title="{html.escape(s)}">{html.escape(shorten_name(s))}</abbr>'
+    if _is_long_name(s):
+        return "txt", f'<abbr title="{html.escape(s)}">{html.escape(shorten_name(s, limit))}</abbr>'
     cls = "txt long" if len(s) > TEXT_WRAP_EM * 2 else "txt"
     return cls, html.escape(s)
 
@@ -217,8 +238,10 @@ def table_html(df, floatfmt: str | None = None) -> str:
                          f'{html.escape(header_label(c))}</th>{_td(cls, inner)}</tr>')
         parts.append("</tbody>")
     else:
-        whole = [_whole_column(df[c].tolist()) for c in cols] if len(set(cols)) == len(cols) else [False] * len(cols)
-        rows = [[_cell_html(v, floatfmt, whole[j]) for j, v in enumerate(r)]
+        unique = len(set(cols)) == len(cols)
+        whole = [_whole_column(df[c].tolist()) for c in cols] if unique else [False] * len(cols)
+        limits = [_name_limit(df[c].tolist()) for c in cols] if unique else [NAME_MAX_CHARS] * len(cols)
+        rows = [[_cell_html(v, floatfmt, whole[j], limits[j]) for j, v in enumerate(r)]
                 for r in df.itertuples(index=False, name=None)]
         numeric = [bool(rows) and all(r[j][0] == "num" for r in rows) for j in range(len(cols))]
         parts.append("<thead><tr>")
@@ -235,14 +258,22 @@ def table_html(df, floatfmt: str | None = None) -> str:
 
 
 def table_text(df, floatfmt: str | None = None) -> str:
-    """Plain-text rendering of ``df`` with the same number format and headers as the HTML."""
+    """Plain-text rendering of ``df`` with the same number format, headers and shortened names
+    as the HTML (which keeps a long name whole on hover; :func:`shorten_name`)."""
     df = _flat_columns(df)
     fmt = (lambda v: floatfmt.format(v)) if floatfmt else format_number
-    shown = df.copy()
+
+    def text(v, limit: int) -> str:
+        s = "—" if v is None else str(v)
+        return shorten_name(s, limit) if _is_long_name(s) else s
+
+    shown = {}
+    for j in range(df.shape[1]):
+        col = df.iloc[:, j].tolist()
+        limit = _name_limit(col)
+        shown[j] = [fmt(v) if isinstance(v, numbers.Number) and not isinstance(v, bool) else text(v, limit) for v in col]
+    shown = type(df)(shown, index=df.index)
     shown.columns = [header_label(c) for c in df.columns]
-    for c in shown.columns:
-        shown[c] = [fmt(v) if isinstance(v, numbers.Number) and not isinstance(v, bool) else
-                    ("—" if v is None else str(v)) for v in shown[c]]
     if len(shown) == 1 and len(shown.columns) > 1:
         width = max(len(str(c)) for c in shown.columns)
         return "\n".join(f"{str(c):<{width}}  {shown.iloc[0][c]}" for c in shown.columns)

@@ -49,13 +49,13 @@ def gap_view(tr: Trace, top: int = 8) -> pd.DataFrame:
 
 
 def hot_kernels(tr: Trace, top: int = 5) -> pd.DataFrame:
-    """Kernels by total GPU time in the trace: name (shortened to 70 characters), launches, total ms and
+    """Kernels by total GPU time in the trace: full name (the table shortens it for display), launches, total ms and
     share of all kernel time. Counts cover every kernel in the trace, including work a CPU running ahead
     queued before the profiled window, so they need not divide evenly by the number of steps."""
     k = tr.kernels()
     if k.empty:
         return k
-    out = pd.DataFrame({"kernel": [n if len(n) <= 70 else n[:67] + "..." for n in k["name"]],
+    out = pd.DataFrame({"kernel": list(k["name"]),
                         "launches": k["count"], "total_ms": k["total_us"] / 1e3, "pct_of_kernel_time": k["pct"]})
     return out.head(top)
 
