@@ -199,40 +199,52 @@ class Recorder:
         attempts.append(dict(kernel_regex=rx, launch_skip=skip, launch_count=cnt, nvtx=False))
         return attempts[1:] if self.nvtx_ok is False else attempts
 
+    def _in_first_window(self, kernel: str, regex: str | None, label: str, run):
+        """``run(window)`` in the launch windows of :meth:`_windows`, in order, until one has kernels: an
+        ``NcuNoKernels`` moves on to the next window; any other ``NcuError`` is raised. The first success
+        records whether NVTX filtering selects kernels here (``nvtx_ok``). Returns ``run``'s result; raises
+        the last error when no window has kernels."""
+        err = None
+        for a in self._windows(kernel, regex):
+            try:
+                out = run(a)
+            except N.NcuNoKernels as exc:
+                self.log(f"[record]   {label}: no kernels with {a}; trying the next launch window")
+                err = exc
+                continue
+            if self.nvtx_ok is None:
+                self.nvtx_ok = a["nvtx"]
+            return out
+        raise err
+
     def _ncu_file(self, filename: str, configs: list[tuple[str, str, list[str]]], metrics: list[str]) -> str:
-        """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file."""
+        """Run ncu once per (label, kernel family, target args); join the outputs into one CSV file. A metric
+        ncu does not know is dropped (for the later runs too) and the run repeated, up to 3 tries a window."""
         blocks, failed, absent = [], [], set()
         metrics = list(metrics)
-        for label, kernel, args, *regex in configs:
-            target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
-            attempts = self._windows(kernel, regex[0] if regex else None)
-            text, err = None, None
+
+        def profile(a, target, label):
+            nonlocal metrics
             for _ in range(3):
-                if not attempts:
-                    break
-                a = attempts[0]
                 try:
                     t0 = time.perf_counter()
                     text = N.run_ncu(target, metrics=metrics, timeout=240, **a)
-                    cmd = N.command_line(target, metrics=metrics, **a)
                     self.log(f"[record]   {filename} {label}: {time.perf_counter() - t0:.1f} s (nvtx={a['nvtx']})")
-                    if self.nvtx_ok is None:
-                        self.nvtx_ok = a["nvtx"]
-                    break
+                    return text, N.command_line(target, metrics=metrics, **a)
                 except N.NcuMetricError as exc:
                     self.log(f"[record]   {label}: dropping unknown metrics {exc.metrics}")
                     if not exc.metrics:
-                        err = exc
-                        break
+                        raise
+                    err = exc
                     metrics = [m for m in metrics if m not in exc.metrics]
-                except N.NcuNoKernels as exc:
-                    self.log(f"[record]   {label}: no kernels with {a}; trying the next launch window")
-                    err = exc
-                    attempts.pop(0)
-                except N.NcuError as exc:
-                    err = exc
-                    break
-            if text is None:
+            raise err
+
+        for label, kernel, args, *regex in configs:
+            target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
+            try:
+                text, cmd = self._in_first_window(kernel, regex[0] if regex else None, label,
+                                                  lambda a: profile(a, target, label))
+            except N.NcuError as err:
                 failed.append(f"{label}: {err}")
                 self.log(f"[record]   {label} FAILED: {err}")
                 continue
@@ -266,24 +278,20 @@ class Recorder:
         src, raw, inst, failed = [], [], [], []
         for run in [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in (8, 32)]:
             target = ["--kernel", run.kind, *target_args(run), "--warmup", "1", "--iters", "1"]
-            err = None
-            for a in self._windows(run.kind):
-                try:
-                    t0 = time.perf_counter()
-                    out = N.run_ncu_source(target, timeout=240, **a)
-                    self.log(f"[record]   ncu_copies_source {run.label()}: {time.perf_counter() - t0:.1f} s")
-                    src.append(N.config_block(run.label(), N.source_command_line(target, page="source", **a), out["source"]))
-                    raw.append(N.config_block(run.label(), N.source_command_line(target, page="raw", **a), out["raw"]))
-                    inst.append(N.config_block(run.label(), N.source_command_line(target, page="instances", **a),
-                                               out["instances"]))
-                    err = None
-                    break
-                except N.NcuError as exc:  # no kernels: try the counted launch window; anything else: give up
-                    err = exc
-                    if not isinstance(exc, N.NcuNoKernels):
-                        break
-            if err is not None:
+
+            def capture(a, target=target, label=run.label()):
+                t0 = time.perf_counter()
+                out = N.run_ncu_source(target, timeout=240, **a)
+                self.log(f"[record]   ncu_copies_source {label}: {time.perf_counter() - t0:.1f} s")
+                return out, {page: N.source_command_line(target, page=page, **a) for page in ("source", "raw", "instances")}
+
+            try:
+                out, cmds = self._in_first_window(run.kind, None, run.label(), capture)
+            except N.NcuError as err:
                 failed.append(f"{run.label()}: {err}")
+                continue
+            for blocks, page in ((src, "source"), (raw, "raw"), (inst, "instances")):
+                blocks.append(N.config_block(run.label(), cmds[page], out[page]))
         if not src:
             raise RuntimeError(f"every ncu source capture failed: {failed}")
         self.w.write_text("ncu_copies_source.csv", "".join(src))

@@ -176,6 +176,7 @@ def test_recorder_step_writes_both_files_and_falls_back_without_nvtx(tmp_path, m
     entry = rec.entries[-1]
     assert entry["status"] == "ok" and entry["detail"].startswith("2/3 captures ok") and "ncu exited 1" in entry["detail"]
     assert fake.calls == [("copy", True), ("copy_strided8", True), ("copy_strided8", False), ("copy_strided32", True)]
+    assert rec.nvtx_ok is True  # learned from the first capture, as the other ncu steps learn it (Recorder._in_first_window)
     st = RecordedStore(tmp_path / "rec")
     df = N.parse_source_csv(st.text("ncu_copies_source.csv"))
     assert df["config"].unique().tolist() == ["copy n=67108864 fp32", "copy_strided stride=8 n=67108864 fp32"]
