@@ -46,7 +46,7 @@ def run_case(case, mods: dict, rounds: int) -> list[tuple]:
     fns = {("sdpa_default", "-"): lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
     errs = {("sdpa_default", "-"): 0.0}
     for label, mod in mods.items():
-        name = getattr(mod, "_name", attention_fast._name)  # a module's own names, if its Cand has more fields
+        name = mod._name  # each module names its own candidates
         for cand in mod.GPU_CANDIDATES[group]:
             if causal and cand.block_m % cand.block_n:
                 continue

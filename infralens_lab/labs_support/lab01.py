@@ -30,7 +30,7 @@ from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, qu
 from ..workloads.pipeline import VARIANTS, VERSIONS, make_step, make_variant
 from ..workloads.tiny_gpt import GPTConfig
 from ..measure.timing import time_fn, time_steps
-from ..present import shorten_name
+from ..present import shorten_names
 from ..present.trace_tables import gap_view, hot_kernel_name, hot_kernels, ops_by_count, ranges_view  # noqa: F401
 from ..analysis.stalls import explain
 
@@ -52,7 +52,7 @@ def live_step(version: str = "bubble"):
 
 def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0) -> list[str]:
     """``variants.precision_notes`` with each top kernel's name shortened as the table shows it."""
-    return _precision_notes(table.assign(top_kernel=table["top_kernel"].map(shorten_name)), busy_floor_pct)
+    return _precision_notes(table.assign(top_kernel=shorten_names(table["top_kernel"].tolist())), busy_floor_pct)
 
 
 def live_evidence(tr: Trace, version: str):

@@ -186,6 +186,13 @@ def _name_limit(values) -> int:
     return limit
 
 
+def shorten_names(values) -> list:
+    """``values`` (one column) with every long name shortened as the tables show it: one cut for the whole
+    column (:func:`_name_limit`), so names that differ stay different; other values unchanged."""
+    limit = _name_limit(values)
+    return [shorten_name(v, limit) if _is_long_name(v) else v for v in values]
+
+
 def _cell_html(v: Any, floatfmt: str | None, whole: bool = False, limit: int = NAME_MAX_CHARS) -> tuple[str, str]:
     """(css class, escaped inner HTML) of one table cell; ``whole``: its column holds counts; ``limit``:
     the length a long name is shortened to (:func:`_name_limit`)."""
@@ -238,9 +245,8 @@ def table_html(df, floatfmt: str | None = None) -> str:
                          f'{html.escape(header_label(c))}</th>{_td(cls, inner)}</tr>')
         parts.append("</tbody>")
     else:
-        unique = len(set(cols)) == len(cols)
-        whole = [_whole_column(df[c].tolist()) for c in cols] if unique else [False] * len(cols)
-        limits = [_name_limit(df[c].tolist()) for c in cols] if unique else [NAME_MAX_CHARS] * len(cols)
+        whole = [_whole_column(df[c].tolist()) for c in cols] if len(set(cols)) == len(cols) else [False] * len(cols)
+        limits = [_name_limit(df.iloc[:, j].tolist()) for j in range(len(cols))]  # by position, as table_text
         rows = [[_cell_html(v, floatfmt, whole[j], limits[j]) for j, v in enumerate(r)]
                 for r in df.itertuples(index=False, name=None)]
         numeric = [bool(rows) and all(r[j][0] == "num" for r in rows) for j in range(len(cols))]
@@ -263,15 +269,13 @@ def table_text(df, floatfmt: str | None = None) -> str:
     df = _flat_columns(df)
     fmt = (lambda v: floatfmt.format(v)) if floatfmt else format_number
 
-    def text(v, limit: int) -> str:
-        s = "—" if v is None else str(v)
-        return shorten_name(s, limit) if _is_long_name(s) else s
+    def number(v) -> bool:
+        return isinstance(v, numbers.Number) and not isinstance(v, bool)
 
     shown = {}
     for j in range(df.shape[1]):
-        col = df.iloc[:, j].tolist()
-        limit = _name_limit(col)
-        shown[j] = [fmt(v) if isinstance(v, numbers.Number) and not isinstance(v, bool) else text(v, limit) for v in col]
+        col = [v if number(v) else "—" if v is None else str(v) for v in df.iloc[:, j].tolist()]
+        shown[j] = [fmt(v) if number(v) else v for v in shorten_names(col)]
     shown = type(df)(shown, index=df.index)
     shown.columns = [header_label(c) for c in df.columns]
     if len(shown) == 1 and len(shown.columns) > 1:
@@ -351,4 +355,4 @@ def card(title: str, body: str, kind: str = "note") -> None:
         print(f"[{kind}] {title}\n{body.strip()}")
 
 
-__all__ = ["card", "format_number", "header_label", "shorten_name", "show", "table_html", "table_text"]
+__all__ = ["card", "format_number", "header_label", "shorten_name", "shorten_names", "show", "table_html", "table_text"]
