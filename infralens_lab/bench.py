@@ -287,6 +287,7 @@ def format_table(result: dict) -> str:
         if r["variant"] in ("tiled", "tiled_fast") and cfg:
             note += f"; BM{cfg['block_m']} BN{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
             note += f" maxnreg {cfg['maxnreg']}" if cfg.get("maxnreg") else ""
+            note += " ws" if cfg.get("ws") else ""  # warp-specialized K/V loop (attention_fast.Cand.ws)
         lines.append(("attn", case, r["variant"], f"{r['median_ms']:.3f}", f"{r['tflops']:.1f} TFLOP/s", note))
     for r in result.get("skipped", []):
         case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")
