@@ -117,3 +117,41 @@ def test_each_family_in_the_interpreter(causal):
     for v in picks:
         res = exp.check_variant(v, 64, torch.float16, causal)
         assert res["ragged_ok"], (v.label_for(causal), res)
+
+
+@pytest.mark.skipif(is_gpu(), reason="the worker's own CPU path; on a GPU the experiment is the test")
+def test_worker_checks_times_and_records_a_failing_variant(tmp_path, monkeypatch):
+    # The real worker on tiny cases in the interpreter: every variant checked (ragged and full), a variant
+    # that raises is recorded with its error and left out of the timing, the others are timed (a fake clock).
+    monkeypatch.setattr(exp, "CASES", [(1, 2, 128, 64, "float16", False), (1, 2, 128, 64, "float16", True)])
+    monkeypatch.setattr(exp, "_bench", lambda fn: (fn(), 1.0)[1])
+    picks = {False: [exp._v("cur", (128, 64, 4, 2)), exp._v("ws", (256, 64, 4, 2), ws=True),
+                     exp._v("t06", (128, 64, 4, 2), dev_desc=True, ws=True)],
+             True: [exp._v("t06", (128, 64, 4, 2), heavy_first=True, add_mask=False)]}
+    monkeypatch.setattr(exp, "variants_for", lambda head_dim, causal: picks[causal])
+    real_run = exp.run_variant
+
+    def run(var, *args):
+        if var.family == "ws":
+            raise RuntimeError("PassManager::run failed (a stand-in for a compile error)")
+        return real_run(var, *args)
+
+    monkeypatch.setattr(exp, "run_variant", run)
+    exp.child(tmp_path, deadline=exp.time.time() + 600, rounds=2, skip=set(), done=set())
+    events = [json.loads(ln) for ln in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert events[0]["ev"] == "env" and events[-1]["ev"] == "done"
+    checked = {(e["case"], e["variant"]): e for e in events if e["ev"] == "checked"}
+    assert len(checked) == 4
+    bad = checked["1x2x128x64 float16", "ws BM256-BN64-w4-s2"]
+    assert not bad["ok"] and "PassManager::run failed" in bad["error"]
+    good = [e for e in checked.values() if e is not bad]
+    assert all(e["ok"] and e["ragged_ok"] and e["full_ok"] for e in good)
+    cases = {e["case"]: [r["variant"] for r in e["rows"] if not r["variant"].startswith("sdpa_flash")]
+             for e in events if e["ev"] == "case"}  # torch has a CPU flash kernel, or a note says why not
+    assert cases == {"1x2x128x64 float16": ["sdpa_default", "cur BM128-BN64-w4-s2", "t06 BM128-BN64-w4-s2 dev ws"],
+                     "1x2x128x64 float16 causal": ["sdpa_default", "t06 BM128-BN64-w4-s2 host heavy inf"]}
+    rows = [r for e in events if e["ev"] == "case" for r in e["rows"]]
+    assert all(r["rounds"] == 2 and r["ms"] == 1.0 for r in rows)
+    text, result = exp.report(events, [])
+    assert "FAILED ws BM256-BN64-w4-s2: RuntimeError: PassManager::run failed" in text
+    assert "t06 BM128-BN64-w4-s2 dev ws" in text and "best /sdpa: cur 1.000x, t06 ws 1.000x" in text
