@@ -160,6 +160,5 @@ VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttl
 
 def vocabulary_table(reasons=VOCABULARY) -> pd.DataFrame:
     """Meaning and usual fix per stall reason, from :data:`infralens_lab.analysis.stalls.STALLS`."""
-    return pd.DataFrame([{"reason": r, "is_stall": stall_info.explain(r).is_stall,
-                          "meaning": stall_info.explain(r).meaning, "usual fix": stall_info.explain(r).fix}
+    return pd.DataFrame([{"reason": r, "meaning": stall_info.explain(r).meaning, "usual fix": stall_info.explain(r).fix}
                          for r in reasons])
