@@ -32,7 +32,8 @@ def _result(run: int, fast: tuple[float, float], cfgs=("BM128-BN128-w4-s3", "BM1
 
 def test_goal_of_issue_31():
     assert b3.issue31_goal("tiled_fast / sdpa_default @ 4x16x4096x64 bfloat16") == 1.0
-    assert b3.issue31_goal("tiled_fast / sdpa_default @ 4x16x4096x64 float16 causal") == 1.0
+    assert b3.issue31_goal("tiled_fast / sdpa_default @ 4x16x4096x64 float16 causal") == 0.95
+    assert b3.issue31_goal("tiled_fast / sdpa_default @ 4x16x4096x128 float16 causal") == 0.95
     assert b3.issue31_goal("tiled_fast / sdpa_default @ 1x16x16384x128 float16") == 0.95
     assert b3.issue31_goal("tiled / sdpa_default @ 4x16x4096x64 float16") is None
     assert b3.issue31_goal("coalesced / copy_ (float32)") is None
