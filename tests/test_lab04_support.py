@@ -580,3 +580,29 @@ def test_bench_shape_words():
     assert A.bench_shape_words((1, 16, 16384, 128), (4, 16, 4096, 64)) == "a larger shape"
     assert A.bench_shape_words((1, 8, 1024, 64), (4, 16, 4096, 64)) == "a smaller shape"
     assert A.bench_shape_words((2, 16, 4096, 128), (4, 16, 4096, 64)) == "another shape"
+
+
+def test_live_copy_family_on_a_gpu_path_with_ncu_stubbed(monkeypatch, capsys):
+    """The GPU branch of live_copy_family (ncu run live), with ncu's output stood in by the recorded CSVs: it asks
+    for the SM clock too, and returns a family whose table the notebook's copy view can show."""
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    asked = {}
+
+    def fake_profile_runs(runs, parts):
+        asked.update(parts)
+        return {"counters": st.text("ncu_copies.csv"), "stalls": st.text("ncu_copies_stalls.csv")}
+
+    monkeypatch.setattr(lab04, "is_gpu", lambda: True)
+    monkeypatch.setattr(lab04.NR, "profile_runs", fake_profile_runs)
+    fam = lab04.live_copy_family()
+    assert N.CLOCK[0] in asked["counters"] and "smsp__pcsamp_sample_count" in asked["stalls"]
+    assert fam.caption.startswith("Evidence: live") and fam.breakdown is not None
+    shown = lab04.columns(fam.table, lab04.COPY_COLUMNS)
+    assert {"sectors/req", "read x", "SM clock (GHz)"} <= set(shown.columns) and "useful fraction" not in shown.columns
+
+    def failing(runs, parts):
+        raise N.NcuError("ncu not found", "install Nsight Compute")
+
+    monkeypatch.setattr(lab04.NR, "profile_runs", failing)
+    assert lab04.live_copy_family() is None
+    assert "ncu could not run here: ncu not found" in capsys.readouterr().out
