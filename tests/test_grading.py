@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.quiz import grader as G
-from infralens_lab.quiz import grading_evidence, labs, load_bank, question
+from infralens_lab.quiz import labs, load_bank, question
+from infralens_lab.quiz.keys import lab00 as lab00_key
 from infralens_lab.quiz import pytest_plugin as plugin
 from infralens_lab.quiz.check import GRADE_ENV
 
@@ -273,7 +274,7 @@ def test_lab00_launch_length_matches_the_grader():
     """The grader rebuilds lab 00's vector_add evidence with LAB00_N: it must be the notebook's `n`."""
     src = _cell(_lab00(), "import torch").source
     m = re.search(r"^n = ([\d_]+)", src, re.M)
-    assert m and int(m.group(1).replace("_", "")) == grading_evidence.LAB00_N
+    assert m and int(m.group(1).replace("_", "")) == lab00_key.N
 
 
 @pytest.mark.parametrize("q", [q for lab in labs() for q in load_bank(lab).values() if q.derive],
@@ -290,7 +291,7 @@ def test_every_derived_question_can_be_marked_by_the_grader(q):
 
 def test_missing_evidence_is_a_row_not_a_crash(monkeypatch):
     q = question("lab00.q3")
-    monkeypatch.setattr(grading_evidence, "lab00_vector_add", lambda: None)
+    monkeypatch.setattr(lab00_key, "vector_add", lambda: None)
     G.grader_evidence.cache_clear()
     try:
         status, points, feedback = G.judge_question(q, G.Answer(value=5))
