@@ -329,13 +329,13 @@ def test_variants_tables_from_a_synthetic_recorded_set(tmp_path):
     prec = variants.precision_table(ev.values, {"fp32": 51.3, "tf32": 417.0, "bf16": 801.0})
     assert list(prec["top_kind"]) == ["fp32 SIMT GEMM", "tensor-core kernel", "tensor-core kernel"]
     assert len(variants.precision_notes(prec, values=ev.values)) == 2 and variants.FP32_GEMM == "sgemm|ffma"
-    # lab01.q11 is derived from this table: the one-change row with the smallest speedup (pinned, synthetic)
+    # lab01.q6 is derived from this table: the one-change row with the smallest speedup (pinned, synthetic)
     from infralens_lab.quiz import check
 
     small = one[one["kind"] == "one change"].set_index("variant")["speedup"].idxmin()
-    assert check("lab01.q11", small, evidence=one).status == "correct"
+    assert check("lab01.q6", small, evidence=one).status == "correct"
     other = [v for v in ("bubble+prefetch", "bubble+no_sync", "bubble+pinned") if v != small][0]
-    wrong = check("lab01.q11", other, evidence=one)
+    wrong = check("lab01.q6", other, evidence=one)
     assert wrong.status != "correct" and "compare its speedup" in wrong.message
 
 

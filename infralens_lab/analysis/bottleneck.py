@@ -65,7 +65,7 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
         f"{b['period_ms']:.1f} ms step; {b['idle_ms_per_step']:.1f} ms per step sit in idle gaps over 50 µs, "
         f"{100 * top['share']:.0f}% of that idle time while the CPU was in '{top['cause']}' work. Removing all "
         f"idle time could make the step at most {bound:.2f}x faster (Amdahl).",
-        f"The fixed version (three edits at once: batches tokenized ahead by worker processes into pinned memory, "
+        f"The fixed version (three edits at once: batches prepared ahead into pinned memory, "
         f"non-blocking copies, no per-step .item()) takes {f['period_ms']:.1f} ms per step: {r:.2f}x, "
         f"{100 * (r - 1):.0f}% more steps per second, {100 * (r - 1) / (bound - 1):.0f}% of the possible gain, with "
         f"the GPU busy {f['gpu_util_pct']:.0f}% of the time. Which edit bought what is the one-change table's question.",

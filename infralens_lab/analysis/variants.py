@@ -121,16 +121,19 @@ def _spread_pct(timing: dict) -> float:
 NOISE_FLOOR_PCT = 2.0  # below this a change is never called an effect, whatever the recorded spread says
 
 
-def effect_words(speedup: float, spread_pct: float) -> str:
-    """Words sized to a measured speed-up against the run-to-run spread. ``spread_pct`` is the p10-p90 width
-    as a share of the median ((p90 - p10) / median), so the spread around the median is ± half of it (at least
-    :data:`NOISE_FLOOR_PCT`): within it, "no change beyond the run-to-run spread"; else "x% faster" / "x% slower"
-    (the percentage is the claim)."""
-    half = spread_pct / 2 if spread_pct == spread_pct else 0.0  # NaN: no percentiles, the floor alone
-    noise = max(NOISE_FLOOR_PCT, half)
+def effect_words(speedup: float, spread_pct: float, base_spread_pct: float = float("nan")) -> str:
+    """Words sized to a measured speed-up against the run-to-run spread. ``spread_pct`` (this run) and
+    ``base_spread_pct`` (the run it is compared with) are p10-p90 widths as a share of the median
+    ((p90 - p10) / median), so each run spreads ± half of its width around its median. Two runs cannot be told
+    apart while their bands overlap: a change within the sum of the two half-widths (at least
+    :data:`NOISE_FLOOR_PCT`) is "no change beyond the run-to-run spread"; else "x% faster" / "x% slower" (the
+    percentage is the claim)."""
+    halves = [w / 2 for w in (spread_pct, base_spread_pct) if w == w]  # NaN: no percentiles for that run
+    noise = max(NOISE_FLOOR_PCT, sum(halves))
     pct = 100 * (speedup - 1)
     if abs(pct) < noise:
-        return f"no change beyond the run-to-run spread ({pct:+.1f}% against ±{noise:.1f}%)"
+        bands = " and ".join(f"±{h:.1f}%" for h in halves) or f"±{NOISE_FLOOR_PCT:.1f}%"
+        return f"no change beyond the run-to-run spread ({pct:+.1f}% against {bands}: the p10-p90 bands overlap)"
     return f"{pct:.0f}% faster" if pct > 0 else f"{-pct:.0f}% slower"
 
 
@@ -150,7 +153,7 @@ def one_change_notes(table: pd.DataFrame) -> list[str]:
         share = f", {100 * got / bundle:.0f}% of the {bundle:.1f} ms per step the three edits bought together" \
             if bundle > 0 else ""
         out.append(f"{name}, {r['changed']}: {r['period_ms']:.1f} ms per step, "
-                   f"{effect_words(r['speedup'], r['spread_pct'])}{share}; GPU busy {r['gpu_busy_pct']:.0f}%.")
+                   f"{effect_words(r['speedup'], r['spread_pct'], b['spread_pct'])}{share}; GPU busy {r['gpu_busy_pct']:.0f}%.")
     total = sum(gains)
     how = ("more than the bundle: the edits overlap, removing parts of the same idle time" if total > 1.1 * bundle
            else "less than the bundle: an edit pays off only once another is in" if total < 0.9 * bundle
@@ -170,7 +173,8 @@ def precision_table(values: dict, ceilings: dict | None = None,
     (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), the bound of each precision change with both floors
     (:func:`~infralens_lab.analysis.overlap.step_bound` on fixed's period, GPU busy time and CPU time per step, its
     fp32-GEMM share of kernel time run at ``ceiling / fp32 ceiling``): ``bound``, ``gpu_floor_ms``,
-    ``cpu_floor_ms``, ``limited_by``, and ``gpu_only_bound`` (the GPU floor alone, which Amdahl gives)."""
+    ``cpu_floor_ms``, ``limited_by``, and ``gpu_only_bound`` (the GPU floor alone, which Amdahl gives); NaN on the
+    baseline row, which is no change."""
     rows = _rows(values, names)
     base = dict(rows)[names[0]]["trace"]
     out = []
@@ -182,7 +186,7 @@ def precision_table(values: dict, ceilings: dict | None = None,
              "gpu_busy_pct": t["gpu_busy_pct"], "cpu_step_ms": t["cpu_step_ms"],
              "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
              "top_kernel": top["name"], "top_kind": top["kind"], "mean_loss": v.get("mean_loss", math.nan)}
-        if ceilings and prec in ceilings and "fp32" in ceilings:
+        if ceilings and prec in ceilings and "fp32" in ceilings and n != names[0]:
             b = fix_bound(base, base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
             r.update(bound=b.bound, gpu_floor_ms=b.gpu_floor_ms, cpu_floor_ms=b.cpu_floor_ms, limited_by=b.limited_by,
                      gpu_only_bound=b.gpu_only)
@@ -251,6 +255,10 @@ def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0, values: d
                 line += (f". Without the profiler the same steps take {r.step_ms:.1f} ms back to back "
                          f"({r.period_ms / r.step_ms:.2f}x less than traced): the profiler's CPU cost per op stays "
                          "hidden while the GPU sets the pace and shows once the CPU does")
+                plain = first["step_ms"] / r.step_ms
+                if b is not None and b == b and plain > b:
+                    line += (f"; untraced, the speed-up is {plain:.2f}x, past the traced bound, whose CPU floor was "
+                             "measured under the profiler too")
             line += "."
         out.append(line)
     return out
