@@ -257,7 +257,8 @@ def test_grade_notebook_questions_come_from_the_bank(tmp_path):
     nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)  # no check cells at all, no q2/q3 cells
     rows = G.grade_notebook(p, "x.ipynb")
     assert [(r.question, r.status, r.points) for r in rows] == [
-        ("lab00.q1", "correct", 1), ("lab00.q2", "unanswered", 0), ("lab00.q3", "unanswered", 0)]
+        ("lab00.q1", "correct", 1), ("lab00.q2", "unanswered", 0), ("lab00.ex1", "unanswered", 0),
+        ("lab00.q3", "unanswered", 0)]
     assert "no ANSWER_Q2 = ... cell" in rows[1].feedback
 
 
@@ -421,7 +422,7 @@ def test_make_grade_run0_scores_without_executing_anything(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader(scores.open()))
     assert [(r["question"], r["status"]) for r in rows] == [
-        ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.q3", "unanswered")]
+        ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.ex1", "unanswered"), ("lab00.q3", "unanswered")]
     assert not marker.exists()
 
 
