@@ -117,7 +117,7 @@ def test_gap_view_hot_kernels_and_statement():
     lever = step_bound(0.5, 0.46, 0.1, 0.75, 8.0)  # GPU floor 0.46 * (0.25 + 0.75 / 8) = 0.158 ms over the CPU's 0.1
     text = bottleneck.bottleneck_statement(lab01.compare(_traces()), idle_by_cause(_bubble()), hot,
                                            {"sm_pct": 30.0, "memory_pct": 80.0, "dominant_stall": "long_scoreboard",
-                                            "clock_ghz": 1.755}, lever)
+                                            "sm_clock_ghz": 1.755}, lever)
     assert "busy 20% of each 1.0 ms step" in text and "0.8 ms per step sit in idle gaps over 50 µs" in text
     assert "52% of that idle time while the CPU was in 'host' work" in text  # 420 / 800 = 52.5%, printed with .0f
     assert "at most 5.00x faster (Amdahl)" in text  # 100 / 20% busy

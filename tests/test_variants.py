@@ -210,3 +210,24 @@ def test_notes_on_a_synthetic_record():
     # 100 more calls at 4 µs = +0.4 ms; 400 calls 1 µs slower = +0.4 ms; the rest of the 2.5 ms rise: +1.7 ms
     assert ("went from 12.0 to 14.5 ms: 400 launch calls per step against 300 (+0.4 ms at fixed's 4.0 µs a call), "
             "each call 5.0 µs against 4.0 (+0.4 ms), and +1.7 ms of other CPU work") in bf16
+
+
+def test_traces_and_step_times_mark_the_same_work_prefetch(tmp_path, monkeypatch):
+    """The recorder's traces and step_times records say their fixed step tokenized every batch (issue 26.3), the
+    flag analysis.variants.same_work reads; the train-step ncu run records the SM clock (issue 26.9)."""
+    from infralens_lab.workloads.pipeline import make_step
+
+    monkeypatch.setattr(record, "make_step", lambda v: make_step(v, device="cpu", config=TINY, batch=2, workers=1))
+    monkeypatch.setattr(record, "STEP_TIME_STEPS", 12)
+    monkeypatch.setattr(record, "STEP_TIME_BATCHED", 2)
+    w = EvidenceWriter(tmp_path / "rec", "test")
+    rec = record.Recorder(w, log=lambda m: None)
+    rec.step_traces()
+    rec.step_step_times()
+    w.close()
+    st = RecordedStore(tmp_path / "rec")
+    summary, times = st.load("trace_summary").values, st.load("step_times").values
+    assert all(V.same_work(summary[v]) and V.same_work(times[v]) for v in ("bubble", "fixed"))
+    assert not V.same_work({}) and not V.same_work({V.SAME_WORK: "yes"})  # only a recorded True counts
+    assert len(times["fixed"]["per_step_sync_ms"]) == 12
+    assert "sm__cycles_elapsed.avg.per_second" in record.TRAIN_STEP_METRICS

@@ -55,7 +55,7 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
                          counters: dict | None = None, lever=None, lever_name: str = "TF32") -> str:
     """The bottleneck statement, every number taken from the tables passed in: ``cmp`` (rows ``bubble`` and
     ``fixed``), ``causes``, ``hot`` (kernels by GPU time), ``counters`` (the hot kernel's speed of light:
-    ``sm_pct``, ``memory_pct``, optional ``dominant_stall`` and ``clock_ghz``) and ``lever`` (a
+    ``sm_pct``, ``memory_pct``, optional ``dominant_stall`` and ``sm_clock_ghz``) and ``lever`` (a
     :class:`~infralens_lab.analysis.overlap.StepBound` of the next fix, named ``lever_name``)."""
     b = cmp.set_index("version").loc["bubble"]
     f = cmp.set_index("version").loc["fixed"]
@@ -81,8 +81,8 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
                      f"decides (the GPU floor alone would allow {lever.gpu_only:.1f}x).")
     if counters:
         c = counters
-        clock = f" at an SM clock of {c['clock_ghz']:.2f} GHz" if c.get("clock_ghz") == c.get("clock_ghz") \
-            and c.get("clock_ghz") is not None else ""
+        ghz = c.get("sm_clock_ghz")
+        clock = f" at an SM clock of {ghz:.2f} GHz" if ghz is not None and ghz == ghz else ""
         lines.append(f"Why it takes that long: its speed of light ({c['memory_pct']:.0f}% of peak memory throughput, "
                      f"{c['sm_pct']:.0f}% of SM throughput{clock}) reads {sol_verdict(c['sm_pct'], c['memory_pct'])}"
                      + (f"; besides issuing, its sampled warps are most often in '{c['dominant_stall']}' "
