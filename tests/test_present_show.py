@@ -73,6 +73,7 @@ def test_header_units_and_names_kept_on_hover():
     assert header_label("time_us") == "time (µs)"
     assert header_label("dram_tbps") == "dram (TB/s)"
     assert header_label("gpu_util_pct") == "gpu util (%)"
+    assert header_label("sm_clock_ghz") == "sm clock (GHz)"
     assert header_label("MiB") == "MiB" and header_label("weights GB") == "weights GB"
     th = [c for c in cells(table_html(pd.DataFrame({"k": ["a", "b"], "time_us": [1.0, 2.0]}))) if c["tag"] == "th"]
     assert [(c["text"], c["title"]) for c in th] == [("k", "k"), ("time (µs)", "time_us")]

@@ -24,7 +24,7 @@ from typing import Any
 UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
     ("_TFLOPs", "TFLOP/s"), ("_TBps", "TB/s"), ("_tbps", "TB/s"), ("_gbps", "GB/s"), ("_GBps", "GB/s"),
     ("_MiB", "MiB"), ("_GiB", "GiB"), ("_mb", "MB"), ("_MB", "MB"), ("_gb", "GB"), ("_GB", "GB"),
-    ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_pct", "%"),
+    ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_pct", "%"), ("_ghz", "GHz"),
 )
 # Text longer than this in a name-like cell (few spaces: a kernel or op name) is shortened.
 NAME_MAX_CHARS = 48
