@@ -316,8 +316,8 @@ class _StubConfig:
                         **options}
         self.pluginmanager = _StubPluginManager()
 
-    def getoption(self, name):
-        return self.options[name]
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
 
 
 def test_plugin_is_a_no_op_without_grade_mode(monkeypatch):

@@ -298,6 +298,12 @@ def question(qid: str) -> Question:
     return bank[qid]
 
 
+def is_exercise(qid: str) -> bool:
+    """True for an exercise (``lab01.ex1``): the learner computes its answer with code, and the grader reads
+    the value ``check`` recorded (docs/CONTRACTS.md, "quiz: the cell protocol")."""
+    return isinstance(qid, str) and re.match(r"lab\d{2}\.ex\d", qid) is not None
+
+
 def answer_variable(qid: str) -> str:
     """The notebook variable graded for ``qid``: ``'lab01.q3'`` -> ``'ANSWER_Q3'``."""
     return "ANSWER_" + qid.split(".", 1)[1].upper()
