@@ -265,9 +265,10 @@ def parse_record(data: Any, qid: str) -> tuple[bool, Any, str]:
         return True, None, ""
     if isinstance(v, str):
         return (True, v, "") if len(v) <= MAX_TEXT else (False, None, f"the recorded string is over {MAX_TEXT} characters")
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and _bits(v) <= MAX_BITS:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and _bits(v) <= MAX_BITS and math.isfinite(v):
         return True, float(v), ""
-    return False, None, f"the recorded value is a {type(v).__name__}, expected a number, a string or null"
+    kind = "an object" if isinstance(v, dict) else "a list" if isinstance(v, list) else f"a {type(v).__name__}"
+    return False, None, f"the recorded value is {kind}, expected a finite number, a string or null"
 
 
 def recorded_values(outputs_by_cell: dict[int, list], cell: int | None, qid: str) -> tuple[str, Any, str]:

@@ -100,11 +100,13 @@ def pytest_configure(config):
                          (report_path(config), "--infralens-report")):
         if path:
             check_writable(path, option)
+    from .bank import BankError, banks_dirs
     from .manifest import ManifestError, verify
 
     try:
         verify()
-    except ManifestError as exc:
+        banks_dirs()
+    except (ManifestError, BankError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(GradeSession(config), "infralens-grade-session")
 
@@ -249,6 +251,12 @@ class GradeSession:
         self.saved_env = {k: os.environ.get(k) for k in (GRADE_ENV, SCORE_ENV)}
         os.environ[GRADE_ENV] = "1"       # checks in the kernels print and fail cells, as learners see them
         os.environ.pop(SCORE_ENV, None)   # and the kernels get no score file: only this process writes one
+        from .bank import BANKS_ENV, banks_dirs
+
+        self.saved_env[BANKS_ENV] = os.environ.get(BANKS_ENV)
+        extra = [str(d.resolve()) for d in banks_dirs()[:-1]]   # kernels run elsewhere: absolute paths
+        if extra:
+            os.environ[BANKS_ENV] = os.pathsep.join(extra)
         self.run = bool(config.getoption("infralens_run", False))
         self.timeout = float(config.getoption("infralens_timeout", DEFAULT_TIMEOUT_S))
         if self.run and not self.timeout > 0:
