@@ -18,11 +18,14 @@ Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
 
 import pytest
+
+from .scores import summary_lines, write_csv  # noqa: F401 - the plugin's summary and CSV (tests use these names)
 
 GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
@@ -350,7 +353,7 @@ class GradeSession:
                 return
         if not self.rows:
             return
-        from .scores import flag_duplicates, write_csv, write_junit
+        from .scores import flag_duplicates, write_junit
 
         seen = {r["notebook"] for r in self.rows}
         files = [f for f in self.files if f.name_ in seen]
@@ -358,9 +361,16 @@ class GradeSession:
         from .report import write_report
 
         students = {f.name_: student_of(self.config, f.path) for f in files}
+        submitted = {}
+        for f in files:
+            if f.readable and f.lab and f.lab not in submitted:
+                try:
+                    submitted[f.lab] = json.loads(f.data)
+                except ValueError:
+                    pass
         outputs = ((self.config.getoption("infralens_score_csv"), write_csv, "score rows"),
                    (self.config.getoption("infralens_score_junit"), write_junit, "score JUnit XML"),
-                   (report_path(self.config), lambda rows, p: write_report(rows, p, students), "class report"))
+                   (report_path(self.config), lambda rows, p: write_report(rows, p, students, submitted), "class report"))
         for path, write, what in outputs:
             if path:
                 try:
@@ -371,8 +381,6 @@ class GradeSession:
                     session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def pytest_terminal_summary(self, terminalreporter):
-        from .scores import summary_lines
-
         tr = terminalreporter
         tr.write_sep("=", "InfraLens grade summary")
         for line in [*summary_lines(self.rows), *self.messages]:
@@ -396,17 +404,3 @@ def student_of(config, path: Path) -> str:
             continue
         return rel.parts[0] if len(rel.parts) > 1 else Path(path).stem
     return Path(path).stem
-
-
-def summary_lines(rows: list[dict]) -> list[str]:
-    """The printed summary (see :func:`.scores.summary_lines`)."""
-    from .scores import summary_lines as lines
-
-    return lines(rows)
-
-
-def write_csv(rows: list[dict], path) -> None:
-    from .scores import write_csv as write
-
-    write(rows, path)
-

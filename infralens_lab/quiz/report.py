@@ -45,12 +45,12 @@ h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;margin:1.4em 0 .4em;border-b
 h3{font-size:1.05em;margin:1em 0 .3em}p.note{color:#57606a;margin:.3em 0}
 .scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;width:100%;font-size:.92em}
 th,td{border-bottom:1px solid #d8dee4;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f6f8fa;white-space:nowrap}td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+th{background:#f6f8fa}td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .flag{display:inline-block;background:#fff1e5;border:1px solid #d4a373;border-radius:10px;padding:0 7px;
 margin:1px 2px;font-size:.85em;white-space:nowrap}.ok{color:#57606a}
 .bar{display:inline-block;height:.7em;background:#2da44e;vertical-align:middle;margin-right:6px}
 .bar.bg{background:#d8dee4}.wrong code{background:#ffebe9;border-radius:4px;padding:0 4px}
-svg{max-width:100%;height:auto}dl{margin:.3em 0}dt{font-weight:600}dd{margin:0 0 .4em 1.2em}
+svg{max-width:100%;height:auto}.nb small{color:#57606a;overflow-wrap:anywhere}td{overflow-wrap:anywhere}td.q{white-space:nowrap;overflow-wrap:normal}dl{margin:.3em 0}dt{font-weight:600}dd{margin:0 0 .4em 1.2em}
 """
 
 
@@ -110,8 +110,7 @@ def _flags(text: str) -> list[str]:
     return [f for f in (text or "").split("; ") if f]
 
 
-def _question_table(lab: str, rows: list[dict]) -> str:
-    sections = lab_sections(lab)
+def _question_table(lab: str, rows: list[dict], sections: dict[str, str]) -> str:
     try:
         bank = load_bank(lab)
     except BankError:
@@ -121,7 +120,7 @@ def _question_table(lab: str, rows: list[dict]) -> str:
         if r["question"]:
             by_q[r["question"]].append(r)
     out = ['<div class="scroll"><table><thead><tr><th>question</th><th>lab section</th><th>right</th>'
-           '<th>most common wrong answers</th><th>unanswered</th><th>code, not a value</th></tr></thead><tbody>']
+           '<th>most common wrong answers</th><th>unanswered</th><th>set by code</th></tr></thead><tbody>']
     for qid in [q for q in bank if q in by_q] + [q for q in by_q if q not in bank]:
         qs = by_q[qid]
         right = sum(r["status"] == "correct" for r in qs)
@@ -131,7 +130,7 @@ def _question_table(lab: str, rows: list[dict]) -> str:
             '<span class="ok">none</span>'
         prompt = bank[qid].prompt if qid in bank else ""
         out.append(
-            f'<tr><td title="{_e(prompt)}"><b>{_e(qid)}</b></td><td>{_e(sections.get(qid, "?"))}</td>'
+            f'<tr><td title="{_e(prompt)}" class="q"><b>{_e(qid)}</b></td><td>{_e(sections.get(qid, "?"))}</td>'
             f'<td class="num"><span class="bar" style="width:{60 * share:.0f}px"></span>'
             f'<span class="bar bg" style="width:{60 * (1 - share):.0f}px"></span>{right}/{len(qs)} '
             f'({100 * share:.0f}%)</td><td class="wrong">{shown}</td>'
@@ -142,28 +141,34 @@ def _question_table(lab: str, rows: list[dict]) -> str:
 
 
 def _student_table(rows: list[dict], students: dict[str, str]) -> str:
-    by_nb: dict[str, list[dict]] = defaultdict(list)
+    """One row per student: total over their notebooks, every flag, then each notebook's lab and points."""
+    by_student: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        by_nb[r["notebook"]].append(r)
-    order = sorted(by_nb, key=lambda nb: (students.get(nb, nb).lower(), nb))
-    out = ['<div class="scroll"><table><thead><tr><th>student</th><th>notebook</th><th>lab</th><th>points</th>'
-           '<th>flags</th></tr></thead><tbody>']
-    for nb in order:
-        rs = by_nb[nb]
+        by_student[students.get(r["notebook"], Path(r["notebook"]).stem)][r["notebook"]].append(r)
+    out = ['<div class="scroll"><table><thead><tr><th>student</th><th>total</th><th>flags</th><th>notebooks</th>'
+           "</tr></thead><tbody>"]
+    for who in sorted(by_student, key=str.lower):
+        nbs = by_student[who]
+        rs = [r for v in nbs.values() for r in v]
         flags = list(dict.fromkeys(f for r in rs for f in _flags(r.get("flags", ""))))
         badges = "".join(f'<span class="flag" title="{_e(FLAG_MEANING.get(f, ""))}">{_e(f)}</span>' for f in flags) \
             or '<span class="ok">none</span>'
-        labs = ", ".join(dict.fromkeys(r["lab"] for r in rs if r["lab"])) or "?"
-        out.append(f'<tr><td>{_e(students.get(nb, Path(nb).stem))}</td><td>{_e(nb)}</td><td>{_e(labs)}</td>'
-                   f'<td class="num">{_p(sum(r["points"] for r in rs))}/{_p(sum(r["max_points"] for r in rs))}</td>'
-                   f"<td>{badges}</td></tr>")
+        items = "".join(
+            f'<div class="nb">{_e(", ".join(dict.fromkeys(r["lab"] for r in v if r["lab"])) or "?")}: '
+            f'{_p(sum(r["points"] for r in v))}/{_p(sum(r["max_points"] for r in v))} <small>{_e(nb)}</small></div>'
+            for nb, v in nbs.items())
+        out.append(f'<tr><td>{_e(who)}</td><td class="num">{_p(sum(r["points"] for r in rs))}/'
+                   f'{_p(sum(r["max_points"] for r in rs))}</td><td>{badges}</td><td>{items}</td></tr>')
     out.append("</tbody></table></div>")
     return "".join(out)
 
 
-def render(rows: list[dict], students: dict[str, str] | None = None) -> str:
-    """The report's HTML (a whole page) for ``rows`` (dicts with scores.csv's columns)."""
-    students = students or {}
+def render(rows: list[dict], students: dict[str, str] | None = None,
+           submitted: dict[str, dict] | None = None) -> str:
+    """The report's HTML (a whole page) for ``rows`` (dicts with scores.csv's columns). ``students`` maps a
+    notebook to who handed it in; ``submitted`` maps a lab to one submitted notebook (a dict), whose headings
+    name the sections of questions the committed lab does not have (an exercise added by the instructor)."""
+    students, submitted = students or {}, submitted or {}
     labs = list(dict.fromkeys(r["lab"] for r in rows if r["lab"]))
     n_nb = len({r["notebook"] for r in rows})
     body = [f"<h1>InfraLens Lab: class report</h1><p class=\"note\">{n_nb} notebook(s), "
@@ -182,7 +187,8 @@ def render(rows: list[dict], students: dict[str, str] | None = None) -> str:
                  histogram_svg([t[0] for t in totals.values()], max_points, f"{lab}: notebooks per total"),
                  "<h3>Questions</h3>", '<p class="note">Right: the share of notebooks that earned the points. '
                  "The most common wrong answers are the misconceptions to teach again.</p>",
-                 _question_table(lab, lab_rows)]
+                 _question_table(lab, lab_rows, {**question_sections(submitted.get(lab, {})),
+                                                 **lab_sections(lab)})]
     used = list(dict.fromkeys(f for r in rows for f in _flags(r.get("flags", ""))))
     if used:
         body.append("<h2>Flags</h2><dl>" + "".join(f"<dt>{_e(f)}</dt><dd>{_e(FLAG_MEANING.get(f, ''))}</dd>"
@@ -193,6 +199,7 @@ def render(rows: list[dict], students: dict[str, str] | None = None) -> str:
             + "".join(body) + "</main></body></html>\n")
 
 
-def write_report(rows: list[dict], path: str | Path, students: dict[str, str] | None = None) -> None:
+def write_report(rows: list[dict], path: str | Path, students: dict[str, str] | None = None,
+                 submitted: dict[str, dict] | None = None) -> None:
     """Write :func:`render` to ``path``, atomically."""
-    atomic_write(path, render(rows, students).encode("utf-8"))
+    atomic_write(path, render(rows, students, submitted).encode("utf-8"))
