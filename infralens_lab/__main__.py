@@ -15,7 +15,7 @@ COMMANDS = {
     "bench": ("infralens_lab.bench", "benchmark copies and attention against torch (GPU)"),
     "record": ("infralens_lab.record", "record the evidence the labs show, with provenance (GPU)"),
     "site": ("infralens_lab.site", "build the offline HTML edition from the committed notebooks"),
-    "gates": ("infralens_lab.analysis.gates", "regression gates: counts (any machine), time ratios (GPU)"),
+    "gates": ("infralens_lab.gates_cli", "regression gates: counts (any machine), time ratios (GPU)"),
     "target": ("infralens_lab.measure.target", "run one kernel workload (what ncu/nsys profile)"),
 }
 

@@ -34,6 +34,7 @@ import sys
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
+from .units import dtype_bytes
 from .kernels.reference import naive_torch
 
 COPY_BYTES = 1 << 30
@@ -234,7 +235,7 @@ def naive_floor(shape, dtype_name: str, causal: bool, copy_rows: list[dict]) -> 
     copy = _find(copy_rows, variant="torch_copy_", dtype=dtype_name)
     if copy is None:
         return None
-    e = {"float16": 2, "bfloat16": 2, "float32": 4}[dtype_name]
+    e = dtype_bytes(dtype_name)
     nbytes = sum(t.bytes for t in attention_naive_traffic(*shape, e, causal=causal))
     ms = nbytes / (copy["useful_tbps"] * 1e12) * 1e3
     return {"ms": ms, "bytes": nbytes,
@@ -287,6 +288,7 @@ def format_table(result: dict) -> str:
         if r["variant"] in ("tiled", "tiled_fast") and cfg:
             note += f"; BM{cfg['block_m']} BN{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
             note += f" maxnreg {cfg['maxnreg']}" if cfg.get("maxnreg") else ""
+            note += " ws" if cfg.get("ws") else ""  # warp-specialized K/V loop (attention_fast.Cand.ws)
         lines.append(("attn", case, r["variant"], f"{r['median_ms']:.3f}", f"{r['tflops']:.1f} TFLOP/s", note))
     for r in result.get("skipped", []):
         case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")

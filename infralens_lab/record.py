@@ -41,12 +41,14 @@ from . import device
 from .evidence import EvidenceError, EvidenceWriter
 from .kernels.copies import STRIDES
 from .measure import ceilings
-from .measure import ncu as N
+from .measure import ncu as NR
+from .parse import ncu as N
 from .measure.ceilings import MATMUL_SIZES
-from .measure.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
+from .parse.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .measure.target import LAUNCHES, REGEX, launch_window
 from .measure.timing import time_steps
-from .measure.torch_trace import profile, trim
+from .measure.torch_trace import profile
+from .parse.trace import trim
 from .workloads.pipeline import VARIANTS, make_step, make_variant
 from .analysis.variants import RECORD as VARIANTS_RECORD, trace_digest
 
@@ -228,9 +230,9 @@ class Recorder:
             for _ in range(3):
                 try:
                     t0 = time.perf_counter()
-                    text = N.run_ncu(target, metrics=metrics, timeout=240, **a)
+                    text = NR.run_ncu(target, metrics=metrics, timeout=240, **a)
                     self.log(f"[record]   {filename} {label}: {time.perf_counter() - t0:.1f} s (nvtx={a['nvtx']})")
-                    return text, N.command_line(target, metrics=metrics, **a)
+                    return text, NR.command_line(target, metrics=metrics, **a)
                 except N.NcuMetricError as exc:
                     self.log(f"[record]   {label}: dropping unknown metrics {exc.metrics}")
                     if not exc.metrics:
@@ -281,9 +283,9 @@ class Recorder:
 
             def capture(a, target=target, label=run.label()):
                 t0 = time.perf_counter()
-                out = N.run_ncu_source(target, timeout=240, **a)
+                out = NR.run_ncu_source(target, timeout=240, **a)
                 self.log(f"[record]   ncu_copies_source {label}: {time.perf_counter() - t0:.1f} s")
-                return out, {page: N.source_command_line(target, page=page, **a) for page in ("source", "raw", "instances")}
+                return out, {page: NR.source_command_line(target, page=page, **a) for page in ("source", "raw", "instances")}
 
             try:
                 out, cmds = self._in_first_window(run.kind, None, run.label(), capture)

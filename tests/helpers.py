@@ -4,8 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
-from infralens_lab.measure import ncu as N
-
+from infralens_lab.parse import ncu as N
 ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
               "Grid Size", "Device", "CC"]
 
@@ -13,7 +12,7 @@ ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "C
 def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", missing=0,
               units: dict | None = None, chatter: bool = True) -> str:
     """One recorded block as ncu ``--csv --page raw`` prints it, after the recorder's config and command
-    lines (:func:`infralens_lab.measure.ncu.config_block`): ``==PROF==`` chatter, the header (id columns,
+    lines (:func:`infralens_lab.parse.ncu.config_block`): ``==PROF==`` chatter, the header (id columns,
     then the metrics sorted), the units row (``ns`` for times unless ``units`` says otherwise) and one
     row per ``(kernel, {metric: value})`` launch, values written with ``fmt`` (thousands separators,
     as ncu does), a metric a launch lacks as ``missing``."""

@@ -10,8 +10,7 @@ from __future__ import annotations
 import csv
 import io
 
-from infralens_lab.measure import ncu as N
-
+from infralens_lab.parse import ncu as N
 LABELS = ["barrier", "branch_resolving", "dispatch", "drain", "imc", "lg", "long_sb", "math", "membar", "mio",
           "misc", "no_inst", "not_selected", "selected", "short_sb", "sleep", "tex", "wait"]
 HEADER = (["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",

@@ -114,6 +114,49 @@ def test_fast_steeply_growing_scores(causal):
     _check("tiled_fast", q, k, v, causal, config=(32, BN, 4, 1))
 
 
+# The warp-specialized switch (Cand.ws): on-device per-head descriptors and one K/V loop with the masks on
+# every tile. The interpreter checks descriptors, masks and clipped stores (it runs the loop as written);
+# a GPU also checks what the compiler's producer/consumer split computes.
+WS_CONFIG = (256, 64, 4, 2, None, True) if is_gpu() else (256, 16, 4, 1, None, True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(1, 2, 300, 32), (2, 1, 512, 64), (1, 1, 1, 16)])
+def test_fast_ws_config(shape, causal):
+    # N = 300: ragged query block and ragged keys; N = 512: both even (the unmasked loop); N = 1.
+    _check("tiled_fast", *_qkv(shape, torch.float16), causal, config=WS_CONFIG)
+
+
+def test_fast_ws_config_second_dtype():
+    _check("tiled_fast", *_qkv((1, 2, 200, 64), DTYPES[1]), True, config=WS_CONFIG)
+
+
+@pytest.mark.skipif(not is_gpu(), reason="what the compiler makes of warp specialization needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("n_ctx", [777, 1024])
+def test_fast_ws_config_gpu(n_ctx, head_dim, dtype):
+    for causal in (False, True):
+        _check("tiled_fast", *_qkv((2, 3, n_ctx, head_dim), dtype), causal, config=WS_CONFIG)
+
+
+@pytest.mark.parametrize("config, why", [((128, 64, 4, 2, None, True), "BLOCK_M = 128"),
+                                         ((256, 64, 8, 2, None, True), "num_warps = 8")])
+def test_fast_refuses_ws_config_that_cannot_split(config, why):
+    q, k, v = _good()
+    with pytest.raises(ValueError, match=f"warp specialization with .*{why}.*expected 4 and 256"):
+        attention.attention_tiled_fast(q, k, v, config=config)
+
+
+def test_fast_config_round_trip():
+    # Cand -> triton.Config -> Cand keeps every field, the switch included; names tell ws configs apart.
+    for c in [attention_fast.Cand(128, 64, 4, 2), attention_fast.Cand(128, 64, 8, 2, 128),
+              attention_fast.Cand(256, 64, 4, 3, None, True)]:
+        assert attention_fast._cand_of(attention_fast._config(c)) == c
+    assert attention_fast._name(attention_fast.Cand(256, 64, 4, 3, None, True)) == "BM256-BN64-w4-s3-ws"
+    assert attention_fast.Cand(128, 64, 4, 2).ws is False
+
+
 @pytest.mark.skipif(not is_gpu(), reason="the tuned configs are GPU configs")
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("group", ["small_d", "d128"])

@@ -77,7 +77,12 @@ def test_format_table_is_one_table():
     assert len(lines) == 3 + 3 + 5 + 1 + len(_synthetic()["ratios"])
     assert any("copy_strided s=8" in ln and "0.88 TB/s" in ln and "(model 0.22x)" in ln and "WRONG OUTPUT" in ln
                for ln in lines)
-    assert any("tiled_fast" in ln and "380.0 TFLOP/s" in ln and "BM128 BN64 w4 s3 maxnreg 128" in ln for ln in lines)
+    assert any("tiled_fast" in ln and "380.0 TFLOP/s" in ln and ln.endswith("BM128 BN64 w4 s3 maxnreg 128")
+               for ln in (x.rstrip() for x in lines))
+    ws = _synthetic()
+    ws["attention"][3]["config"] = {"block_m": 256, "block_n": 64, "num_warps": 4, "num_stages": 2, "maxnreg": None,
+                                    "ws": True}
+    assert any(ln.rstrip().endswith("BM256 BN64 w4 s2 ws") for ln in bench.format_table(ws).splitlines())
     assert any("skipped" in ln and "needs 24.0 GiB" in ln for ln in lines)
     assert any(ln.startswith("ratio") and "0.99x" in ln and "target >= 0.97: met" in ln for ln in lines)
 

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from infralens_lab.analysis import distributed as A
-from infralens_lab.measure.torch_trace import Trace
+from infralens_lab.parse.trace import Trace
 
 MAIN, GLOO = 1, 2
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.analysis import distributed as A
-from infralens_lab.measure.torch_trace import load_trace
+from infralens_lab.parse.trace import load_trace
 
 RUN = json.loads((Path(__file__).parent / "data" / "ddp_gloo_run.json").read_text())
 # read off the file once: DDP's rebuilt buckets per config, all-reduces per profiled step

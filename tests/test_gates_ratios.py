@@ -7,6 +7,7 @@ import pytest
 
 from infralens_lab import evidence
 from infralens_lab.analysis import gates as A
+from infralens_lab import gates_cli
 from infralens_lab.measure import gates as G
 from infralens_lab.measure.timing import percentile
 
@@ -80,7 +81,7 @@ def test_a_set_without_gates_gpu_falls_back_to_the_bench():
 
 
 def test_suggest_command_prints_one_line_per_gate(capsys):
-    assert A.main(["--suggest"]) == 0
+    assert gates_cli.main(["--suggest"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     rules = G.load_thresholds()["ratios"]
     assert len(out) == len(rules)
@@ -96,7 +97,7 @@ def test_count_gates_are_refused_in_gpu_mode(monkeypatch, capsys):
 
     monkeypatch.setattr(device, "is_gpu", lambda: True)
     monkeypatch.setattr(device, "numpy_interpreter_problem", lambda: None)  # the lent GPU's own numpy is 2.5
-    assert A.main(["--counts"]) == 2
+    assert gates_cli.main(["--counts"]) == 2
     err = capsys.readouterr().err
     assert "measured in interpreter mode" in err and "INFRALENS_MODE=interpreter" in err
 
@@ -110,5 +111,5 @@ def test_numpy_too_new_for_the_interpreter_is_explained(monkeypatch, capsys):
     msg = device.numpy_interpreter_problem("2.4.0")
     assert "numpy 2.4.0 is installed, expected numpy < 2.4" in msg and "make install" in msg
     monkeypatch.setattr(device, "numpy_interpreter_problem", lambda: msg)
-    assert A.main(["--counts"]) == 2
+    assert gates_cli.main(["--counts"]) == 2
     assert "numpy 2.4.0 is installed" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 
 from infralens_lab import evidence
 from infralens_lab.measure.top_ops import innermost_ops, kernel_families, kernel_family
-from infralens_lab.measure.torch_trace import Trace, load_trace
+from infralens_lab.parse.trace import Trace, load_trace
 
 T0 = 1_000_000.0
 

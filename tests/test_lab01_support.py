@@ -10,7 +10,7 @@ import pytest
 from infralens_lab import evidence
 from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab01
-from infralens_lab.measure.torch_trace import Trace
+from infralens_lab.parse.trace import Trace
 from infralens_lab.quiz.derive import derive
 
 
@@ -92,6 +92,7 @@ def test_hot_kernels_keep_the_whole_name_for_the_table_to_shorten():
     # table's hover showing the cut name; the presenter shortens for display and keeps the whole.
     name = "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)"
     ev = [_x("user_annotation", "ProfilerStep#1", 0, 500),
+          _x("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),  # launched inside the profiled step
           _x("kernel", name, 20, 460, pid=0, tid=7, correlation=1, stream=7)]
     hot = lab01.hot_kernels(Trace({"traceEvents": ev}))
     assert hot["kernel"].tolist() == [name] and len(name) > 70

@@ -15,7 +15,7 @@ from infralens_lab.analysis import counters as C
 from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab02
 from infralens_lab.kernels.check import matches
-from infralens_lab.measure.ncu import parse_raw_csv
+from infralens_lab.parse.ncu import parse_raw_csv
 
 T = 1e12
 CEIL = Ceilings(gpu="NVIDIA H100 80GB HBM3", copy_bw=3.0 * T, fp32=50 * T, tf32=350 * T, fp16=600 * T, bf16=600 * T)

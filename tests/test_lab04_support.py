@@ -13,7 +13,7 @@ from infralens_lab import evidence
 from infralens_lab.analysis import traffic
 from infralens_lab.analysis import roofline as rl
 from infralens_lab.labs_support import lab04
-from infralens_lab.measure import ncu as N
+from infralens_lab.parse import ncu as N
 from infralens_lab.present import stalls as S
 from infralens_lab.present import tables as T
 

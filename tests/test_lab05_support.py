@@ -7,7 +7,7 @@ import pytest
 from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05
 from infralens_lab.measure import overlap as M
-from infralens_lab.measure.torch_trace import Trace
+from infralens_lab.parse.trace import Trace
 from infralens_lab.workloads.overlap import NeedsGpu
 
 

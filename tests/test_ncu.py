@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.measure import ncu as N
+from infralens_lab.parse import ncu as N
+
+from infralens_lab.measure import ncu as NR
 from infralens_lab.measure import nsys, target
 
 DATA = Path(__file__).parent / "data"
@@ -177,7 +179,7 @@ def test_runner_returns_csv_text(tmp_path, monkeypatch):
     csv_file = tmp_path / "out.csv"
     csv_file.write_text(SYNTHETIC)
     fake_ncu(tmp_path, monkeypatch, f'cat "{csv_file}"')
-    text = N.run_ncu(*ARGS, metrics=N.TIME)
+    text = NR.run_ncu(*ARGS, metrics=N.TIME)
     assert len(N.parse_raw_csv(text)) == 20
 
 
@@ -194,7 +196,7 @@ def test_runner_returns_csv_text(tmp_path, monkeypatch):
 def test_runner_errors_are_explained(tmp_path, monkeypatch, body, error, needle):
     fake_ncu(tmp_path, monkeypatch, body)
     with pytest.raises(error) as e:
-        N.run_ncu(*ARGS, metrics=N.TIME)
+        NR.run_ncu(*ARGS, metrics=N.TIME)
     assert needle in e.value.fix
     assert "Traceback" not in str(e.value)
     if error is N.NcuMetricError:
@@ -204,28 +206,28 @@ def test_runner_errors_are_explained(tmp_path, monkeypatch, body, error, needle)
 def test_runner_timeout(tmp_path, monkeypatch):
     fake_ncu(tmp_path, monkeypatch, "sleep 5")
     with pytest.raises(N.NcuTimeout, match="within 1 s"):
-        N.run_ncu(*ARGS, metrics=N.TIME, timeout=1)
+        NR.run_ncu(*ARGS, metrics=N.TIME, timeout=1)
 
 
 def test_runner_without_ncu(tmp_path, monkeypatch):
     monkeypatch.delenv("INFRALENS_NCU", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(N.NcuNotFound) as e:
-        N.run_ncu(*ARGS, metrics=N.TIME)
+        NR.run_ncu(*ARGS, metrics=N.TIME)
     assert "PATH" in e.value.fix and "INFRALENS_NCU" in e.value.fix
     monkeypatch.setenv("INFRALENS_NCU", str(tmp_path / "nope"))
     with pytest.raises(N.NcuNotFound):
-        N.run_ncu(*ARGS, metrics=N.TIME)
+        NR.run_ncu(*ARGS, metrics=N.TIME)
 
 
 def test_command_line_is_exact():
-    cmd = N.ncu_command(["--kernel", "copy_strided", "--stride", "8"], "copy_strided", metrics=N.DRAM,
+    cmd = NR.ncu_command(["--kernel", "copy_strided", "--stride", "8"], "copy_strided", metrics=N.DRAM,
                         launch_skip=2, launch_count=3, python="python3")
     assert cmd == ["ncu", "--csv", "--page", "raw", "--clock-control", "none", "--kernel-name", "regex:copy_strided",
                    "--nvtx", "--nvtx-include", "infralens/", "--launch-skip", "2", "--launch-count", "3",
                    "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum",
                    "python3", "-m", "infralens_lab", "target", "--kernel", "copy_strided", "--stride", "8"]
-    line = N.command_line(["--kernel", "naive"], "naive_", sections=["SpeedOfLight"], nvtx=False, launch_count=None)
+    line = NR.command_line(["--kernel", "naive"], "naive_", sections=["SpeedOfLight"], nvtx=False, launch_count=None)
     assert "--section SpeedOfLight" in line and "--nvtx" not in line and "--launch-count" not in line
 
 
@@ -239,7 +241,7 @@ def test_command_rejects_bad_arguments(kwargs, exc, match):
     args = dict(metrics=N.TIME)
     args.update(kwargs)
     with pytest.raises(exc, match=match):
-        N.ncu_command(["--kernel", "copy"], **args)
+        NR.ncu_command(["--kernel", "copy"], **args)
 
 
 # ---------------------------------------------------------------- nsys
@@ -288,7 +290,7 @@ def test_target_rejects_bad_counts(capsys):
 
 
 def test_short_name_regex_strips_templates_and_namespaces():
-    from infralens_lab.measure.ncu import short_name_regex
+    from infralens_lab.parse.ncu import short_name_regex
 
     assert short_name_regex("void at::native::vectorized_elementwise_kernel<4, at::native::F>(int, F)") \
         == "vectorized_elementwise_kernel"

@@ -11,17 +11,17 @@ import source_fixture as F
 
 from infralens_lab import record
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
-from infralens_lab.measure import ncu as N
-
+from infralens_lab.parse import ncu as N
+from infralens_lab.measure import ncu as NR
 TARGET = ["--kernel", "copy_strided", "--stride", "8", "--n", "1024", "--dtype", "fp32"]
 
 
 # ------------------------------------------------------------------ command lines
 def test_source_commands_profile_into_a_report_and_export_two_pages():
-    profile, source, raw, inst = N.source_commands(TARGET, "copy_strided", "/tmp/x/rep.ncu-rep", ncu="ncu",
+    profile, source, raw, inst = NR.source_commands(TARGET, "copy_strided", "/tmp/x/rep.ncu-rep", ncu="ncu",
                                                    python="py")
     assert "--csv" not in profile and "--page" not in profile  # pages are chosen at export
-    for s in N.SOURCE_SECTIONS:
+    for s in NR.SOURCE_SECTIONS:
         assert profile[profile.index(s) - 1] == "--section"
     assert profile[profile.index("--export") + 1] == "/tmp/x/rep"  # ncu adds .ncu-rep itself
     assert profile[profile.index("--clock-control") + 1] == "none" and "--force-overwrite" in profile
@@ -31,19 +31,19 @@ def test_source_commands_profile_into_a_report_and_export_two_pages():
     assert source == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "source", "--print-source", "sass"]
     assert raw == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "raw"]
     assert inst == raw + ["--print-metric-instances", "details"]
-    counted = N.source_commands(TARGET, "copy_strided", "r", launch_skip=1, nvtx=False, ncu="ncu", python="py")[0]
+    counted = NR.source_commands(TARGET, "copy_strided", "r", launch_skip=1, nvtx=False, ncu="ncu", python="py")[0]
     assert "--nvtx" not in counted and counted[counted.index("--launch-skip") + 1] == "1"
-    line = N.source_command_line(TARGET, page="raw", kernel_regex="copy_strided")
+    line = NR.source_command_line(TARGET, page="raw", kernel_regex="copy_strided")
     assert " ; " in line and line.endswith("--page raw") and "--export REPORT" in line
     with pytest.raises(ValueError, match="expected 'source', 'raw' or 'instances'"):
-        N.source_command_line(TARGET, page="details", kernel_regex="copy_strided")
+        NR.source_command_line(TARGET, page="details", kernel_regex="copy_strided")
 
 
 def test_source_commands_reject_bad_filters():
     with pytest.raises(ValueError, match="kernel_regex"):
-        N.source_commands(TARGET, "", "r")
+        NR.source_commands(TARGET, "", "r")
     with pytest.raises(ValueError, match="launch_count"):
-        N.source_commands(TARGET, "copy", "r", launch_count=0)
+        NR.source_commands(TARGET, "copy", "r", launch_count=0)
 
 
 # ------------------------------------------------------------------ running (a fake ncu on PATH)
@@ -77,7 +77,7 @@ def _fake_ncu(tmp_path, monkeypatch, source_text: str):
 
 def test_run_ncu_source_returns_both_pages_and_deletes_the_report(tmp_path, monkeypatch):
     d = _fake_ncu(tmp_path, monkeypatch, F.page("copy_strided", F.STRIDED))
-    out = N.run_ncu_source(TARGET, "copy_strided", timeout=30)
+    out = NR.run_ncu_source(TARGET, "copy_strided", timeout=30)
     assert set(out) == {"source", "raw", "instances"}
     census = N.opcode_census(N.parse_raw_csv(out["instances"]))
     assert census[["opcode", "executed"]].values.tolist() == [["IMAD", 2000.0], ["LDG", 1000.0]]
@@ -90,10 +90,10 @@ def test_run_ncu_source_returns_both_pages_and_deletes_the_report(tmp_path, monk
 def test_run_ncu_source_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("INFRALENS_NCU", str(tmp_path / "no-such-ncu"))
     with pytest.raises(N.NcuNotFound, match="not on PATH"):
-        N.run_ncu_source(TARGET, "copy_strided")
+        NR.run_ncu_source(TARGET, "copy_strided")
     _fake_ncu(tmp_path, monkeypatch, "not a csv\n")
     with pytest.raises(N.NcuCsvError, match="Source page header"):
-        N.run_ncu_source(TARGET, "copy_strided", timeout=30)
+        NR.run_ncu_source(TARGET, "copy_strided", timeout=30)
 
 
 # ------------------------------------------------------------------ parsing (SYNTHETIC text)
@@ -166,7 +166,7 @@ class _Fake:
 def test_recorder_step_writes_both_files_and_falls_back_without_nvtx(tmp_path, monkeypatch):
     fake = _Fake({("copy_strided8", True): N.NcuNoKernels("none in range"),
                   ("copy_strided32", True): N.NcuFailed("ncu exited 1")})
-    monkeypatch.setattr(N, "run_ncu_source", fake)
+    monkeypatch.setattr(NR, "run_ncu_source", fake)
     w = EvidenceWriter(tmp_path / "rec", "test")
     rec = record.Recorder(w, log=lambda m: None)
     assert "ncu_copies_source" in record.STEPS
@@ -188,7 +188,7 @@ def test_recorder_step_writes_both_files_and_falls_back_without_nvtx(tmp_path, m
 
 
 def test_recorder_step_fails_soft_when_every_capture_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(N, "run_ncu_source", _Fake({(k, v): N.NcuNotFound("no ncu") for k in
+    monkeypatch.setattr(NR, "run_ncu_source", _Fake({(k, v): N.NcuNotFound("no ncu") for k in
                                                    ("copy", "copy_strided8", "copy_strided32") for v in (True, False)}))
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
     rec.run("ncu_copies_source")

@@ -7,7 +7,7 @@ import torch
 
 from infralens_lab.analysis import overlap as A
 from infralens_lab.device import is_gpu
-from infralens_lab.measure.torch_trace import Trace
+from infralens_lab.parse.trace import Trace
 
 
 def X(name, cat, ts, dur, tid=1, pid=1, **args):
@@ -48,7 +48,17 @@ def _copy_trace():
 def test_copy_overlap_by_hand():
     c = A.copy_overlap(_copy_trace())
     # HtoD copy time 200 µs; hidden 150-200 = 50 µs; the DtoH copy is not counted
-    assert c == {"copies": 2, "copy_us": 200.0, "hidden_us": 50.0, "exposed_us": 150.0, "fraction": 0.25}
+    assert c == {"copies": 2, "copy_us": 200.0, "hidden_us": 50.0, "exposed_us": 150.0, "fraction": 0.25, "steps": 1}
+
+
+def test_copy_overlap_leaves_out_a_copy_the_profiled_steps_did_not_launch():
+    # a copy still queued from the warm-up step (its launch call was not recorded) runs inside the window:
+    # it is no copy of the profiled step, whatever its start time (the attribution rule)
+    tr = _copy_trace()
+    tr = Trace({"traceEvents": tr.data["traceEvents"] + [
+        X("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 20, 60, tid=7, pid=0, correlation=77, stream=7)]})
+    c = A.copy_overlap(tr)
+    assert c["copies"] == 2 and c["copy_us"] == 200.0 and c["steps"] == 1
 
 
 def test_copy_overlap_without_copies_is_none():

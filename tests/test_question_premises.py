@@ -15,8 +15,7 @@ def test_lab04_q8_premise_attn_fwd_runs_waves_at_its_occupancy_limit_and_issues_
     blocks, and the kernel is far longer than the timed launch floor."""
     from infralens_lab.analysis import launches
     from infralens_lab.analysis.hardware import Ceilings
-    from infralens_lab.measure import ncu
-
+    from infralens_lab.parse import ncu
     st = evidence.reference()
     floor = Ceilings.from_values(st.load("ceilings").values, st.gpu).launch_floor_s
     df = ncu.parse_raw_csv(st.text(lab04.ATTN_FILE))
@@ -63,8 +62,7 @@ def test_lab04_profile_text_premises_tiled_attention_at_the_bench_shape():
     Q/K/V/O is 32 MiB and the four are over twice the 60 MiB L2; attn_fwd's DRAM reads are Q, K and V once and its
     writes less than O; L1 sees the traffic model's bytes and L2 most of them; attn_fwd_fast moves no L1TEX bytes
     (TMA) and about attn_fwd's L2 bytes; both launch several waves."""
-    from infralens_lab.measure import ncu
-
+    from infralens_lab.parse import ncu
     st = evidence.reference()
     att = lab04.recorded_attention(st)
     assert tuple(att.shape) == (4, 16, 4096, 64) and "fp16" in att.kernels["config"].iloc[0]
@@ -90,8 +88,7 @@ def test_lab04_text_premises_sm_pct_is_not_a_flop_rate_and_copies_exceed_l2():
     time), while its FLOP rate is higher. And the copies section: each copy reads at least 4x the L2."""
     from infralens_lab.analysis import launches
     from infralens_lab.analysis.hardware import Ceilings
-    from infralens_lab.measure import ncu
-
+    from infralens_lab.parse import ncu
     st = evidence.reference()
     floor = Ceilings.from_values(st.load("ceilings").values, st.gpu).launch_floor_s
     lt = launches.launch_table(ncu.parse_raw_csv(st.text(lab04.ATTN_FILE)), floor).set_index("kernel")
@@ -272,8 +269,7 @@ def test_lab04_source_reading_premises():
     result, mio_throttle sits mostly on the loads and the S2R, drain on the instruction after EXIT, and
     long_scoreboard on the store waiting for the loads; in the coalesced copy short_scoreboard is under 1%."""
     from infralens_lab.analysis import sass as S
-    from infralens_lab.measure import ncu as N
-
+    from infralens_lab.parse import ncu as N
     st = evidence.reference()
     rows = N.parse_source_csv(st.text("ncu_copies_source.csv"))
     sites = {r: S.reason_sites(rows, r).set_index("config") for r in

@@ -10,8 +10,8 @@ import pytest
 from infralens_lab import record
 from infralens_lab.device import is_gpu
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
-from infralens_lab.measure import ncu as N
-
+from infralens_lab.parse import ncu as N
+from infralens_lab.measure import ncu as NR
 from test_ncu import SYNTHETIC  # tests/ is on sys.path (pytest rootdir import mode)
 
 
@@ -67,7 +67,7 @@ def test_ncu_runs_are_joined_with_fallbacks(tmp_path, monkeypatch):
             raise N.NcuPermissionError("no counters", N.FIX_PERM)
         return SYNTHETIC
 
-    monkeypatch.setattr(N, "run_ncu", fake_run_ncu)
+    monkeypatch.setattr(NR, "run_ncu", fake_run_ncu)
     w = EvidenceWriter(tmp_path / "rec", "test")
     rec = record.Recorder(w, log=lambda m: None)
     cfgs = [("a", "copy", ["--n", "8"]), ("b", "naive", []), ("c", "tiled", [])]
@@ -103,7 +103,7 @@ def test_import_path_has_no_jupyter():
 
 
 def test_metrics_that_ncu_silently_drops_are_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(N, "run_ncu", lambda *a, **k: SYNTHETIC)
+    monkeypatch.setattr(NR, "run_ncu", lambda *a, **k: SYNTHETIC)
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
     detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], N.TIME + ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
     assert detail == "1/1 runs ok; metrics absent from the CSV: ['sm__ops_path_tensor_src_fp16_dst_fp32.sum']"
@@ -113,8 +113,7 @@ def test_recorder_profile_shapes_and_labels():
     """The ncu runs the recorder makes: every label parses back to the run, copies have a working set over
     4x a 60 MB L2, attention runs at the bench's shape (many waves), and the clock policy is stated."""
     from infralens_lab import record
-    from infralens_lab.measure import ncu as N
-    from infralens_lab.measure.runs import RunConfig, target_args
+    from infralens_lab.parse.runs import RunConfig, target_args
 
     rec = record.Recorder(writer=None, quick=False, log=lambda m: None)
     for label, kernel, args in rec._copy_configs():
@@ -125,4 +124,4 @@ def test_recorder_profile_shapes_and_labels():
     for m in N.CLOCK + N.SCHEDULER:
         assert m in record.ATTN_METRICS
     assert N.CLOCK[0] in record.COPY_METRICS and "--clock-control none" in record.NCU_NOTES
-    assert "--clock-control" in N.ncu_command(["--kernel", "copy"], "copy", metrics=N.TIME)
+    assert "--clock-control" in NR.ncu_command(["--kernel", "copy"], "copy", metrics=N.TIME)

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.measure import ncu as N
-from infralens_lab.measure.runs import ELEM_BYTES, RunConfig, copy_run, target_args
+from infralens_lab.parse import ncu as N
+
+from infralens_lab.measure import ncu as NR
+from infralens_lab.parse.runs import ELEM_BYTES, RunConfig, copy_run, target_args
 
 DATA = Path(__file__).parent / "data"
 LABELS = ["copy n=16777216 fp32", "copy_strided stride=8 n=16777216 fp32", "naive shape=1,8,2048,64 fp16",
@@ -67,9 +69,9 @@ def test_profile_runs_joins_one_block_per_run_and_part(monkeypatch):
         calls.append((tuple(target), regex, tuple(metrics)))
         return f'"ID","Kernel Name"\n"0","{target[1]}"\n'
 
-    monkeypatch.setattr(N, "run_ncu", fake_run)
+    monkeypatch.setattr(NR, "run_ncu", fake_run)
     runs = [copy_run(64, "fp32"), copy_run(64, "fp32", 8)]
-    texts = N.profile_runs(runs, {"counters": N.TIME + N.DRAM, "stalls": N.TIME + N.STALLS})
+    texts = NR.profile_runs(runs, {"counters": N.TIME + N.DRAM, "stalls": N.TIME + N.STALLS})
     assert len(calls) == 4 and calls[1][2][1].startswith("smsp__pcsamp")
     for part in ("counters", "stalls"):
         assert [b["label"] for b in N.read_blocks(texts[part])] == [r.label() for r in runs]

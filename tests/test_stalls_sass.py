@@ -8,8 +8,7 @@ import pytest
 import source_fixture as F
 
 from infralens_lab.analysis import sass as S
-from infralens_lab.measure import ncu as N
-
+from infralens_lab.parse import ncu as N
 STRIDED = "copy_strided stride=8 n=67108864 fp32"
 COALESCED = "copy n=67108864 fp32"
 
@@ -115,8 +114,7 @@ def test_a_store_waits_on_its_loaded_data_not_on_its_address():
     """On the recorded strided copy, STG reads an address (LEA, written just before it) and data (the loads'
     registers): a long scoreboard waits on an L1TEX operation, so its producer is a load, not the nearer LEA."""
     from infralens_lab import evidence
-    from infralens_lab.measure import ncu as N
-
+    from infralens_lab.parse import ncu as N
     st = evidence.reference()
     if "ncu_copies_source.csv" not in st.files():
         pytest.skip("the reference set has no ncu_copies_source.csv")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.device import is_gpu
-from infralens_lab.measure.torch_trace import NO_GPU_NOTE, Trace, load_trace, profile, trim
+from infralens_lab.parse.trace import NO_GPU_NOTE, Trace, load_trace, trim
+from infralens_lab.measure.torch_trace import profile
 
 DATA = Path(__file__).parent / "data"
 T0 = 5_000_000.0  # absolute µs offset, as real traces have; every time below is relative to it
@@ -111,8 +112,12 @@ def test_kernels_table():
 def test_summary_of_synthetic_trace():
     s = Trace(synthetic()).summary()
     assert s["steps"] == 2 and s["kernels"] == 4 and s["has_gpu"]
-    assert s["gpu_busy_us"] == pytest.approx(5 + 230 + 40 + 10 + 5)
-    assert s["window_us"] == pytest.approx(1130)
+    # the steady window: from the end of step 1's GPU work (relu_k, 560) to the end of step 2's (memcpy, 1100),
+    # one whole period; busy inside it is step 2's k3, k4 and memcpy. The CPU's step ranges span 0..1130.
+    assert s["window_us"] == pytest.approx(1100 - 560) and s["cpu_window_us"] == pytest.approx(1130)
+    assert s["gpu_busy_us"] == pytest.approx(40 + 10 + 5)
+    assert s["gpu_utilization"] == pytest.approx(55 / 540)
+    assert s["leftover"] == {"events": 0, "kernels": 0, "device_us": 0.0}
     assert s["idle_gaps"] == 3 and s["idle_gap_us"] == pytest.approx(485)
     assert s["idle_by_cause_us"]["sync"] == pytest.approx(15)
 
@@ -190,9 +195,16 @@ def test_recorded_gpu_trace_excerpt():
     assert int((tr.events["cat"] == "kernel").sum()) == meta["kernels"]
     assert len(tr.launcher) == meta["attributed"]
     gaps = tr.idle_gaps(min_gap_us=50)
-    # the same gaps found the plain way: sort GPU intervals, merge, keep holes > 50 µs
-    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in raw["traceEvents"]
-                 if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    # the same gaps found the plain way: keep the GPU work whose launch call (same correlation id) lies inside a
+    # ProfilerStep range (the attribution rule), sort its intervals, merge, keep holes > 50 µs
+    ev = raw["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e["name"].startswith("ProfilerStep")]
+    calls = {e["args"]["correlation"]: e["ts"] for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
+                 if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                 and any(a <= calls.get(e["args"].get("correlation"), -1) < b for a, b in steps))
+    assert len(steps) == 2 and len(gpu) == len(tr.gpu_events(scope="steps")) > 400
     holes, end = [], gpu[0][1]
     for s, e in gpu[1:]:
         if s - end > 50:
@@ -219,7 +231,7 @@ def test_trim_max_depth_drops_nested_ops_but_not_gap_causes():
 
 
 def test_interval_functions_against_hand_computed_cases():
-    from infralens_lab.measure.torch_trace import covered, union
+    from infralens_lab.parse.trace import covered, union
 
     iv = union([5, 0, 2, 10, 12], [6, 3, 4, 10, 15])  # [0,3)+[2,4) merge; [10,10) is empty
     assert iv.tolist() == [[0, 4], [5, 6], [12, 15]]

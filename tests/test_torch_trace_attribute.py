@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infralens_lab.measure.torch_trace import CPU_CATS, GPU_CATS, RUNTIME_CATS, Trace, enclosing_parent, trim
+from infralens_lab.parse.trace import CPU_CATS, GPU_CATS, RUNTIME_CATS, Trace, enclosing_parent, trim
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = sorted((ROOT / "data" / "recorded").glob("*/trace_*.json"))
@@ -182,7 +182,7 @@ def test_enclosing_parent_matches_a_stack_walk_on_long_random_input():
 
 
 def test_gap_tables_are_cached_and_summary_reuses_them(monkeypatch):
-    import infralens_lab.measure.torch_trace as T
+    import infralens_lab.parse.trace as T
     from test_torch_trace import synthetic
 
     calls = {"union": 0, "gaps": 0, "summary": 0}

@@ -83,8 +83,8 @@ def test_two_level_model_matches_the_recorded_dram_reads():
     32-byte sector (the L1/L2 unit) does not beyond stride 8."""
     from pathlib import Path
 
-    from infralens_lab.measure import ncu as N
-    from infralens_lab.measure.runs import RunConfig
+    from infralens_lab.parse import ncu as N
+    from infralens_lab.parse.runs import RunConfig
 
     df = N.parse_raw_csv((Path(__file__).parent / "data" / "ncu_copies.csv").read_text())
     reads = N.dram_bytes(df).groupby("config")["read_bytes"].mean()

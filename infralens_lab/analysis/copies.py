@@ -3,7 +3,7 @@ where the measured sectors and DRAM bytes agree with the 32-byte sector model or
 
 Inputs are the joined copy table (:func:`infralens_lab.present.tables.copy_family`: columns ``config``,
 ``label``, ``sectors_per_req``, ``pred_sectors_per_req``, ``read_x``, ``pred_read_x`` ...) and the long stall
-table (:func:`infralens_lab.measure.ncu.stall_breakdown`: ``config``, ``kernel``, ``reason``, ``samples``).
+table (:func:`infralens_lab.parse.ncu.stall_breakdown`: ``config``, ``kernel``, ``reason``, ``samples``).
 Shares are fractions of a copy's stall samples; ``read_x`` is DRAM bytes read per useful byte.
 """
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """ncu counters as the roofline reads them: FLOPs and bytes per launch, tensor-op checks, unit handling,
 and the per-kernel bound table of lab 02.
 
-Input: the tidy frame of :func:`infralens_lab.measure.ncu.parse_raw_csv` (recorded files join runs in
-``==INFRALENS== config: <label>`` blocks, labels read by :class:`infralens_lab.measure.runs.RunConfig`).
+Input: the tidy frame of :func:`infralens_lab.parse.ncu.parse_raw_csv` (recorded files join runs in
+``==INFRALENS== config: <label>`` blocks, labels read by :class:`infralens_lab.parse.runs.RunConfig`).
 Per launch: time ``gpu__time_duration.sum`` (ns), DRAM bytes ``dram__bytes_read.sum`` +
 ``dram__bytes_write.sum``, CUDA-core FLOPs from ``sm__sass_thread_inst_executed_op_{fadd,fmul,ffma,hadd,hmul,hfma}_pred_on.sum``
-(an FMA counts 2) and tensor-core work from the tensor-path op counter (:data:`~infralens_lab.measure.ncu.TENSOR_OPS_NAMES`).
+(an FMA counts 2) and tensor-core work from the tensor-path op counter (:data:`~infralens_lab.parse.ncu.TENSOR_OPS_NAMES`).
 What one unit of that tensor counter is worth in FLOPs is not assumed: :func:`tensor_op_check` divides it by
 the 2·M·N·K of the recorded matmuls and :func:`tensor_flops_per_op` reads the factor off that evidence.
 Predictions come from :mod:`infralens_lab.analysis.traffic`, bounds from the series' one rule
@@ -18,9 +18,8 @@ import re
 
 import pandas as pd
 
-from ..measure.ncu import (FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES,
-                           WAVES, wide)
-from ..measure.runs import RunConfig
+from ..parse.ncu import FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES, WAVES, wide
+from ..parse.runs import RunConfig
 from . import roofline as rl
 from . import traffic as tr
 
@@ -246,7 +245,7 @@ def store_kernel_table(store) -> pd.DataFrame | None:
     """:func:`kernel_table` of a recorded set (its ``ncu_attention.csv``, ``ncu_matmul.csv`` and ``ceilings``),
     the tensor counter's unit checked on its matmuls; None when the set lacks one of them. Labs 02 and 04 both
     read their kernels' bound from here, so one kernel gets one verdict."""
-    from ..measure.ncu import parse_raw_csv
+    from ..parse.ncu import parse_raw_csv
     from .hardware import Ceilings
 
     files, names = store.files(), store.names()

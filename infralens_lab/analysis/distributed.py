@@ -1,7 +1,7 @@
 """Data-parallel arithmetic on per-rank traces: all-reduce vs backward overlap, clock alignment,
 bucket plans, bus bandwidth, Amdahl's bound and a multi-node bandwidth MODEL.
 
-Every function takes :class:`~infralens_lab.measure.torch_trace.Trace` objects (one per rank,
+Every function takes :class:`~infralens_lab.parse.trace.Trace` objects (one per rank,
 parsed by that module) or plain numbers; nothing here launches or measures. Times are
 microseconds (``_us``) unless a name says ``_ms`` or ``_s``; bytes are bytes (MiB = 2**20 B,
 GB/s = 1e9 B/s).
@@ -27,13 +27,13 @@ import math
 
 import pandas as pd
 
-from ..measure.torch_trace import Trace
+from ..parse.trace import Trace
 from .intervals import hidden as _hidden
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
 
-MiB = 2 ** 20
+from ..units import MiB
 FIRST_BUCKET_BYTES = MiB  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is capped at 1 MiB
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 COMM_KERNEL_KEY = "nccl"

@@ -21,16 +21,12 @@ catch; :func:`runs_needed` gives the ``k`` a normal model asks for. Fractions th
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import random
-import sys
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Sequence
 
-from ..measure import gates as G
+from ..stats import percentile
 
 RULES = ("max", "equals")
 _Z90 = 1.2816  # the normal distribution's 90th percentile, in standard deviations
@@ -80,7 +76,6 @@ def count_verdict(gate: str, metric: str, measured: float, rule: dict) -> Verdic
 
 def spread(samples: Sequence[float]) -> float:
     """``(p90 - p10) / median`` of ``samples``: the relative noise band (a fraction)."""
-    from ..measure.timing import percentile
 
     med = percentile(samples, 50)
     if med == 0:
@@ -93,7 +88,6 @@ def ratio_verdict(gate: str, ratios: Sequence[float], expected: float, tolerance
     against ``expected`` (the committed reference's ratio). Fails when the median is below
     ``expected * (1 - tolerance)``. The message also says when the measured spread is wider than the
     tolerance: then one run cannot decide, and ``k`` should grow (:func:`runs_needed`)."""
-    from ..measure.timing import percentile
 
     if not ratios:
         raise ValueError(f"gate {gate!r}: no ratios measured; expected k >= 1 ratios")
@@ -122,7 +116,6 @@ def median_band(samples: Sequence[float], k: int, n_boot: int = 2000, seed: int 
 
     What a gate taking ``k`` runs would see on this machine, from runs already measured (resampled
     with replacement, a fixed ``seed`` so the answer is reproducible for the same samples)."""
-    from ..measure.timing import percentile
 
     _check_k(k)
     if len(samples) < 2:
@@ -138,7 +131,6 @@ def false_alarm_rate(ratios: Sequence[float], k: int, tolerance: float, n_boot: 
 
     ``ratios`` come from an A/A run (the same code as reference and candidate); the expected ratio is
     their own median. A failure is a bootstrap median more than ``tolerance`` below it."""
-    from ..measure.timing import percentile
 
     _check_k(k)
     if len(ratios) < 2:
@@ -157,7 +149,6 @@ def detection_rate(ratios: Sequence[float], k: int, tolerance: float, slowdown: 
     measured noise, not a measurement of a slower candidate."""
     if slowdown < 0:
         raise ValueError(f"slowdown={slowdown!r}; expected a fraction >= 0")
-    from ..measure.timing import percentile
 
     _check_k(k)
     rng = random.Random(seed)
@@ -219,7 +210,6 @@ def suggest(stores) -> list[dict]:
             continue
         for name, xs in st.load("gates_gpu").values.get("ratio_gates", {}).items():
             per.setdefault(name, []).append((st.gpu, xs))
-    from ..measure.timing import percentile
 
     rows = []
     for name, got in per.items():
@@ -236,109 +226,3 @@ def absolute_flake_rate(times: Sequence[float], threshold: float) -> float:
     if not times:
         raise ValueError("no times; expected at least one")
     return sum(float(t) > threshold for t in times) / len(times)
-
-
-# ---------------------------------------------------------------- running the gates (the `gates` command)
-def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
-    """Every count gate of the threshold file (or of ``workloads`` only): a list of
-    :class:`infralens_lab.analysis.gates.Verdict`."""
-    out = []
-    for wl, rules in thresholds["counts"].items():
-        if workloads is not None and wl not in workloads:
-            continue
-        got = G.measure_counts(wl, list(rules))
-        out += [count_verdict(wl, m, got[m], rule) for m, rule in rules.items()]
-    return out
-
-
-def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k: int | None = None) -> list:
-    """Measure every ratio gate of the threshold file (GPU) and hold it against the reference set's
-    bench ratio: a list of ``Verdict`` (``analysis.gates.ratio_verdict``), with the ratios measured."""
-    ref = G.gate_references(store)
-    out = []
-    for name, rule in thresholds["ratios"].items():
-        if names is not None and name not in names:
-            continue
-        if name not in ref:
-            raise G.ThresholdError(f"ratio {name!r} is not in the reference set's gates_gpu or bench record; "
-                                   f"it has {sorted(ref)}")
-        cand, refn = G.RATIO_GATES[name]()
-        samples = G.ratio_samples(cand, refn, k or rule["k"])
-        expected, source = ref[name]
-        v = ratio_verdict(name, samples, expected, rule["tolerance"])
-        if source != "gates_gpu":
-            v = replace(v, message=v.message + "; reference from the bench (another timing procedure: re-record "
-                                               "the set so gates_gpu holds this gate's own samples)")
-        out.append(v)
-        del cand, refn
-        G.torch.cuda.empty_cache()
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m infralens_lab gates",
-                                 description="regression gates: counts (any machine) and time ratios (GPU)")
-    ap.add_argument("--counts", action="store_true", help="run the count gates (default when --ratios is absent)")
-    ap.add_argument("--ratios", action="store_true", help="run the time-ratio gates against the reference (GPU)")
-    ap.add_argument("--thresholds", default=None, help=f"threshold file (default {G.DEFAULT_THRESHOLDS})")
-    ap.add_argument("--k", type=int, default=None, help="runs per ratio (default: the file's k)")
-    ap.add_argument("--json", default="", help="also write the verdicts as JSON here")
-    ap.add_argument("--suggest", action="store_true", help="print the tolerance and k each ratio gate's recorded "
-                    "samples call for (every recorded set with gates_gpu), then exit; any machine")
-    args = ap.parse_args(argv)
-    from .. import device
-    from ..device import facts, is_gpu, slug
-
-    if args.suggest:
-        from .. import evidence
-
-        rows = suggest(evidence.load_all_sets())
-        for r in rows:
-            sets = "; ".join(f"{g}: median {v['median']:.3f}, spread {v['spread']:.1%} (n={v['n']})"
-                             for g, v in r["sets"].items())
-            print(f'"{r["ratio"]}": {{"tolerance": {r["tolerance"]}, "k": {r["k"]}}}   # {sets}')
-        return 0 if rows else 1
-
-    try:
-        th = G.load_thresholds(args.thresholds)
-    except G.ThresholdError as exc:
-        print(f"gates: {exc}", file=sys.stderr)
-        return 2
-    verdicts = []
-    if args.counts or not args.ratios:
-        bad = device.numpy_interpreter_problem()
-        if bad:
-            print(f"gates: cannot run the count gates (they run kernels in Triton's interpreter): {bad}", file=sys.stderr)
-            return 2
-        if is_gpu():
-            print("gates: refusing the count gates in gpu mode: data/gates.json's counts were measured in "
-                  "interpreter mode on a CPU (aten ops, launches and bytes differ on a CUDA build). Run them with "
-                  "INFRALENS_MODE=interpreter (`make gates-gpu` does), and the time ratios with --ratios alone.",
-                  file=sys.stderr)
-            return 2
-        verdicts += check_counts(th)
-    if args.ratios:
-        if not is_gpu():
-            print("gates: refusing the time-ratio gates in interpreter mode: timings of Triton's interpreter say "
-                  "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
-            return 2
-        from .. import evidence
-
-        mine = slug(facts().name)  # this GPU's own recorded set when there is one, else the default
-        st = evidence.reference(mine if mine in evidence.recordings() else None)
-        print(f"gates: ratio references from the {st.gpu} set ({st.folder})")
-        if st.gpu != facts().name:
-            print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {facts().name}. Ratios "
-                  f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
-        verdicts += check_ratios(th, store=st, k=args.k)
-    for v in verdicts:
-        print(f"{'PASS' if v.passed else 'FAIL'}  {v.gate:<52} {v.message}")
-    if args.json:
-        Path(args.json).write_text(json.dumps([v.as_dict() for v in verdicts], indent=1))
-    failed = [v for v in verdicts if not v.passed]
-    print(f"gates: {len(verdicts) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Interval arithmetic on ``(start, end)`` pairs (µs), for overlap questions asked of traces.
 
 Lists in, lists out, so analyses can clip and combine them freely; the merge itself is the trace
-module's vectorised :func:`infralens_lab.measure.torch_trace.union`. Empty or reversed pairs are
+module's vectorised :func:`infralens_lab.parse.trace.union`. Empty or reversed pairs are
 dropped. Used by the overlap (lab 05) and distributed (lab 06) analyses; :func:`hidden` is the one
 overlap rule both use.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..measure.torch_trace import union as _merge
+from ..parse.trace import union as _merge
 
 Pairs = list[tuple[float, float]]
 

@@ -9,7 +9,7 @@ the benchmark's useful bandwidth. :func:`attention_kernels` does the same per at
 and :func:`~infralens_lab.analysis.traffic.attention_tiled_traffic`; :func:`attention_variants`
 folds the naive kernels into one row per variant; :func:`before_after` and
 :func:`infralens_lab.present.tables.before_after` lays two such rows side by side. Inputs are the tidy frame of
-:func:`infralens_lab.measure.ncu.parse_raw_csv` (the recorder labels each run with a
+:func:`infralens_lab.parse.ncu.parse_raw_csv` (the recorder labels each run with a
 ``config`` such as ``copy_strided stride=8 n=16777216 fp32`` or ``naive shape=1,8,2048,64
 fp16``) and the ``bench`` record's rows. Units are in the column names: ``_us``
 microseconds, ``_mb`` 1e6 bytes, ``_tbps`` 1e12 byte/s, ``_pct`` percent, ``_x`` a ratio.
@@ -21,13 +21,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..measure import ncu as N
-from ..measure.runs import ELEM_BYTES, RunConfig
-from ..measure.torch_trace import idle_by_cause, step_gpu_work
+from ..parse import ncu as N
+from ..parse.runs import ELEM_BYTES, RunConfig
+from ..parse.trace import idle_by_cause, step_gpu_work
 from . import traffic
 from .stalls import dominant_item
 
-MB = 1e6
+from ..units import MB
 
 
 def config_fields(label: str) -> dict:
@@ -134,7 +134,7 @@ def copy_family(ncu_df, stalls_df=None, bench_rows: Sequence[dict] | None = None
 
 def _frame_with(df, cols, what):
     if not hasattr(df, "columns"):
-        raise TypeError(f"{what}: got {type(df).__name__}; expected the DataFrame of measure.ncu.parse_raw_csv")
+        raise TypeError(f"{what}: got {type(df).__name__}; expected the DataFrame of parse.ncu.parse_raw_csv")
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise ValueError(f"{what}: frame lacks columns {missing}; expected the tidy ncu frame "
@@ -309,11 +309,11 @@ def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
     """
     import numpy as np  # local: only this function needs it
 
-    w = step_gpu_work(tr)
-    if len(w) < 2 or w["gpu_end_us"].isna().any():
-        raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(w)} steps")
-    a, b, n = float(w["gpu_end_us"].iloc[0]), float(w["gpu_end_us"].iloc[-1]), len(w) - 1
-    busy = np.array(tr.busy()).reshape(-1, 2)
+    sw = tr.steady_window()
+    if sw is None:
+        raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(tr.steps())} steps")
+    a, b, n = sw
+    busy = np.array(tr.busy()).reshape(-1, 2)  # the work the profiled steps launched (the attribution rule)
     busy_us = float((np.clip(busy[:, 1], a, b) - np.clip(busy[:, 0], a, b)).sum())
     g0, g1 = busy[:-1, 1], busy[1:, 0]
     inside = np.clip(g1, a, b) - np.clip(g0, a, b)  # the part of each gap inside the window

@@ -1,6 +1,6 @@
 """How much parallel work a launch offered and whether the warp schedulers found work to issue: one row per
 profiled kernel launch, read from Nsight Compute's raw counters (``launch__*``, occupancy and
-:data:`infralens_lab.measure.ncu.SCHEDULER`), with the series' bound rule
+:data:`infralens_lab.parse.ncu.SCHEDULER`), with the series' bound rule
 (:func:`infralens_lab.analysis.roofline.sol_verdict`) applied to its speed-of-light pair.
 
 It keeps apart the two things the rule names when no roof is reached: a grid below one wave (fewer blocks
@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from ..measure import ncu as N
+from ..parse import ncu as N
 from . import roofline as rl
 
 LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_limit_shared_mem": "shared memory",
@@ -24,7 +24,7 @@ LAUNCH = ["launch__grid_size", "launch__block_size", "launch__sm_count", "launch
 
 def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None,
                  verdicts: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per launch of a tidy ncu frame (:func:`infralens_lab.measure.ncu.parse_raw_csv`): ``blocks``,
+    """Per launch of a tidy ncu frame (:func:`infralens_lab.parse.ncu.parse_raw_csv`): ``blocks``,
     ``warps_per_block``, ``sms``, ``blocks_per_sm`` (resident at once = blocks / (waves × SMs), rounded: ncu prints waves to 2 decimals), ``waves``,
     ``limited_by`` (the occupancy limiters allowing the fewest blocks per SM, ties joined), ``theoretical_pct`` and
     ``achieved_pct`` occupancy, ``issue_active_pct`` (issue-slot utilisation, % of active cycles),

@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from ..units import ELEM_BYTES, MiB
+
 CATEGORIES = ("weights", "gradients", "optimizer states", "activations", "temporary buffers",
               "communication buckets", "KV cache")
-MiB = 2 ** 20
 ZERO = "Rajbhandari et al. 2020 (ZeRO) §3, §5"
 KORTH = "Korthikanti et al. 2022 §4"
 # bytes per element: w weights, g grads, master fp32 copy, e 16/32-bit activations,
@@ -36,7 +37,7 @@ OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd_momentum": 4, "adam": 8, "adamw": 8}  # 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("materialized", "flash")
 OPTIMIZER_IMPL = ("foreach", "forloop", "fused")
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+DTYPE_BYTES = {k: ELEM_BYTES[k] for k in ("fp32", "bf16", "fp16", "fp8", "int8")}  # the dtypes a ledger accepts
 
 
 def _check_int(owner: str, name: str, v, minimum: int = 1) -> None:

@@ -1,7 +1,7 @@
 """Overlap, pipeline periods, launch counts and Amdahl bounds: pure maths on traces and timings.
 
 Everything here reads intervals (start, end) in microseconds, or a parsed
-:class:`~infralens_lab.measure.torch_trace.Trace`, and returns plain numbers or DataFrames; nothing
+:class:`~infralens_lab.parse.trace.Trace`, and returns plain numbers or DataFrames; nothing
 runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measure.torch_trace`'s
 (one owner), so a gap there and an overlap here are measured the same way.
 
@@ -22,15 +22,10 @@ from __future__ import annotations
 
 import math
 
-from ..measure.torch_trace import RUNTIME_CATS
+from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # noqa: F401  (re-exported)
 from .intervals import hidden as _hidden
-from .intervals import length as _length
-from .intervals import union as _union
 from .traffic import Traffic
 
-LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
-                "cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchCooperativeKernel")
-GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
 VERDICT_MARGIN = 0.25  # a period counts as "serialised" or "overlapped" when within 25% of min(s0, s1) of it
 
 
@@ -60,17 +55,21 @@ def hidden_fraction(hidden, under) -> float | None:
 
 
 def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
-    """Host-to-device copy time hidden under kernels in a GPU ``trace``: ``copy_us`` (union of memcpy
-    events whose name contains ``copy_kind``), ``hidden_us``, ``exposed_us``, ``fraction`` (hidden /
-    copy, None if there were no such copies) and ``copies``. Kernels on any stream count as compute."""
-    ev = trace.events
-    cp = ev[(ev["cat"] == "gpu_memcpy") & ev["name"].str.contains(copy_kind, regex=False)]
-    k = ev[ev["cat"] == "kernel"]
+    """Host-to-device copy time hidden under kernels in a GPU ``trace``, over the copies the profiled steps
+    launched (the series' attribution rule, :meth:`~infralens_lab.parse.trace.Trace.gpu_step`: a copy still
+    queued from the warm-up step is not one of them): ``copy_us`` (union of memcpy events whose name contains
+    ``copy_kind``), ``hidden_us``, ``exposed_us``, ``fraction`` (hidden / copy, None if there were no such
+    copies), ``copies`` and ``steps`` (profiled steps, the divisor of a per-step figure). Any kernel running at
+    the time hides a copy, whoever launched it: the GPU was busy either way."""
+    g = trace.gpu_events(scope="steps")
+    cp = g[(g["cat"] == "gpu_memcpy") & g["name"].str.contains(copy_kind, regex=False)]
+    k = trace.gpu_events(scope="all")
+    k = k[k["cat"] == "kernel"]
     civ = list(zip(cp["start_us"], cp["end_us"]))
     kiv = list(zip(k["start_us"], k["end_us"]))
     total, hid = _hidden(civ, kiv)
     return {"copies": int(len(cp)), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
-            "fraction": (hid / total) if total > 0 else None}
+            "fraction": (hid / total) if total > 0 else None, "steps": max(1, len(trace.steps()))}
 
 
 def range_intervals(trace, name: str) -> list[tuple[float, float]]:
@@ -117,18 +116,17 @@ def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
 def launches_per_step(trace):
     """One row per ``ProfilerStep`` range: ``launch_calls`` (CPU calls that launch GPU work, from
     :data:`LAUNCH_CALLS`; a CUDA graph replay is one), ``graph_launches``, ``gpu_events`` (kernels,
-    memcpys, memsets launched from inside the step), ``cpu_ops`` (top-level aten ops on the step's
-    thread), ``cpu_us`` (the step range's CPU time) and ``gpu_busy_us`` (union of the step's GPU
-    events). On a CPU-only trace the launch and GPU columns are 0 and ``cpu_ops`` still counts the
-    dispatches."""
+    memcpys, memsets the step launched: the series' attribution rule, :func:`~infralens_lab.parse.trace.step_gpu_work`),
+    ``cpu_ops`` (top-level aten ops on the step's thread), ``cpu_us`` (the step range's CPU time) and
+    ``gpu_busy_us`` (merged time of the step's GPU events). On a CPU-only trace the launch and GPU columns
+    are 0 and ``cpu_ops`` still counts the dispatches."""
     import pandas as pd
 
+    w = step_gpu_work(trace)  # raises for a trace without ProfilerStep ranges
     ev = trace.events
     steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
-    if steps.empty:
-        raise ValueError("trace has no ProfilerStep ranges; expected a trace from torch_trace.profile")
     rt = ev[ev["cat"].isin(RUNTIME_CATS)]
-    calls = rt[rt["name"].isin(LAUNCH_CALLS)]
+    graphs = rt[rt["name"].isin(GRAPH_LAUNCH_CALLS)]
     ops = ev[ev["cat"] == "cpu_op"].sort_values(["pid", "tid", "start_us"])
     top = []  # top-level ops: not nested inside another op of the same thread
     end, key = -math.inf, None
@@ -139,19 +137,13 @@ def launches_per_step(trace):
             top.append(r.Index)
             end = r.end_us
     top_ops = ops.loc[top]
-    gpu_by_launcher: dict[int, list[int]] = {}
-    for g, call in trace.launcher.items():
-        gpu_by_launcher.setdefault(call, []).append(g)
     rows = []
-    for s in steps.itertuples():
-        inside = calls[(calls["start_us"] >= s.start_us) & (calls["start_us"] < s.end_us) & (calls["pid"] == s.pid)]
-        g_rows = [g for c in inside.index for g in gpu_by_launcher.get(c, [])]
-        g_iv = [(float(ev.at[g, "start_us"]), float(ev.at[g, "end_us"])) for g in g_rows]
+    for s, wr in zip(steps.itertuples(), w.itertuples(index=False)):
+        inside = (graphs["start_us"] >= s.start_us) & (graphs["start_us"] < s.end_us) & (graphs["pid"] == s.pid)
         mine = top_ops[(top_ops["tid"] == s.tid) & (top_ops["start_us"] >= s.start_us) & (top_ops["end_us"] <= s.end_us)]
-        rows.append({"step": s.name, "launch_calls": int(len(inside)),
-                     "graph_launches": int(inside["name"].isin(GRAPH_LAUNCH_CALLS).sum()),
-                     "gpu_events": len(g_rows), "cpu_ops": int(len(mine)), "cpu_us": float(s.dur),
-                     "gpu_busy_us": _length(_union(g_iv))})
+        rows.append({"step": s.name, "launch_calls": int(wr.launch_calls), "graph_launches": int(inside.sum()),
+                     "gpu_events": int(wr.gpu_ops), "cpu_ops": int(len(mine)), "cpu_us": float(s.dur),
+                     "gpu_busy_us": float(wr.gpu_busy_us)})
     return pd.DataFrame(rows)
 
 

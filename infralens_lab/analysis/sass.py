@@ -1,6 +1,6 @@
 """Which instruction each stall sits on: ncu's per-SASS-instruction samples, read by opcode.
 
-:func:`infralens_lab.measure.ncu.parse_source_csv` gives one row per SASS instruction with the warp-state
+:func:`infralens_lab.parse.ncu.parse_source_csv` gives one row per SASS instruction with the warp-state
 samples taken while a warp's next instruction was that one, split by reason, and how often it executed.
 A stall sample is charged to the instruction that *cannot issue*, so a scoreboard stall sits on the
 *consumer* of a result; the producer is an earlier instruction that writes a register the consumer reads.
@@ -114,7 +114,7 @@ def _check(rows) -> None:
     have = set(getattr(rows, "columns", []))
     if not need <= have:
         raise ValueError(f"source rows have columns {sorted(have)}; expected {sorted(need)} and reason columns "
-                         f"(the DataFrame of measure.ncu.parse_source_csv)")
+                         f"(the DataFrame of parse.ncu.parse_source_csv)")
 
 
 def top_instructions(rows: pd.DataFrame, config: str, n: int = 8,

@@ -7,7 +7,7 @@ a stall: the warp issued. The share of samples per reason says where warps spend
 the dominant reason points at the usual fix. :data:`STALLS` maps each reason to a plain
 meaning and fix, the meanings after Nsight Compute's Kernel Profiling Guide (warp scheduler states); :func:`explain` looks one up (bare reason or full metric name);
 :func:`dominant` names the largest reason in a stall table such as the one
-:func:`infralens_lab.measure.ncu.stall_breakdown` returns.
+:func:`infralens_lab.parse.ncu.stall_breakdown` returns.
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def kernel_kind(name: str) -> str:
 
 
 def trace_digest(tr, top: int = TOP, min_gap_us: float = 50.0) -> dict:
-    """The summary of one profiled variant (a :class:`~infralens_lab.measure.torch_trace.Trace`), JSON-shaped:
+    """The summary of one profiled variant (a :class:`~infralens_lab.parse.trace.Trace`), JSON-shaped:
     ``period_ms``, ``cpu_step_ms``, ``gpu_work_ms``, ``gpu_busy_pct`` (GPU busy share of the profiled window),
     ``idle_ms_per_step`` (gaps over ``min_gap_us``) and ``idle_under_ms`` (shorter gaps), from
     :func:`trace_comparison` and :func:`idle_budget`; ``fp32_gemm_pct`` and

@@ -17,11 +17,21 @@ What it changes against the teaching kernel ``attn_fwd`` (:mod:`.attention`), ea
   immediate wait), and half 1's softmax runs on the CUDA cores while half 0's P V runs on the
   tensor cores. A QK^T result is waited for at once, so with one tile per program nothing
   overlaps inside the program; this is the overlap FlashAttention-3 gets from warp
-  specialization, which Triton 3.6 does not offer on Hopper (docs/kernels_notes.md, run 4).
+  specialization, which Triton 3.6 offers on Hopper only under conditions (the ``ws`` switch
+  below; docs/kernels_notes.md, runs 4 and 9).
 * **Causal split in two stages**: the off-band tiles (entirely below the diagonal) run a loop
   with no mask at all; only the BLOCK_M/BLOCK_N on-band tiles pay for the mask.
 * **Causal, heaviest block first**: within a head, the programs take the query blocks from the
   last (which reads every key) to the first (docs/kernels_notes.md, run 8).
+* **Warp specialization, behind a switch** (``Cand.ws``; no autotuner candidate uses it until it
+  is measured, docs/kernels_notes.md run 9): the K/V loop becomes ``tl.range(...,
+  warp_specialize=True)`` over on-device descriptors (``tl.make_tensor_descriptor``, one per head,
+  so TMA itself zero-fills reads and clips stores past N). Triton 3.6 then splits the program on
+  Hopper into a producer warpgroup that only issues the TMA loads and two consumer warpgroups that
+  each compute 64 rows of both halves, with ``setmaxnreg`` moving registers from the producer to
+  the consumers. It needs 4 warps (with 8 the compiler ignores it) and BLOCK_M = 256 (with halves
+  of 64 rows both consumers would compute the same rows), and one K/V loop per kernel: causal
+  and ragged-N kernels then run their masks on every tile instead of a separate masked stage.
 * **Autotuned** tile sizes, warps and stages per (N, D, causal, dtype). In interpreter mode
   the autotuner means nothing, so one fixed config runs instead.
 
@@ -69,14 +79,16 @@ def _online_softmax(qk, m_i, l_i, acc, offs_m, cols, N_CTX, qk_scale,
 
 @triton.jit
 def _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, kv_row0, lo, hi, offs_m0, offs_m1,
-                N_CTX, qk_scale, BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, KEY_MASK: tl.constexpr):
+                N_CTX, qk_scale, BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, KEY_MASK: tl.constexpr,
+                WS: tl.constexpr):
     # Stream the K/V tiles with keys [lo, hi) past the two half Q tiles held on chip. The order
     # of the statements is the optimisation: both QK^T products first, then half 0's softmax
     # and P V, then half 1's softmax. A P V product only adds into a loop-carried accumulator,
     # so Triton leaves it running asynchronously on the tensor cores, and half 1's softmax
-    # (exp2 on the CUDA cores) runs while half 0's P V is still being computed.
+    # (exp2 on the CUDA cores) runs while half 0's P V is still being computed. WS: the compiler
+    # moves the loads to a producer warpgroup and splits the rows between two consumer warpgroups.
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         k = desc_k.load([kv_row0 + start_n, 0])  # TMA: HBM -> SRAM, BLOCK_N x D, shared by both halves
@@ -107,9 +119,9 @@ def _store_half(desc_o, o_ptr, acc, l_i, row0, first, offs_m, N_CTX, HEAD_DIM: t
 
 
 @triton.jit
-def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
+def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+                  CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, WS: tl.constexpr):
     # One program: BLOCK_M query rows of one (batch, head), kept as two halves of BLOCK_M // 2
     # rows with a running max, sum and accumulator each.
     HALF: tl.constexpr = BLOCK_M // 2
@@ -119,7 +131,19 @@ def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
         # blocks near the diagonal, not the heavy ones, are what is left for the grid's last wave.
         start_m = tl.num_programs(0) - 1 - start_m
     off_bh = tl.program_id(1)
-    row0 = off_bh * N_CTX  # first row of this (batch, head) in the (B*H*N, D) views
+    if WS:
+        # On-device descriptors over this head's (N, D) rows only (Triton 3.6 warp-specializes on
+        # Hopper with these, not with the host-side ones): TMA zero-fills rows >= N on load and
+        # drops them on store.
+        head = off_bh.to(tl.int64) * N_CTX * HEAD_DIM
+        d_q = tl.make_tensor_descriptor(q_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [HALF, HEAD_DIM])
+        d_k = tl.make_tensor_descriptor(k_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+        d_v = tl.make_tensor_descriptor(v_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+        d_o = tl.make_tensor_descriptor(o_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [HALF, HEAD_DIM])
+        row0 = 0
+    else:
+        d_q, d_k, d_v, d_o = desc_q, desc_k, desc_v, desc_o  # host-side, over all heads' (B*H*N, D) rows
+        row0 = off_bh * N_CTX  # first row of this (batch, head) in the (B*H*N, D) views
     offs_m0 = start_m * BLOCK_M + tl.arange(0, HALF)
     offs_m1 = offs_m0 + HALF
 
@@ -129,33 +153,44 @@ def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, o_ptr, N_CTX, qk_scale,
     l1 = tl.zeros([HALF], dtype=tl.float32)
     acc0 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)  # output accumulators, registers
     acc1 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
-    q0 = desc_q.load([row0 + start_m * BLOCK_M, 0])  # Q tiles: HBM -> SRAM once, reused throughout
-    q1 = desc_q.load([row0 + start_m * BLOCK_M + HALF, 0])
+    q0 = d_q.load([row0 + start_m * BLOCK_M, 0])  # Q tiles: HBM -> SRAM once, reused throughout
+    q1 = d_q.load([row0 + start_m * BLOCK_M + HALF, 0])
 
-    if CAUSAL:
+    if WS:
+        # Triton 3.6 warp-specializes a kernel with one K/V loop only (a second loop, the on-band stage
+        # or the ragged last tile, makes its Hopper pass fail): so one loop, each mask on every tile.
+        if CAUSAL:
+            hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
+        else:
+            hi = N_CTX
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, d_k, d_v, row0,
+                                                 0, hi, offs_m0, offs_m1, N_CTX, qk_scale,
+                                                 BLOCK_N, CAUSAL, not EVEN_N, True)
+    elif CAUSAL:
         # Stage 1, off-band: keys [0, start_m*BLOCK_M) are below the diagonal for every row of
         # this block, so no mask (and all of them are < N_CTX).
-        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, d_k, d_v, row0,
                                                  0, start_m * BLOCK_M, offs_m0, offs_m1, N_CTX, qk_scale,
-                                                 BLOCK_N, False, False)
+                                                 BLOCK_N, False, False, False)
         # Stage 2, on-band: the BLOCK_M keys on the diagonal, masked (BLOCK_M % BLOCK_N == 0).
         hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
-        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, d_k, d_v, row0,
                                                  start_m * BLOCK_M, hi, offs_m0, offs_m1, N_CTX, qk_scale,
-                                                 BLOCK_N, True, not EVEN_N)
+                                                 BLOCK_N, True, not EVEN_N, False)
     else:
         n_full = N_CTX if EVEN_N else (N_CTX // BLOCK_N) * BLOCK_N
-        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+        acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, d_k, d_v, row0,
                                                  0, n_full, offs_m0, offs_m1, N_CTX, qk_scale,
-                                                 BLOCK_N, False, False)
+                                                 BLOCK_N, False, False, False)
         if not EVEN_N:
-            # The ragged last K/V tile: keys >= N_CTX belong to the next head; mask them.
-            acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, row0,
+            # The ragged last K/V tile: keys >= N_CTX are the next head's rows; mask them.
+            acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, d_k, d_v, row0,
                                                      n_full, N_CTX, offs_m0, offs_m1, N_CTX, qk_scale,
-                                                     BLOCK_N, False, True)
+                                                     BLOCK_N, False, True, False)
 
-    _store_half(desc_o, o_ptr, acc0, l0, row0, start_m * BLOCK_M, offs_m0, N_CTX, HEAD_DIM, EVEN_M)
-    _store_half(desc_o, o_ptr, acc1, l1, row0, start_m * BLOCK_M + HALF, offs_m1, N_CTX, HEAD_DIM, EVEN_M)
+    # With WS the per-head descriptor clips a ragged last block itself.
+    _store_half(d_o, o_ptr, acc0, l0, row0, start_m * BLOCK_M, offs_m0, N_CTX, HEAD_DIM, EVEN_M or WS)
+    _store_half(d_o, o_ptr, acc1, l1, row0, start_m * BLOCK_M + HALF, offs_m1, N_CTX, HEAD_DIM, EVEN_M or WS)
 
 
 def _set_block_shapes(nargs):
@@ -169,13 +204,16 @@ def _set_block_shapes(nargs):
 
 class Cand(NamedTuple):
     """One autotuner candidate: ``block_m`` query rows per program (two halves of block_m // 2),
-    ``block_n`` keys per K/V tile. ``maxnreg`` caps registers per thread (None: no cap)."""
+    ``block_n`` keys per K/V tile. ``maxnreg`` caps registers per thread (None: no cap). ``ws``:
+    warp-specialized K/V loop over on-device descriptors (num_warps 4, block_m 256; with it
+    ``num_stages`` is the number of K/V buffers between producer and consumers)."""
 
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
     maxnreg: int | None = None
+    ws: bool = False
 
 
 # Candidates per head-dim group: the best of the configs timed on an H100 (docs/kernels_notes.md,
@@ -190,15 +228,15 @@ INTERPRETER_CONFIG = Cand(32, 16, 4, 1)  # halves of 16 rows; BLOCK_M != BLOCK_N
 
 
 def _config(c: Cand) -> triton.Config:
-    return triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n}, num_warps=c.num_warps,
+    return triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "WS": c.ws}, num_warps=c.num_warps,
                          num_stages=c.num_stages, maxnreg=c.maxnreg, pre_hook=_set_block_shapes)
 
 
 def _cand_of(c: triton.Config) -> Cand:
-    return Cand(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg)
+    return Cand(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, c.kwargs["WS"])
 
 
-_ALL = sorted({c for cs in GPU_CANDIDATES.values() for c in cs}, key=lambda c: (*c[:4], c.maxnreg or 0))
+_ALL = sorted({c for cs in GPU_CANDIDATES.values() for c in cs}, key=lambda c: (*c[:4], c.maxnreg or 0, c.ws))
 CONFIGS = [_config(c) for c in _ALL]
 
 
@@ -238,10 +276,12 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
                          out: torch.Tensor | None = None, config: tuple | None = None) -> torch.Tensor:
     """Tuned flash attention (``attn_fwd_fast``); returns O (B, H, N, D) in q's dtype.
 
-    ``config`` = a :class:`Cand` or ``(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])``
+    ``config`` = a :class:`Cand` or ``(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg[, ws]])``
     skips the autotuner (tests, experiments); by default the GPU autotunes over
     GPU_CANDIDATES and the interpreter runs INTERPRETER_CONFIG. Same HBM traffic model as
-    ``attention_tiled`` with the chosen BLOCK_M (see :func:`last_config`).
+    ``attention_tiled`` with the chosen BLOCK_M (see :func:`last_config`). A ``ws`` config
+    builds its descriptors on the device, in scratch memory that Triton asks of the allocator
+    this sets (``triton.set_allocator``, torch's caching allocator: 512 bytes per program).
     """
     what = "attention_tiled_fast"
     B, H, N, D, scale = check_qkv(q, k, v, causal, sm_scale, what)
@@ -263,6 +303,11 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
                              f"of two >= 32 (two halves of at least 16 rows, what tl.dot needs)")
         if causal and config.block_m % config.block_n:
             raise ValueError(f"{what}: config {tuple(config)} has BLOCK_M % BLOCK_N != 0, which causal needs")
+        if config.ws and (config.num_warps, config.block_m) != (4, 256):
+            raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization with num_warps = "
+                             f"{config.num_warps} and BLOCK_M = {config.block_m}, expected 4 and 256 (Triton "
+                             f"3.6 ignores it with 8 warps; with 64-row halves both consumer warpgroups "
+                             f"would compute the same rows)")
     elif not is_gpu():
         config = INTERPRETER_CONFIG
     rows = B * H * N
@@ -272,18 +317,25 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
 
     bm0, bn0 = (config.block_m, config.block_n) if config else (64, 64)  # the tuner's pre-hook resets these
     dq, dk, dv, do = desc(q, bm0 // 2), desc(k, bn0), desc(v, bn0), desc(out, bm0 // 2)
-    args = (dq, dk, dv, do, out, N, scale * LOG2E)
+    args = (dq, dk, dv, do, q, k, v, out, N, scale * LOG2E)  # a ws config uses the raw tensors
+    if is_gpu() and (config is None or config.ws):
+        triton.set_allocator(_scratch)
     if config is not None:
         grid = (triton.cdiv(N, config.block_m), B * H)
         extra = {} if config.maxnreg is None else {"maxnreg": config.maxnreg}
         _with_flags[grid](*args, HEAD_DIM=D, CAUSAL=causal, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                          num_warps=config.num_warps, num_stages=config.num_stages, **extra)
+                          WS=config.ws, num_warps=config.num_warps, num_stages=config.num_stages, **extra)
     else:
         def grid(meta):
             return (triton.cdiv(N, meta["BLOCK_M"]), B * H)
 
         _tuned[grid](*args, HEAD_DIM=D, CAUSAL=causal)
     return out
+
+
+def _scratch(size: int, alignment: int, stream):
+    """Global scratch for on-device tensor descriptors (the ``ws`` configs), from torch's caching allocator."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def last_config() -> dict | None:
@@ -293,7 +345,8 @@ def last_config() -> dict | None:
 
 
 def _name(c: Cand) -> str:
-    return f"BM{c.block_m}-BN{c.block_n}-w{c.num_warps}-s{c.num_stages}" + (f"-r{c.maxnreg}" if c.maxnreg else "")
+    return (f"BM{c.block_m}-BN{c.block_n}-w{c.num_warps}-s{c.num_stages}" + (f"-r{c.maxnreg}" if c.maxnreg else "")
+            + ("-ws" if c.ws else ""))
 
 
 def tuning_timings() -> dict[str, float]:

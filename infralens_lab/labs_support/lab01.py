@@ -3,7 +3,7 @@ traces and their before/after table, the idle time by cause, the hot kernel, the
 and its counters, the recorded matmul ceilings per precision, the recorded spreads, and the bottleneck
 statement written from those numbers (trace tables: :mod:`infralens_lab.present.trace_tables`).
 
-Traces go through :class:`infralens_lab.measure.torch_trace.Trace` whether they were taken now or
+Traces go through :class:`infralens_lab.parse.trace.Trace` whether they were taken now or
 recorded on a GPU; counters through :mod:`infralens_lab.measure.ncu`. A loader whose record is
 absent prints what is missing and returns ``None``, so cells never crash. Times: ``_us``
 microseconds, ``_ms`` milliseconds.
@@ -17,16 +17,17 @@ import pandas as pd
 from .. import evidence
 from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab01.check_on and lab01.store)
 from ..device import is_gpu
-from ..measure import ncu as N
+from ..parse import ncu as N
+from ..measure import ncu as NR
 from ..measure import nsys
 from ..analysis import joins, stalls
 from ..analysis.variants import (FP32_GEMM, RECORD as VARIANTS_RECORD, one_change_notes, one_change_table,  # noqa: F401
                                  precision_notes as _precision_notes, precision_table)
 from ..analysis.joins import idle_budget  # noqa: F401  (re-exported: the lab shows it)
 from ..analysis.roofline import sol_verdict
-from ..measure.ncu import demangled_regex  # noqa: F401  (re-exported: the lab shows it)
-from ..measure.torch_trace import (Trace, idle_by_cause, load_trace, profile, quiet_profiler_chatter,  # noqa: F401
-                                   step_gpu_work)
+from ..parse.ncu import demangled_regex  # noqa: F401  (re-exported: the lab shows it)
+from ..parse.trace import Trace, idle_by_cause, load_trace, step_gpu_work  # noqa: F401
+from ..measure.torch_trace import profile, quiet_profiler_chatter  # noqa: F401  (re-exported: the lab uses them)
 from ..workloads.pipeline import VARIANTS, VERSIONS, make_step, make_variant
 from ..workloads.tiny_gpt import GPTConfig
 from ..measure.timing import time_fn, time_steps
@@ -119,7 +120,7 @@ def commands(hot_kernel: str) -> dict:
     rx = demangled_regex(hot_kernel)
 
     def ncu(*what):
-        cmd = N.ncu_command(TARGET, rx, sections=["SpeedOfLight"], launch_count=1, python="python")
+        cmd = NR.ncu_command(TARGET, rx, sections=["SpeedOfLight"], launch_count=1, python="python")
         i = cmd.index("--kernel-name")
         cmd[i:i] = ["--kernel-name-base", "demangled"]
         j = cmd.index("--section")
@@ -139,11 +140,11 @@ def hot_kernel_counters(st, hot_kernel: str):
     else from the recorded ``ncu_train_step.csv``; ``(row dict, caption)`` or None with a note."""
     rx = kernel_regex(hot_kernel)
     text, cap = None, None
-    if is_gpu() and N.ncu_binary():
+    if is_gpu() and NR.ncu_binary():
         metrics = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.STALLS
         try:
-            text = N.run_ncu(TARGET, rx, metrics=metrics, launch_count=1)
-            cap = evidence.live("ncu_hot_kernel", {"csv": text}, N.command_line(TARGET, rx, metrics=metrics,
+            text = NR.run_ncu(TARGET, rx, metrics=metrics, launch_count=1)
+            cap = evidence.live("ncu_hot_kernel", {"csv": text}, NR.command_line(TARGET, rx, metrics=metrics,
                                                                                launch_count=1)).caption()
         except N.NcuError as exc:
             print(f"Live ncu failed: {exc.message}\nfix: {exc.fix}")

@@ -21,7 +21,7 @@ from ..device import is_gpu, torch_device
 from ..kernels import attention, copies, reference
 from ..kernels.check import matches, tolerance
 from ..measure import ceilings as measure_ceilings
-from ..measure.ncu import parse_raw_csv
+from ..parse.ncu import parse_raw_csv
 from ..present.roofline import Roof, roofs_from
 
 CSV_FILES = ("ncu_copies.csv", "ncu_attention.csv", "ncu_matmul.csv")

@@ -23,8 +23,7 @@ from ..evidence import EvidenceError
 from ..measure.memory import from_evidence
 from ..measure import memory_timeline
 
-MiB = 2 ** 20
-GB = 1e9
+from ..units import GB, MiB
 LIVE_BATCH = 8
 LIVE_SEQ = 128
 STEADY = ("weights", "optimizer states")

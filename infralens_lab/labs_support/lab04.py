@@ -18,8 +18,9 @@ from ..analysis import roofline as rl
 from ..analysis import traffic
 from ..device import is_gpu
 from ..kernels import check
-from ..measure import ncu as N
-from ..measure.runs import copy_run
+from ..parse import ncu as N
+from ..measure import ncu as NR
+from ..parse.runs import copy_run
 from ..present import attention as attn_tables
 from ..present import tables
 
@@ -132,7 +133,7 @@ def recorded_copy_family(st) -> CopyFamily | None:
 
 
 def recorded_source(st):
-    """Per-SASS-instruction rows of the recorded copies (measure.ncu.parse_source_csv), or None after a note."""
+    """Per-SASS-instruction rows of the recorded copies (parse.ncu.parse_source_csv), or None after a note."""
     gone = _have(st, [SOURCE_FILE])
     return _missing("Per-instruction stalls", gone) if gone else N.parse_source_csv(st.text(SOURCE_FILE))
 
@@ -172,7 +173,7 @@ def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> CopyFamil
         return None
     runs = [copy_run(n, "fp32")] + [copy_run(n, "fp32", s) for s in strides]
     try:
-        texts = N.profile_runs(runs, {"counters": N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY,
+        texts = NR.profile_runs(runs, {"counters": N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY,
                                       "stalls": N.TIME + N.STALLS})
     except N.NcuError as exc:
         print(f"Live counters: ncu could not run here: {exc.message}\nfix: {exc.fix}\nThe recorded counters follow.")
@@ -222,7 +223,7 @@ class Attention:
     caption: str
     shape: tuple
     bench: list | None
-    breakdown: pd.DataFrame  # stall samples per launch (measure.ncu.stall_breakdown); may be empty
+    breakdown: pd.DataFrame  # stall samples per launch (parse.ncu.stall_breakdown); may be empty
 
 
 def recorded_attention(st) -> Attention | None:

@@ -1,7 +1,7 @@
 """Glue for lab 05 (overlap, launch overhead, compilation): the live CPU runs, the recorded GPU
 records and traces turned into tables, and the Amdahl table.
 
-Traces go through :class:`~infralens_lab.measure.torch_trace.Trace`; overlap, periods, launch counts
+Traces go through :class:`~infralens_lab.parse.trace.Trace`; overlap, periods, launch counts
 and Amdahl bounds through :mod:`infralens_lab.analysis.overlap`. A loader whose record is absent prints
 what is missing and how to record it, and returns ``None``, so cells never crash. Times: ``_ms``
 milliseconds, ``_us`` microseconds.
@@ -13,10 +13,12 @@ import pandas as pd
 from .. import evidence
 from ..analysis import overlap as A
 from ..measure import overlap as M
-from ..measure.torch_trace import load_trace, profile
+from ..parse.trace import load_trace
+from ..measure.torch_trace import profile
 from ..workloads.overlap import COPY_MODES, NeedsGpu, small_ops_step, sleep_stages
 from . import check_on, store  # noqa: F401  (re-exported for the notebook)
-from ..measure.torch_trace import quiet_profiler_chatter, step_gpu_work
+from ..parse.trace import step_gpu_work
+from ..measure.torch_trace import quiet_profiler_chatter
 
 RECORD_HINT = "`python -m infralens_lab record --only overlap` on a GPU"
 STAGE_MS = (20.0, 30.0)  # the CPU pipeline's stand-in stage times

@@ -16,11 +16,11 @@ from .. import evidence
 from ..analysis import distributed as A
 from ..analysis import ledger
 from ..measure import distributed as D
-from ..measure.torch_trace import Trace, load_trace
+from ..parse.trace import Trace, load_trace
 from ..workloads import ddp as W
 from ..measure.torch_trace import quiet_profiler_chatter
 
-MiB = 2 ** 20
+from ..units import MiB
 RECORDED = "ddp_rank0"
 PRACTICE = ("mystery", "reference")
 GLOO_NOTE = ("gloo on CPU tensors: the all-reduce is memory copies and TCP on loopback between two processes that "

@@ -17,7 +17,8 @@ from ..analysis import gates as A
 from ..measure import gates as G
 from ..measure.timing import percentile, time_fn
 from ..measure.top_ops import kernel_families
-from ..measure.torch_trace import Trace, load_trace, profile
+from ..parse.trace import Trace, load_trace
+from ..measure.torch_trace import profile
 from ..workloads.gated import REGRESSIONS, MLPStep
 from ..workloads.resnet import MEMORY_FORMATS, inference_step
 

@@ -162,7 +162,8 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
     import torch
     import torch.distributed as dist
 
-    from . import torch_trace as T
+    from ..parse.trace import trim
+    from .torch_trace import profile
 
     backend = dist.get_backend()
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
@@ -179,7 +180,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
     for cfg in spec.configs:
         m, opt = _ddp(cfg, device)
         _, step = _stepper(m, opt, cfg.model, rank, device)
-        trace = T.profile(step, wait=0, warmup=1, active=spec.active)
+        trace = profile(step, wait=0, warmup=1, active=spec.active)
         step_s = _timed(step, spec.timed, device)
         log = m._get_ddp_logging_data()
         micro = _stepper(m, opt, cfg.model, rank, device)[0]
@@ -189,7 +190,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
         out["configs"].append({
             "label": cfg.label, "bucket_cap_mb": cfg.bucket_cap_mb, "bucket_view": cfg.bucket_view,
             "model": asdict(cfg.model), "params": cfg.model.params, "step_s": step_s,
-            "trace": T.trim(trace.data, max_depth=2),
+            "trace": trim(trace.data, max_depth=2),
             "bucket_bytes": _ints(log.get("rebuilt_bucket_sizes", "")) or _ints(log.get("bucket_sizes", "")),
             "param_tensors": int(log.get("num_parameter_tensors", 0)), "grad_storages": len(storages),
             "ddp_timers_ns": {k: int(log[k]) for k in ("avg_backward_comm_time", "avg_backward_compute_time",
@@ -213,7 +214,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        out["no_sync"][name] = {"trace": T.trim(T.profile(opt_step, wait=0, warmup=1, active=1).data, max_depth=2),
+        out["no_sync"][name] = {"trace": trim(profile(opt_step, wait=0, warmup=1, active=1).data, max_depth=2),
                                 "step_s": _timed(opt_step, 2, device)}
         del m, opt
     # plain all-reduce benchmark

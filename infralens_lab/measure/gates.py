@@ -33,27 +33,16 @@ import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-METRICS = {
-    "aten_ops_per_step": "aten operator calls below autograd per step",
-    "syncs_per_step": "calls per step that make the host wait for the device on a GPU",
-    "launches_per_step": "Triton kernel launches per step (CUDA launch calls in a GPU trace)",
-    "graph_breaks": "graph breaks torch._dynamo.explain finds in the compiled function",
-    "peak_bytes": "peak bytes live above the step's start (byte)",
-}
+from ..parse.gates import (DEFAULT_THRESHOLDS, METRICS, SCHEMA, ThresholdError,  # noqa: F401  (re-exported)
+                           gate_references, load_thresholds, reference_ratios)
+
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
                       "aten::unique_consecutive", "aten::unique_dim", "aten::repeat_interleave"})
-SCHEMA = 1
-DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "gates.json"
-
-
-class ThresholdError(ValueError):
-    """The threshold file is missing, malformed, or names a workload or metric that does not exist."""
 
 
 # ---------------------------------------------------------------- counting
@@ -218,26 +207,32 @@ def graph_breaks(fn: Callable, *args, **kwargs) -> GraphBreaks:
 
 
 def cuda_launches(step_fn: Callable[[], Any], steps: int = 2) -> dict:
-    """GPU only: CUDA kernel launch calls per step (``cudaLaunchKernel``, ``cuLaunchKernel``, ...) and
-    memcpy calls per step, read from a torch.profiler trace of ``steps`` active steps."""
+    """GPU only: CUDA launch calls, memcpys and kernels per step, read from a torch.profiler trace of ``steps``
+    active steps by the series' attribution rule (:func:`infralens_lab.parse.trace.step_gpu_work`: each kernel
+    belongs to the step that launched it, so kernels still queued from the warm-up step are not counted).
+    Each count is the largest per-step count, a whole number by construction (a count that differs between
+    steps shows in ``per_step``)."""
     from ..device import is_gpu
-    from .torch_trace import RUNTIME_CATS, profile
+    from ..parse.trace import step_gpu_work
+    from .torch_trace import profile
 
     if not is_gpu():
         raise RuntimeError("cuda_launches needs a GPU (interpreter mode has no CUDA launches); use count_step")
     tr = profile(step_fn, wait=1, warmup=1, active=steps)
-    ev = tr.events
-    rt = ev[ev["cat"].isin(RUNTIME_CATS)]
+    w = step_gpu_work(tr)
     k = tr.kernels()
-    return {"launches_per_step": int(rt["name"].str.contains("LaunchKernel").sum()) / steps,
-            "memcpys_per_step": int(rt["name"].str.contains("Memcpy").sum()) / steps,
-            "kernels": [{"name": r.name, "per_step": r.count / steps, "total_us": r.total_us / steps}
+    n = len(w)
+    return {"launches_per_step": int(w["launch_calls"].max()), "memcpys_per_step": int(w["memcpys"].max()),
+            "kernels_per_step": int(w["kernels"].max()),
+            "per_step": {c: [int(x) for x in w[c]] for c in ("launch_calls", "kernels", "memcpys")},
+            "kernels": [{"name": r.name, "per_step": r.count / n, "total_us": r.total_us / n}
                         for r in k.itertuples(index=False)]}
 
 
-def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> float:
+def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> int:
     """GPU only: synchronising CUDA calls per step as ``torch.cuda.set_sync_debug_mode('warn')`` reports
-    them (one warning each), after one warm-up step."""
+    them (one warning each), after one warm-up step: the largest count of any one step, counted step by step,
+    so a whole number (a sync in one step of two is 1 per step, not 0.5)."""
     import warnings
 
     from ..device import is_gpu
@@ -247,69 +242,22 @@ def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> float:
     step_fn()
     torch.cuda.synchronize()
     old = torch.cuda.get_sync_debug_mode()
+    counts = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
             for _ in range(steps):
+                before = len(caught)
                 step_fn()
+                counts.append(sum("synchroniz" in str(w.message) for w in caught[before:]))
         finally:
             torch.cuda.set_sync_debug_mode(old)
     torch.cuda.synchronize()
-    return sum("synchroniz" in str(w.message) for w in caught) / steps
+    return max(counts)
 
 
 # ---------------------------------------------------------------- thresholds
-def load_thresholds(path: str | Path | None = None) -> dict:
-    """Read and validate a threshold file (format in the module doc; default ``data/gates.json``)."""
-    from ..workloads.gated import GATED
-
-    p = Path(path) if path is not None else DEFAULT_THRESHOLDS
-    if not p.is_file():
-        raise ThresholdError(f"no threshold file at {p}; expected a JSON file like data/gates.json "
-                             f"(pass its path, or restore data/gates.json from git)")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ThresholdError(f"threshold file {p} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                             f"column {exc.colno}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        seen = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ThresholdError(f"threshold file {p}: schema {seen!r}; expected an object with \"schema\": {SCHEMA}")
-    extra = sorted(set(data) - {"schema", "note", "counts", "ratios"})
-    if extra:
-        raise ThresholdError(f"threshold file {p}: unknown keys {extra}; expected schema, note, counts, ratios")
-    counts = data.get("counts", {})
-    if not isinstance(counts, dict):
-        raise ThresholdError(f"threshold file {p}: \"counts\" is {type(counts).__name__}; expected an object")
-    for wl, rules in counts.items():
-        if wl not in GATED:
-            raise ThresholdError(f"threshold file {p}: unknown workload {wl!r}; expected one of {sorted(GATED)}")
-        if not isinstance(rules, dict) or not rules:
-            raise ThresholdError(f"threshold file {p}: counts[{wl!r}] is {rules!r}; expected {{metric: rule}}")
-        for metric, rule in rules.items():
-            if metric not in METRICS:
-                raise ThresholdError(f"threshold file {p}: unknown metric {metric!r} for {wl!r}; expected one "
-                                     f"of {sorted(METRICS)}")
-            bad = not isinstance(rule, dict) or sum(k in rule for k in ("max", "equals")) != 1 \
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rule.values()) \
-                or set(rule) - {"max", "equals", "slack"}
-            if bad:
-                raise ThresholdError(f"threshold file {p}: counts[{wl!r}][{metric!r}] = {rule!r}; expected "
-                                     f"{{\"max\": number}} or {{\"equals\": number}}, optionally with \"slack\"")
-    ratios = data.get("ratios", {})
-    if not isinstance(ratios, dict):
-        raise ThresholdError(f"threshold file {p}: \"ratios\" is {type(ratios).__name__}; expected an object")
-    for name, r in ratios.items():
-        if name not in RATIO_GATES:
-            raise ThresholdError(f"threshold file {p}: unknown ratio {name!r}; expected one of {sorted(RATIO_GATES)}")
-        tol, k = (r.get("tolerance"), r.get("k")) if isinstance(r, dict) else (None, None)
-        if not (isinstance(tol, (int, float)) and 0 < tol < 1 and isinstance(k, int) and k >= 1):
-            raise ThresholdError(f"threshold file {p}: ratios[{name!r}] = {r!r}; expected "
-                                 f"{{\"tolerance\": fraction in (0, 1), \"k\": int >= 1}}")
-    return {"path": str(p), "counts": counts, "ratios": ratios, "note": data.get("note", "")}
-
-
 def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str, float]:
     """Measure the count metrics of a gated workload (``workloads.gated.GATED``): ``{metric: value}``.
     ``graph_breaks`` compiles the workload's step with dynamo's explain."""
@@ -384,33 +332,6 @@ def ratio_samples(candidate: Callable, reference: Callable, k: int, repeats: int
     return out
 
 
-def reference_ratios(store=None) -> dict[str, float]:
-    """``{ratio name: value}`` from the committed reference set's ``bench`` record."""
-    from .. import evidence
-
-    st = store if store is not None else evidence.reference()
-    return {r["name"]: float(r["value"]) for r in st.load("bench").values["ratios"]}
-
-
-def gate_references(store=None) -> dict[str, tuple[float, str]]:
-    """``{ratio name: (value, source)}`` a ratio gate is held to: the median of the reference set's
-    recorded ``gates_gpu`` ``ratio_gates`` samples, which :func:`ratio_samples` measured by the same
-    procedure as the gate (``source`` ``"gates_gpu"``). The bench's ratio of the same pair is a different
-    procedure (CUDA-event timing of the kernel alone) and differs from it by several percent on the
-    recorded GPUs, so it is only the fallback for a set recorded before ``gates_gpu`` existed
-    (``source`` ``"bench"``), and the gate's message says so."""
-    from .. import evidence
-    from .timing import percentile
-
-    st = store if store is not None else evidence.reference()
-    out = {name: (v, "bench") for name, v in reference_ratios(st).items()}
-    if "gates_gpu" in st.names():
-        for name, xs in st.load("gates_gpu").values.get("ratio_gates", {}).items():
-            if xs:
-                out[name] = (float(percentile(xs, 50)), "gates_gpu")
-    return out
-
-
 # ---------------------------------------------------------------- the recorder (GPU)
 RESNET_BATCH, RESNET_SIZE = 32, 224
 GPU_MLP = dict(batch=8, seq=512, width=1024)  # x (4096, 1024) @ (1024, 4096): 34 GFLOP per matmul
@@ -433,7 +354,8 @@ def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> 
     from ..workloads.resnet import MEMORY_FORMATS, inference_step
     from .timing import time_fn
     from .top_ops import innermost_ops, kernel_families
-    from .torch_trace import profile, trim
+    from ..parse.trace import trim
+    from .torch_trace import profile
 
     out = {}
     for fmt in MEMORY_FORMATS:

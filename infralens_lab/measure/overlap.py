@@ -2,7 +2,7 @@
 launch overhead with and without CUDA graphs, torch.compile time, graph breaks and fusion.
 
 Each function runs a workload from :mod:`infralens_lab.workloads.overlap` and returns JSON-shaped
-dicts or :class:`~infralens_lab.measure.torch_trace.Trace` objects; the maths on them lives in
+dicts or :class:`~infralens_lab.parse.trace.Trace` objects; the maths on them lives in
 :mod:`infralens_lab.analysis.overlap`. GPU-only requests raise
 :class:`~infralens_lab.workloads.overlap.NeedsGpu` with the reason. :func:`record_into` is the
 recorder's ``overlap`` step: every record it writes is listed in :data:`RECORDS`. Times: ``_ms``
@@ -15,7 +15,8 @@ import json
 import time
 from typing import Callable
 
-from .torch_trace import Trace, chrome_trace_of, profile, trim
+from ..parse.trace import Trace, trim
+from .torch_trace import chrome_trace_of, profile
 
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
            "trace_pipeline_d1", "trace_pipeline_d2", "trace_launch_eager", "trace_launch_graph",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
+from ..stats import percentile  # noqa: F401  (re-exported: timing users read percentiles here too)
 
 CLOCKS = ("auto", "cuda", "cpu")
 INTERPRETER_NOTE = ("no timing: kernels run in Triton's interpreter (Python on the CPU), so their "
@@ -50,18 +51,6 @@ class Timing:
             return f"Timing(not meaningful: {self.note})"
         return (f"{self.median_ms:.4f} ms median (p10 {self.p10_ms:.4f}, p90 {self.p90_ms:.4f}, "
                 f"n={self.n}, {self.clock})")
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) of ``samples`` by linear interpolation (numpy's default)."""
-    if not samples:
-        raise ValueError("percentile of an empty list of samples; expected at least one sample")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile q={q!r}; expected a number in [0, 100]")
-    s = sorted(float(x) for x in samples)
-    pos = (len(s) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def summarize(samples_ms: Sequence[float], clock: str, note: str = "") -> Timing:

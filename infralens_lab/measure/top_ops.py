@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from .torch_trace import Trace
+from ..parse.trace import Trace
 
 FAMILIES = (  # first match wins; patterns on the kernel name, case-insensitive
     ("layout transform", r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose|permute"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-MiB = 2 ** 20
+from ..units import MiB
 _FONT = 10
 PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cf", "optimizer": "#dff2dc"}
 

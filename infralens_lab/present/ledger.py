@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-MiB = 2 ** 20
-GB = 1e9
+from ..units import GB, MiB
 _FONT = 9
 CATEGORY_COLORS = {
     "weights": "#1f77b4",

@@ -1,7 +1,7 @@
 """Figures for "why does this kernel behave this way": stall mixes and the copy family's bytes.
 
 :func:`stall_mix` turns a long stall table (what
-:func:`infralens_lab.measure.ncu.stall_breakdown` returns: one row per launch and ``reason``
+:func:`infralens_lab.parse.ncu.stall_breakdown` returns: one row per launch and ``reason``
 with ``samples``) into one row per label (a config, a kernel, a stride) and one column per
 reason, each a share of that label's sampled warp states; the smaller reasons are folded into
 ``other``. :func:`stall_bars` draws that mix as stacked horizontal bars, one per label, so the

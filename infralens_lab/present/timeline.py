@@ -18,7 +18,7 @@ GAP_COLOR = "#ff9da6"
 
 def timeline(trace, ranges: Sequence[str] | None = None, min_gap_us: float = 50.0, window_ms: tuple | None = None,
              title: str = "", label_gaps: int = 12, ax=None):
-    """Figure of ``trace`` (a :class:`~infralens_lab.measure.torch_trace.Trace`).
+    """Figure of ``trace`` (a :class:`~infralens_lab.parse.trace.Trace`).
 
     ``ranges``: range names to draw, top to bottom (default: all but ``ProfilerStep#N``, in order of
     first appearance). ``window_ms``: ``(start, end)`` to zoom. ``label_gaps``: label at most this

@@ -1,13 +1,13 @@
 """Tables of a torch.profiler trace for the timeline lab (lab 01): the ``record_function`` ranges per step
 with the GPU work they launched, the most frequent aten ops, the longest GPU idle gaps, the hottest kernels.
-Shaping only: the numbers come from :class:`infralens_lab.measure.torch_trace.Trace`. Times: ``_ms``
+Shaping only: the numbers come from :class:`infralens_lab.parse.trace.Trace`. Times: ``_ms``
 milliseconds per step unless the column says otherwise.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from ..measure.torch_trace import Trace
+from ..parse.trace import Trace
 
 
 def ranges_view(tr: Trace, with_times: bool | None = None) -> pd.DataFrame:
@@ -49,9 +49,10 @@ def gap_view(tr: Trace, top: int = 8) -> pd.DataFrame:
 
 
 def hot_kernels(tr: Trace, top: int = 5) -> pd.DataFrame:
-    """Kernels by total GPU time in the trace: full name (the table shortens it for display), launches, total ms and
-    share of all kernel time. Counts cover every kernel in the trace, including work a CPU running ahead
-    queued before the profiled window, so they need not divide evenly by the number of steps."""
+    """Kernels by total GPU time that the profiled steps launched (the series' attribution rule,
+    :meth:`~infralens_lab.parse.trace.Trace.gpu_step`): full name (the table shortens it for display), launches,
+    total ms and share of that kernel time. Work a CPU running ahead left queued before the profiled steps is
+    left out, so launches divide evenly by the steps when every step runs the same kernels."""
     k = tr.kernels()
     if k.empty:
         return k

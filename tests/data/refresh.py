@@ -2,8 +2,8 @@
 
     python tests/data/refresh.py [data/recorded/<gpu-slug>]   (default: the DEFAULT set)
 
-Copies the four ncu CSVs unedited, cuts the trace excerpt (ProfilerStep#4 of ``trace_bubble``, from
-3 ms before it starts to its end, ``torch_trace.trim(max_depth=2)``), and writes ``ncu_expected.json``
+Copies the four ncu CSVs unedited, cuts the trace excerpt (ProfilerStep#3 and #4 of ``trace_bubble``, from
+3 ms before #3 starts to #4's end, ``parse.trace.trim(max_depth=2)``), and writes ``ncu_expected.json``
 and ``trace_bubble_excerpt.expected.json`` by reading those files with the package's parsers. Never
 edit the expected files by hand: rerun this, and review the diff.
 """
@@ -19,8 +19,8 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infralens_lab import evidence  # noqa: E402
-from infralens_lab.measure import ncu as N  # noqa: E402
-from infralens_lab.measure.torch_trace import load_trace, trim  # noqa: E402
+from infralens_lab.parse import ncu as N  # noqa: E402
+from infralens_lab.parse.trace import load_trace, trim  # noqa: E402
 
 CSVS = ("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv", "ncu_matmul.csv")
 UNITS = {  # the units the tests pin, per file
@@ -48,8 +48,11 @@ def ncu_expected() -> dict:
 
 def trace_excerpt(data: dict) -> dict:
     ev = data["traceEvents"]
+    # two profiled steps, so that the gap between them (the input-pipeline bubble) lies inside the work the
+    # profiled steps launched (the attribution rule: idle gaps are measured between that work, never before it)
+    first = next(e for e in ev if e.get("name") == "ProfilerStep#3" and e.get("ph") == "X")
     step = next(e for e in ev if e.get("name") == "ProfilerStep#4" and e.get("ph") == "X")
-    lo, hi = float(step["ts"]) - 3000.0, float(step["ts"]) + float(step["dur"])
+    lo, hi = float(first["ts"]) - 3000.0, float(step["ts"]) + float(step["dur"])
     keep = [e for e in ev if "ts" in e and lo <= float(e["ts"]) <= hi]
     return trim({**data, "traceEvents": keep}, max_depth=2)
 
@@ -57,7 +60,7 @@ def trace_excerpt(data: dict) -> dict:
 def trace_expected(raw: dict) -> dict:
     tr = load_trace(raw)
     gaps = tr.idle_gaps(min_gap_us=50)
-    return {"window": "ProfilerStep#4 of the recorded bubble trace, from 3 ms before it starts to its end; "
+    return {"window": "ProfilerStep#3 and #4 of the recorded bubble trace, from 3 ms before #3 starts to #4's end; "
                       "trim(max_depth=2)",
             "kernels": int((tr.events["cat"] == "kernel").sum()), "attributed": len(tr.launcher),
             "gaps": len(gaps), "causes": gaps["cause"].tolist(), "gap_us": [round(g, 3) for g in gaps["gap_us"]],

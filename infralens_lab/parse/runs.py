@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# bytes per element, by the short names labels use and torch's long names (the one table in the package)
-ELEM_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
+from ..units import ELEM_BYTES  # noqa: F401  (re-exported: labels carry a dtype name)
+
 ATTENTION_KINDS = ("naive", "tiled", "tiled_fast")
 KINDS = ("copy", "copy_strided", *ATTENTION_KINDS, "matmul", "train_step")
 _FIELD = re.compile(r"(\w+)=([\w,.]+)")

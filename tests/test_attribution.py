@@ -1,0 +1,105 @@
+"""The series' one attribution rule (parse.trace.Trace.gpu_step): GPU work belongs to the profiled step whose
+CPU range holds its launch call, on every committed trace, with the invariants that must hold and the
+numbers the review found wrong under the old start-time window (issues 25, 27, 32)."""
+from __future__ import annotations
+
+import pytest
+
+from infralens_lab import evidence
+from infralens_lab.analysis import overlap as A
+from infralens_lab.parse.trace import GPU_CATS, load_trace, step_gpu_work
+from infralens_lab.present.trace_tables import hot_kernel_name, hot_kernels
+
+SETS = {"h200": "nvidia-h200", "h100": "nvidia-h100-80gb-hbm3"}
+
+
+def _store(gpu):
+    return evidence.reference(SETS[gpu])
+
+
+def _traces():
+    out = []
+    for gpu in SETS:
+        st = _store(gpu)
+        for name in st.names():
+            if name.startswith(("trace_", "resnet_trace_")) and name != "trace_summary":
+                out.append(pytest.param(gpu, name, id=f"{gpu}-{name}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return {}
+
+
+def _tr(cache, gpu, name):
+    if (gpu, name) not in cache:
+        cache[(gpu, name)] = load_trace(_store(gpu).load(name))
+    return cache[(gpu, name)]
+
+
+@pytest.mark.parametrize("gpu,name", _traces())
+def test_invariants_on_every_committed_trace(cache, gpu, name):
+    tr = _tr(cache, gpu, name)
+    ev = tr.events
+    gpu_rows = ev[ev["cat"].isin(GPU_CATS)]
+    step = tr.gpu_step()
+    assert set(step.index) == set(gpu_rows.index)  # every GPU event gets a step or -1
+    if not tr.has_steps:  # threaded pipeline traces: no schedule, so every event is in scope
+        assert len(tr.gpu_events(scope="steps")) == len(gpu_rows)
+        return
+    st = tr.steps()
+    # a step's work was launched inside its CPU range (checked against the launch call's own time)
+    for g, k in step[step >= 0].items():
+        t = ev.at[tr.launcher[g], "start_us"]
+        assert st.at[k, "cpu_start_us"] <= t < st.at[k, "cpu_end_us"]
+    w = step_gpu_work(tr)
+    # counts are whole numbers by construction, and the parts add up to the whole
+    assert w["gpu_ops"].sum() + tr.leftover()["events"] == len(gpu_rows)
+    assert w["kernels"].sum() == tr.kernels()["count"].sum()
+    # a part never exceeds its whole: merged busy <= summed work, busy <= the window it is measured in
+    assert (w["gpu_busy_us"] <= w["gpu_work_us"] + 1e-6).all()
+    s = tr.summary()
+    assert 0 < s["gpu_busy_us"] <= s["window_us"] + 1e-6 and 0 < s["gpu_utilization"] <= 1 + 1e-9
+    assert abs(tr.kernels()["pct"].sum() - 100) < 1e-6
+
+
+def test_h200_hot_kernel_counts_only_the_profiled_steps(cache):
+    # 68 launches, 14.26 ms, 17.4 % over the whole trace; the profiled steps launched 51 (17 per step)
+    tr = _tr(cache, "h200", "trace_fixed")
+    top = tr.kernels().iloc[0]
+    assert top["name"].startswith("sm80_xmma_gemm_f32f32") and top["count"] == 51
+    assert top["total_us"] == pytest.approx(10_692, abs=5) and top["pct"] == pytest.approx(19.05, abs=0.01)
+    everything = tr.kernels(scope="all").set_index("name").loc[top["name"]]
+    assert everything["count"] == 68 and tr.leftover()["kernels"] == 348
+
+
+def test_h100_hot_kernel_is_the_one_the_steps_launched(cache):
+    # over the whole trace a CUTLASS SIMT GEMM from the warm-up step looked hottest; lab 01 would have handed
+    # the wrong kernel to ncu
+    tr = _tr(cache, "h100", "trace_fixed")
+    assert hot_kernel_name(tr).startswith("sm80_xmma_gemm_f32f32")
+    assert "cutlass_80_simt_sgemm" in tr.kernels(scope="all")["name"].iloc[0]
+    assert hot_kernels(tr)["pct_of_kernel_time"].iloc[0] == pytest.approx(18.48, abs=0.01)
+
+
+def test_busy_share_is_measured_on_the_work_the_steps_launched(cache):
+    tr = _tr(cache, "h200", "trace_copy_pinned")
+    st, g = tr.steps(), tr.gpu_events(scope="steps")
+    # the CPU's profiled window ends before the steps' first GPU work starts: it runs that far ahead
+    assert st["cpu_end_us"].max() < g["start_us"].min()
+    s = tr.summary()
+    assert s["window_us"] > 0 and s["cpu_window_us"] < s["window_us"]
+
+
+@pytest.mark.parametrize("gpu,copy_ms,exposed_ms", [("h200", 0.6375, 0.0428), ("h100", 0.6152, 0.0417)])
+def test_lab05_copy_per_step_counts_three_copies_not_four(cache, gpu, copy_ms, exposed_ms):
+    pinned = A.copy_overlap(_tr(cache, gpu, "trace_copy_pinned"))
+    assert pinned["copies"] == pinned["steps"] == 3  # one copy per step; the warm-up's copy is left out
+    assert pinned["copy_us"] / pinned["steps"] / 1e3 == pytest.approx(copy_ms, abs=5e-4)
+    db = A.copy_overlap(_tr(cache, gpu, "trace_copy_double_buffered"))
+    assert db["exposed_us"] / db["steps"] / 1e3 == pytest.approx(exposed_ms, abs=5e-4)
+    # a period can never be shorter than the single-stream copy it hides: max(copy, compute) bounds it
+    w = step_gpu_work(_tr(cache, gpu, "trace_copy_double_buffered"))
+    period_ms = (w["gpu_end_us"].iloc[-1] - w["gpu_end_us"].iloc[0]) / (len(w) - 1) / 1e3
+    assert period_ms >= copy_ms
