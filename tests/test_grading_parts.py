@@ -227,6 +227,9 @@ def test_score_files_are_written_atomically(tmp_path):
     S.write_junit(_rows(), tmp_path / "scores.xml")
     assert path.read_text().splitlines()[0] == ",".join(S.COLUMNS)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.csv", "scores.xml"]  # no temporary left
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask  # readable as a file open() makes, not 0600
 
 
 def test_duplicates_are_flagged_without_changing_scores():

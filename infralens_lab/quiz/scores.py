@@ -25,7 +25,10 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and one rename."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    mask = os.umask(0)
+    os.umask(mask)
     try:
+        os.fchmod(fd, 0o666 & ~mask)  # as open() would create it (mkstemp makes it 0600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
