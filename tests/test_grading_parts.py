@@ -358,3 +358,48 @@ def test_exercise_ids_are_accepted_by_the_bank():
     assert bank_mod.answer_variable("lab01.ex1") == "ANSWER_EX1"
     q = bank_mod.question_from_plain(dict(H.EXERCISE, id="lab01.ex1"), "lab01")
     assert q.derive == "masked_lanes" and q.kind == "number"
+
+
+class _Config:
+    """What pytest_configure reads: options and a plugin manager that records what is registered."""
+
+    def __init__(self, **options):
+        self.options, self.registered = options, {}
+        self.pluginmanager = self
+
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
+
+    def register(self, obj, name):
+        self.registered[name] = obj
+
+
+def test_grade_session_hands_kernels_absolute_bank_folders(monkeypatch, tmp_path):
+    """A relative $INFRALENS_QUIZ_BANKS would name another folder in a kernel's scratch folder."""
+    d = tmp_path / "banks"
+    d.mkdir()
+    (d / "lab00.json").write_text(json.dumps(H._bank()))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(bank_mod.BANKS_ENV, "banks")
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    config = _Config(infralens_grade=True)
+    plugin.pytest_configure(config)
+    session = config.registered["infralens-grade-session"]
+    try:
+        assert os.environ[bank_mod.BANKS_ENV] == str(d.resolve())
+    finally:
+        session.pytest_unconfigure(config)
+    assert os.environ[bank_mod.BANKS_ENV] == "banks"
+
+
+def test_grade_mode_refuses_a_bank_folder_that_is_not_there(monkeypatch, tmp_path):
+    monkeypatch.setenv(bank_mod.BANKS_ENV, str(tmp_path / "nope"))
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    with pytest.raises(pytest.UsageError, match="INFRALENS_QUIZ_BANKS=.*is not a folder"):
+        plugin.pytest_configure(_Config(infralens_grade=True))
+
+
+def test_grade_mode_refuses_nbval(monkeypatch):
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    with pytest.raises(pytest.UsageError, match="drop --nbval"):
+        plugin.pytest_configure(_Config(infralens_grade=True, nbval_lax=True))
