@@ -7,8 +7,8 @@ value ``check`` records), to be found through ``$INFRALENS_QUIZ_BANKS``. ``EXPEC
 student's final answers earn, and ``FLAGS`` the flags each must carry (in a ``RUN=1`` and a ``RUN=0`` run).
 
 Students: alice (all right), bob (one wrong), carol (blank); the attacks: 1 dan (q3 as an 891-term sum),
-2 eve (kills its parent process), 3 fay (``os._exit(0)``), 4 gus (a detached process rewrites the score
-file ``delay_s`` later), 5 zed (appends a judge that says "correct" to ``quiz/check.py``), 6 ida (``%%time``
+2 eve (kills its parent process), 3 fay (``os._exit(0)``), 4 gus (a detached process that, ``delay_s`` later,
+waits for the grader's score file and rewrites it), 5 zed (appends a judge that says "correct" to ``quiz/check.py``), 6 ida (``%%time``
 answer cell), 7 hal (``ＡＮＳＷＥＲ_Q1``), 8 jon (metadata names lab99), 9 kim and lea (the same file).
 
 Run by hand (the real scenario: a minute's wait): ``python tests/hostile_class.py OUT --delay 20``, then
@@ -128,9 +128,12 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
     fay = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", "5")              # attack 3
     put("fay", after(fay, "ANSWER_Q1", "import os\nos._exit(0)"))
     gus = answer(template(), "ANSWER_Q1", wrong_q1)                                                   # attack 4
-    rewrite = (f"import time; time.sleep({delay_s}); "
-               f"open({str(scores)!r}, 'w').write('notebook,lab,question,status,points\\ngus,lab00,lab00.q1,correct,100\\n'); "
-               f"open({str(scores) + '.rewritten'!r}, 'w').write('the detached process ran')")
+    # waits delay_s, then for the grader's score file, then rewrites it (giving up after 10 minutes)
+    rewrite = (f"import os, time\ntime.sleep({delay_s})\nend = time.time() + 600\n"
+               f"while time.time() < end and not (os.path.exists({str(scores)!r}) and "
+               f"open({str(scores)!r}).read().startswith('notebook,lab,question')):\n    time.sleep(0.1)\n"
+               f"open({str(scores)!r}, 'w').write('notebook,lab,question,status,points\\ngus,lab00,lab00.q1,correct,100\\n')\n"
+               f"open({str(scores) + '.rewritten'!r}, 'w').write('the detached process ran')\n")
     put("gus", after(gus, "ANSWER_Q1", "import subprocess, sys\n"
                                        f"subprocess.Popen([sys.executable, '-c', {rewrite!r}], start_new_session=True,\n"
                                        "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"))

@@ -22,7 +22,7 @@ nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack 
 import hostile_class as H  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DELAY_S = 4.0          # attack 4's detached process waits this long (20 s in the issue; the same by hand)
+DELAY_S = 0.0          # attack 4 waits this long, then for the score file (20 s in the issue: run that by hand)
 RUN_LIMIT_S = 600      # the issue's bound for RUN=1 over this folder
 
 
@@ -61,7 +61,7 @@ def graded(tmp_path_factory):
     run1 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores}", "TIMEOUT=90")
     run1_s = time.monotonic() - start
     written = scores.read_bytes() if scores.exists() else b""
-    time.sleep(DELAY_S + 4)  # the detached process of attack 4 would have rewritten scores.csv by now
+    time.sleep(DELAY_S + 5)  # attack 4's process, had it survived, rewrites scores.csv within 0.1 s of its writing
     check_py = repo / "infralens_lab" / "quiz" / "check.py"
     tampered = check_py.read_text()
     refused = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
