@@ -1,7 +1,7 @@
 """The grader's own files, checked before every grading run, and snapshots that catch changes during one.
 
-``infralens_lab/quiz/manifest.json`` lists every file the grade is decided with (``quiz/*.py`` and the
-banks ``quiz/banks/*.json``) with its SHA-256, as ``data/recorded/<gpu>/manifest.json`` does for a
+``infralens_lab/quiz/manifest.json`` lists every file the grade is decided with (every ``.py`` under
+``quiz/`` and the banks ``quiz/banks/*.json``) with its SHA-256, as ``data/recorded/<gpu>/manifest.json`` does for a
 recorded set. ``make grade`` refuses to start when one of them differs, is missing or was added (a
 submission's cell that appended to ``quiz/check.py`` in an earlier run, say), naming the file and the fix.
 After a deliberate change, regenerate it::
@@ -40,8 +40,10 @@ def _sha256(path: Path) -> str:
 
 
 def graded_files(quiz_dir: Path = QUIZ_DIR) -> list[Path]:
-    """The files the manifest covers: ``quiz/*.py`` and ``quiz/banks/*.json``, sorted."""
-    return sorted([*quiz_dir.glob("*.py"), *(quiz_dir / "banks").glob("*.json")])
+    """The files the manifest covers: every ``.py`` under ``quiz/`` (``quiz/keys/`` included) and the banks
+    ``quiz/banks/*.json``, sorted."""
+    py = [p for p in quiz_dir.rglob("*.py") if "__pycache__" not in p.relative_to(quiz_dir).parts]
+    return sorted([*py, *(quiz_dir / "banks").glob("*.json")])
 
 
 def _rel(path: Path, quiz_dir: Path) -> str:
