@@ -389,7 +389,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"record: unknown step(s) {unknown}; expected some of {list(STEPS)}", file=sys.stderr)
         return 2
 
-    if not device.is_gpu():
+    try:
+        gpu = device.is_gpu()
+    except (device.ModeSettingError, device.GpuUnavailableError) as exc:
+        print(f"record: refusing to record: {exc}. Recorded evidence must come from a real GPU; run it on a "
+              "machine with an NVIDIA GPU.", file=sys.stderr)
+        return 2
+    if not gpu:
         print(f"record: refusing to record: recorded evidence must come from a real GPU, and this machine "
               f"runs in interpreter mode ({device.mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2

@@ -507,3 +507,51 @@ def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_fact
             trouble.check(f"{label} site at {width} px")
         finally:
             ctx.close()
+
+
+# ---------------------------------------------------------------- the class report (make grade)
+def _class_rows():
+    """Rows as make grade writes them for a class of lab 00 and lab 01: every status, long names, flags."""
+    from infralens_lab.quiz import load_bank
+
+    rows = []
+    statuses = ["correct", "wrong", "unanswered", "invalid", "correct", "wrong"]
+    flags = ["", "duplicate", "timed out", "", "lab mismatch; runner killed", "kernel died"]
+    for lab in ("lab00", "lab01"):
+        for k in range(12):
+            who = f"student_{k:02d}_with_a_rather_long_folder_name" if k % 5 == 0 else f"student_{k:02d}"
+            for j, q in enumerate(load_bank(lab).values()):
+                status = statuses[(k + j) % len(statuses)]
+                rows.append(dict(notebook=f"class/{who}/{lab[3:]}_{lab}.ipynb", lab=lab, question=q.id, status=status,
+                                 points=q.points if status == "correct" else 0, max_points=q.points, feedback="",
+                                 answer={"wrong": ["B", "a much longer wrong answer written out", "17"][k % 3]}.get(status, ""),
+                                 flags=flags[k % len(flags)]))
+    return rows
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_class_report_in_chromium(width, browser, shots, tmp_path):
+    """class_report.html (make grade) read offline at 1280 and 800 px: no request, no error, no page-wide
+    sideways scroll, every table fits or scrolls in its own box, the histogram fits the page."""
+    from infralens_lab.quiz import report
+
+    rows = _class_rows()
+    path = tmp_path / "class_report.html"
+    report.write_report(rows, path, {r["notebook"]: r["notebook"].split("/")[1] for r in rows})
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        trouble = Trouble()
+        trouble.watch_context(ctx)
+        page = ctx.new_page()
+        trouble.watch(page)
+        page.goto(path.as_uri(), wait_until="load")
+        assert page.title() == "InfraLens class report"
+        over = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert over <= 1, f"class report at {width} px is {over} px wider than the window"
+        assert check_tables(page, "main", f"class report at {width} px") == 3  # students, lab00, lab01
+        svgs = page.eval_on_selector_all("main svg", "s => s.map(e => e.getBoundingClientRect().right)")
+        assert len(svgs) == 2 and max(svgs) <= width, f"a histogram runs past the window: {svgs}"
+        page.screenshot(path=str(shots / f"class_report_{width}.png"), full_page=True)
+        trouble.check(f"class report at {width} px")
+    finally:
+        ctx.close()

@@ -239,11 +239,65 @@ def _nb(*sources, metadata=None):
     (['ANSWER_Q1 = f"{1}"'], (None, False)),
     (['x = 1\nANSWER_Q1 = "A"\nANSWER_Q1 = "D"'], ("D", True)),
     (['%time x = 1\nANSWER_Q1 = "A"'], ("A", True)),  # IPython syntax is understood
+    (['%%time\nANSWER_Q1 = "B"'], ("B", True)),        # a cell magic that runs its body in the namespace
+    (['%%capture out\nANSWER_Q1 = "B"'], ("B", True)),
+    (['%time ANSWER_Q1 = "B"'], ("B", True)),
+    (['\uff21\uff2e\uff33\uff37\uff25\uff32_Q1 = "B"'], ("B", True)),  # fullwidth: Python reads ANSWER_Q1
+    (["ANSWER_Q1 = 98560 - 98437"], (123, True)),       # arithmetic on written-out numbers is a value
+    (["ANSWER_Q1 = " + " + ".join(["1"] * 891)], (891, True)),  # too deep for ast.unparse, not for the grader
+    (["ANSWER_Q1 = 2 ** 0.5 * (3 - 1) / 4"], (2 ** 0.5 * 2 / 4, True)),
+    (["ANSWER_Q1 = -(7 // 2) % 5"], (-(7 // 2) % 5, True)),
+    (["ANSWER_Q1 = True + 1"], (None, False)),
+    (["ANSWER_Q1 = 1 + " + " + ".join(["1"] * 890) + " + n"], (None, False)),  # deep, and code
 ])
 def test_final_answer_is_the_last_literal_assignment(sources, want):
     answers, notes = G.final_answers(_nb(*sources))
     a = answers["ANSWER_Q1"]
     assert (a.value, a.literal) == want and notes == []
+
+
+@pytest.mark.parametrize("src, why", [("ANSWER_Q1 = 1 / 0", "division by zero"),
+                                      ("ANSWER_Q1 = 9 ** 9 ** 9", "more than 1000 bits"),
+                                      ("ANSWER_Q1 = (-8) ** 0.5", "not a finite real number"),
+                                      ("ANSWER_Q1 = 1e308 * 10.0", "not a finite real number")])
+def test_arithmetic_that_cannot_be_evaluated_is_invalid_with_the_reason(src, why):
+    (a,), _ = G.final_answers(_nb(src))[0].values(), None
+    assert not a.literal and why in a.source
+    status, points, feedback = G.judge_question(question("lab00.q3"), a)
+    assert (status, points) == ("invalid", 0) and why in feedback
+
+
+@pytest.mark.parametrize("magic", ["bash", "timeit", "writefile x.py", "html"])
+def test_a_cell_magic_that_does_not_run_python_in_the_namespace_sets_nothing(magic):
+    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', f'%%{magic}\nANSWER_Q1 = "C"'))
+    assert answers["ANSWER_Q1"].value == "B" and len(notes) == 1 and f"%%{magic.split()[0]} cell" in notes[0]
+
+
+def test_a_cell_python_cannot_compile_sets_nothing_as_in_the_kernel():
+    """5000 terms: Python's own parser gives up (RecursionError), so the kernel never sets the variable."""
+    deep = "ANSWER_Q1 = " + " + ".join(["1"] * 5000)
+    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', deep))
+    assert answers["ANSWER_Q1"].value == "B" and "cannot be compiled by Python" in notes[0]
+
+
+@pytest.mark.parametrize("boom", [RecursionError("maximum recursion depth exceeded"), MemoryError()])
+def test_an_error_while_grading_one_notebook_stays_in_its_rows(tmp_path, monkeypatch, boom):
+    good, bad = tmp_path / "good" / "00_start_here.ipynb", tmp_path / "bad" / "00_start_here.ipynb"
+    for p in (good, bad):
+        p.parent.mkdir()
+        nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)
+    real = G.final_answers
+
+    def flaky(nb):
+        if any("poison" in c.source for c in nb.cells):
+            raise boom
+        return real(nb)
+
+    nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}", "# poison"), bad)
+    monkeypatch.setattr(G, "final_answers", flaky)
+    rows = G.grade_notebook(bad, "bad") + G.grade_notebook(good, "good")
+    assert {(r.notebook, r.status) for r in rows} == {("bad", "unreadable"), ("good", "correct"), ("good", "unanswered")}
+    assert all(type(boom).__name__ in r.feedback and r.flags == "grader error" for r in rows if r.notebook == "bad")
 
 
 def test_a_cell_that_is_not_python_is_noted_not_fatal():
@@ -268,10 +322,19 @@ def test_grade_notebook_questions_come_from_the_bank(tmp_path):
     ({"infralens": {"lab": "lab00"}}, "03_a.ipynb", "lab00", True),
     ({}, "01_a.ipynb", "lab01", False),
     ({}, "homework.ipynb", None, False),
+    ({"infralens": {"lab": "lab99"}}, "00_a.ipynb", "lab00", True),   # metadata names a lab with no bank
 ])
 def test_lab_identity_from_metadata_then_file_name(metadata, name, lab, flagged):
     got, flag = G.identify_lab(_nb(metadata=metadata), Path(name))
     assert got == lab and bool(flag) == flagged
+
+
+def test_metadata_naming_a_lab_without_a_bank_is_flagged_and_graded_by_file_name(tmp_path):
+    p = tmp_path / "00_start_here.ipynb"
+    nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}", metadata={"infralens": {"lab": "lab99"}}), p)
+    rows = G.grade_notebook(p, "x.ipynb")
+    assert [r.question for r in rows] == list(load_bank("lab00")) and rows[0].status == "correct"
+    assert all(r.flags == "unknown lab in metadata" and "says lab99" in r.feedback for r in rows)
 
 
 def test_notebook_of_unknown_lab_gets_a_row(tmp_path):
@@ -331,8 +394,8 @@ class _StubConfig:
                         **options}
         self.pluginmanager = _StubPluginManager()
 
-    def getoption(self, name):
-        return self.options[name]
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
 
 
 def test_plugin_is_a_no_op_without_grade_mode(monkeypatch):

@@ -23,6 +23,9 @@ from .derive import derive
 
 GRADE_ENV = "INFRALENS_GRADE"
 STATUSES = ("correct", "wrong", "unanswered")
+# The value a check judged, published as a display output of its cell: how the grader reads an exercise's
+# answer computed by code (quiz.answers.recorded_values). The empty text/plain keeps every front end quiet.
+ANSWER_MIME = "application/vnd.infralens.answer+json"
 
 
 def grade_mode() -> bool:
@@ -161,6 +164,36 @@ def _message(q: Question, status: str, text: str, evidence_answer: Any) -> str:
     return f"✗ {text}\n  Hint: {q.hint}"
 
 
+def answer_record(qid: str, answer: Any) -> dict:
+    """``{"question": qid, "value": v}``: the judged answer as JSON. ``v`` is None when unanswered, the
+    string itself, a float for a finite number (numpy and 0-d torch scalars included), else the answer's
+    ``repr`` (cut to 200 characters), which the grader judges as the string it is."""
+    if is_unanswered(answer):
+        value = None
+    elif isinstance(answer, str):
+        value = answer
+    else:
+        try:
+            value = None if isinstance(answer, bool) else float(answer)
+        except Exception:  # noqa: BLE001 - whatever float() raises (a list, a tensor of many elements)
+            value = None
+        if value is None or not math.isfinite(value):
+            value = repr(answer)[:200]
+    return {"question": qid, "value": value}
+
+
+def _publish(record: dict) -> None:
+    """Show ``record`` as a display output of the running cell (in a Jupyter kernel only)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import publish_display_data
+    except ImportError:  # plain python3 (a GPU machine's script run): there is no cell output to write
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        publish_display_data({ANSWER_MIME: record, "text/plain": ""})
+
+
 def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
     """Mark ``answer`` to question ``qid`` and print feedback; see the module docstring for grade mode.
 
@@ -174,6 +207,7 @@ def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
     result = CheckResult(qid, status, q.points if status == "correct" else 0, q.points,
                          _message(q, status, text, expected))
     print(result.message)
+    _publish(answer_record(qid, answer))
     if grade_mode() and status != "correct":
         raise AssertionError(result.message)
     return result
