@@ -19,7 +19,7 @@ LAYERS = [
     ("measure", ["measure"]),
     ("analysis", ["analysis"]),
     ("present", ["present"]),
-    ("quiz", ["quiz"]),
+    ("quiz", ["quiz", "notebook_guard"]),
     ("labs", ["labs_support"]),
     ("apps", ["bench", "record", "doctor", "site", "__main__"]),
 ]
