@@ -6,7 +6,8 @@
 # adds lab 05 brings it), never overwriting a notebook already there. Prints the URL, the SSH
 # tunnel line on a remote machine, and the port used when 8888 is taken. Works as root.
 # JupyterLab's defaults come from tools/jupyter/settings/overrides.json (news toast off, widget
-# state saved in the notebook); a learner's own settings still win. Kernels start with the
+# state saved in the notebook); a learner's own settings still win. tools/jupyter/custom/custom.css
+# (served as JupyterLab's custom CSS) makes printed output wrap between words. Kernels start with the
 # package's notebook guard (infralens_lab/notebook_guard.py: one line of guidance instead of a
 # bare NameError after a restart, answer cells that did not run, self-checks that survive a
 # reopened notebook), through a "python3" kernelspec written to $WORK/.infralens/ and put first
@@ -62,7 +63,8 @@ TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(24))')"
 
 ARGS=(--no-browser --ServerApp.port="$PORT_USED" --ServerApp.port_retries=0
       --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK"
-      --LabApp.app_settings_dir="$ROOT/tools/jupyter/settings")
+      --LabApp.app_settings_dir="$ROOT/tools/jupyter/settings"
+      --LabApp.custom_css=True --ServerApp.tornado_settings=static_custom_path="$ROOT/tools/jupyter/custom")
 if [ "$(id -u)" = 0 ]; then ARGS+=(--allow-root); fi   # GPU cloud machines and containers run as root
 
 # ---- what the learner needs to know, before the server's own log

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,19 +166,6 @@ def _message(q: Question, status: str, text: str, evidence_answer: Any, stale: b
     return f"✗ {text}\n  Hint: {q.hint}"
 
 
-FEEDBACK_WIDTH = 88  # printed feedback is wrapped between words at this width (JupyterLab breaks long lines anywhere)
-
-
-def wrap_feedback(text: str, width: int = FEEDBACK_WIDTH) -> str:
-    """``text`` wrapped between words, line by line, each continuation indented under its line's text."""
-    out = []
-    for line in text.splitlines() or [""]:
-        indent = line[:len(line) - len(line.lstrip())]
-        out.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
-                                 break_on_hyphens=False) if len(line) > width else line)
-    return "\n".join(out)
-
-
 def _not_run_message(q: Question) -> str | None:
     """Feedback when the answer cell's last run stopped before assigning the answer (a SyntaxError, an
     exception above the assignment): the variable holds an older value, which is not judged."""
@@ -202,7 +188,7 @@ def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
     status, text = ("unanswered", stale) if stale else _judge(q, answer, expected)
     result = CheckResult(qid, status, q.points if status == "correct" else 0, q.points,
                          _message(q, status, text, expected, stale=bool(stale)))
-    print(wrap_feedback(result.message))
+    print(result.message)
     if grade_mode() and status != "correct":
         raise AssertionError(result.message)
     return result

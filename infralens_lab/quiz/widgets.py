@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .bank import BankError, Question, answer_variable, question
-from .check import _judge, _message, expected_answer, wrap_feedback
+from .check import _judge, _message, expected_answer
 
 CSS_CLASS = "infralens-selfcheck"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -92,12 +92,12 @@ def widget_feedback(q: Question, value: Any, evidence: Any = None) -> str:
             return "The box is empty: type your answer first."
         return "Nothing chosen yet: pick one first."
     if q.derive is not None and evidence is None:
-        return wrap_feedback(f"This answer is worked out from the evidence in this notebook, so this box cannot check "
-                             f"it. Set {var} = {_literal(q, value)} in the answer cell below and run it.")
+        return (f"This answer is worked out from the evidence in this notebook, so this box cannot check it. "
+                f"Set {var} = {_literal(q, value)} in the answer cell below and run the check cell after it.")
     text = feedback_for(q, value, evidence)
     if text.startswith("✓"):
         text += f"\nNow set {var} = {_literal(q, value)} in the answer cell below: only that variable is graded."
-    return wrap_feedback(text)
+    return text
 
 
 def _literal(q: Question, value: Any) -> str:
