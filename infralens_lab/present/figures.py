@@ -2,8 +2,7 @@
 stores it in the figure output's ``image/png`` metadata, where the offline edition finds it."""
 from __future__ import annotations
 
-# ---------------------------------------------------------------- figures: alt text
-ALT_MAX_SERIES = 6  # legend entries named in alt text before "and N more"
+ALT_MAX_SERIES = 6  # legend entries (or categories) named in alt text before "and N more"
 
 
 def _axes_kind(ax) -> str:
@@ -11,15 +10,44 @@ def _axes_kind(ax) -> str:
         return "bar chart"
     if ax.images:
         return "image"
-    if ax.collections and not ax.lines:
+    if ax.lines:
+        return "line chart"
+    kinds = {type(c).__name__ for c in ax.collections}
+    if kinds and kinds <= {"PathCollection"}:
         return "scatter plot"
-    return "line chart" if ax.lines else "chart"
+    return "bar chart" if kinds else "chart"  # broken_barh (timelines), fill_between: bars and bands
+
+
+def _some(names: list[str]) -> str:
+    more = f" and {len(names) - ALT_MAX_SERIES} more" if len(names) > ALT_MAX_SERIES else ""
+    return ", ".join(names[:ALT_MAX_SERIES]) + more
+
+
+def _categories(axis) -> list[str]:
+    """The tick labels of an axis that holds categories (text), without drawing the figure; [] for numbers."""
+    try:
+        labels = axis.get_major_formatter().format_ticks(axis.get_majorticklocs())
+    except (AttributeError, TypeError, ValueError):
+        return []
+    labels = [str(t).strip() for t in labels if str(t).strip()]
+
+    def number(t: str) -> bool:
+        try:
+            float(t.replace("−", "-").replace(",", ""))
+            return True
+        except ValueError:
+            return False
+
+    return labels if labels and not all(number(t) for t in labels) else []
 
 
 def _axis_text(ax, which: str) -> str:
-    label = (ax.get_xlabel() if which == "x" else ax.get_ylabel()).strip()
-    scale = ax.get_xscale() if which == "x" else ax.get_yscale()
-    return f"{label or 'unlabelled'}{' (log scale)' if scale == 'log' else ''}"
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    label = axis.get_label_text().strip()
+    if not label:
+        cats = _categories(axis)
+        label = f"the categories {_some(cats)}" if cats else "unlabelled"
+    return f"{label}{' (log scale)' if axis.get_scale() == 'log' else ''}"
 
 
 def figure_alt(fig, title: str | None = None, point: str | None = None) -> str:
@@ -35,8 +63,7 @@ def figure_alt(fig, title: str | None = None, point: str | None = None) -> str:
         desc = f"{_axes_kind(ax).capitalize()}{name}: {_axis_text(ax, 'y')} against {_axis_text(ax, 'x')}"
         labels = [lb for lb in ax.get_legend_handles_labels()[1] if lb and not lb.startswith("_")]
         if labels:
-            more = f" and {len(labels) - ALT_MAX_SERIES} more" if len(labels) > ALT_MAX_SERIES else ""
-            desc += f"; series: {', '.join(labels[:ALT_MAX_SERIES])}{more}"
+            desc += f"; series: {_some(labels)}"
         parts.append(desc)
     if point:
         parts.append(point.strip().rstrip("."))
