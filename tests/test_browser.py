@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
-from infralens_lab.present import SCROLL_CUE_CLASS
+from infralens_lab.present import SCROLL_CUE_CLASS, SCROLL_FADE_CLASS
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
 
@@ -81,14 +81,19 @@ _TABLE_JS = r"""(t) => {
     if (ox === 'auto' || ox === 'scroll') { box = e; break; }
   }
   const overflows = !!box && box.scrollWidth > box.clientWidth + 1;
-  const cue = [...out.querySelectorAll('.%s')].some(c => c.offsetParent !== null
-      && c.getBoundingClientRect().height > 0 && getComputedStyle(c).visibility !== 'hidden');
+  const shown = c => c.offsetParent !== null && c.getBoundingClientRect().height > 0
+      && getComputedStyle(c).visibility !== 'hidden';
+  // a line saying the table scrolls, or its cut edge fading out: a strip at the box's visible right edge
+  const b = box ? box.getBoundingClientRect() : null;
+  const fade = !!box && [...box.querySelectorAll('.%s')].some(f => shown(f)
+      && Math.abs(f.getBoundingClientRect().right - b.right) <= 2 && f.getBoundingClientRect().height >= 10);
+  const cue = [...out.querySelectorAll('.%s')].some(shown) || fade;
   const raw = /<\/?(b|i|em|strong|code|sub|sup|span|div|br|p|a|table|tr|td|th|img)\b[^>]*>|\*\*\S|`[^`\s][^`]*`/;
   const markup = [...t.querySelectorAll('td, th')].map(c => c.textContent.trim()).filter(s => raw.test(s));
   return {width: Math.round(width), avail, fits: width <= avail + 1, overflows, cue,
           scrolls: !!box && box.getBoundingClientRect().width <= avail + 1, markup,
           head: [...t.querySelectorAll('th')].slice(0, 4).map(c => c.textContent.trim())};
-}""" % SCROLL_CUE_CLASS
+}""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)
 
 
 def _free_port() -> int:

@@ -191,6 +191,10 @@ def test_a_wide_table_carries_a_visible_scroll_cue_a_narrow_one_does_not():
     assert present.SCROLL_CUE_CLASS not in narrow
     assert present.SCROLL_CUE_CLASS not in table_html(pd.DataFrame({"a": [1, 2], "b": [3, 4]}))
     assert "scroll" not in table_text(pd.DataFrame({f"col_{i}_pct": [1.0, 2.0] for i in range(30)}))
+    # every table's box ends with the strip that fades a cut edge out, stuck to the box's right edge
+    for page in (wide, narrow):
+        assert re.search(r'</table><div class="%s"[^>]*style="position:sticky;right:0;' % present.SCROLL_FADE_CLASS, page)
+        assert page.endswith("</div></div>")
 
 
 def test_figure_alt_is_read_from_the_figure():

@@ -1,7 +1,7 @@
 """Tables as every lab shows them: escaped text, readable numbers, units in headers, long kernel
 names shortened between their tokens with the full name on hover, a box of their own that scrolls
-sideways when the table is wider than its cell, with a visible cue when it is likely to (see
-:mod:`infralens_lab.present`, which re-exports everything here)."""
+sideways when the table is wider than its cell, its cut edge fading out, and a line saying so when it
+is likely to (see :mod:`infralens_lab.present`, which re-exports everything here)."""
 from __future__ import annotations
 
 import html
@@ -160,7 +160,7 @@ def _is_name_like(text: str) -> bool:
 # untrusted notebook, and its own table CSS centres tables and right-aligns every cell.
 _STYLE = {"num": "text-align:right;white-space:nowrap", "txt": "text-align:left",
           "txt long": f"text-align:left;white-space:normal;min-width:14em;max-width:{TEXT_WRAP_EM}em"}
-_BOX_STYLE = "overflow-x:auto;max-width:100%"
+_BOX_STYLE = "overflow-x:auto;max-width:100%;display:flex;align-items:stretch"
 # A table estimated wider than this (px, at ~7.5 px a character of a 14 px font, 20 px padding a cell) gets a
 # visible cue that it scrolls: JupyterLab's output area is about this wide in an 800 px window, and an
 # overlay scrollbar (macOS, touch) shows nothing until one scrolls.
@@ -168,7 +168,14 @@ WIDE_TABLE_PX = 600
 _CHAR_PX, _CELL_PAD_PX = 7.5, 20
 SCROLL_CUE_CLASS = "infralens-scroll-cue"
 _CUE_STYLE = "font-size:12px;color:var(--jp-ui-font-color2,#616161);margin:2px 0 0 0;text-align:right"
-_TABLE_STYLE = "margin:0;table-layout:auto"
+_TABLE_STYLE = "margin:0 28px 0 0;table-layout:auto;flex:0 0 auto"
+# The right edge of a table that scrolls fades out: a strip stuck to the box's visible right edge, drawn in the
+# page's background colour, so it shows only over content that runs on past the edge (over the table's own
+# 28 px right margin, when it fits, there is nothing to fade). Visible with or without a scrollbar.
+SCROLL_FADE_CLASS = "infralens-scroll-fade"
+_FADE = (f'<div class="{SCROLL_FADE_CLASS}" aria-hidden="true" style="position:sticky;right:0;flex:0 0 28px;'
+         "margin-left:-28px;pointer-events:none;background:linear-gradient(to right,rgba(255,255,255,0),"
+         'var(--jp-layout-color0,#fff) 75%)"></div>')
 
 
 def _td(cls: str, inner: str) -> str:
@@ -282,7 +289,7 @@ def table_html(df, floatfmt: str | None = None) -> str:
         if estimated_width_px(cols, rows) > WIDE_TABLE_PX:
             parts.insert(1, f'<div class="{SCROLL_CUE_CLASS}" style="{_CUE_STYLE}">{len(cols)} columns: if some are '
                             "hidden, scroll the table sideways &rarr;</div>")
-    parts.append("</table></div>")
+    parts.append(f"</table>{_FADE}</div>")
     return "".join(parts)
 
 
