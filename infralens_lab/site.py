@@ -80,6 +80,12 @@ main { max-width: 1100px; margin: 0 auto; }
 /* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and
    "point" mid-word; wrap at spaces and break only a token longer than the whole line. */
 .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+/* a markdown (or pandas) table wider than the page scrolls inside itself, its visible right edge fading
+   out so that a cut table shows that it goes on (present.show's tables carry the same fade) */
+.jp-RenderedMarkdown table, .jp-RenderedHTMLCommon table.dataframe { display: block; overflow-x: auto;
+  max-width: 100%; box-sizing: border-box; padding-right: 28px;
+  -webkit-mask-image: linear-gradient(to right, #000 calc(100% - 28px), transparent);
+  mask-image: linear-gradient(to right, #000 calc(100% - 28px), transparent); }
 /* a figure wider than a narrow window shrinks with it instead of widening the page */
 .jp-OutputArea-output img { max-width: 100%; height: auto; }
 .infralens-nav .download::before, .infralens-bar .download::before { content: ""; display: inline-block; width: 0.9em; height: 0.9em;

@@ -76,7 +76,7 @@ _TABLE_JS = r"""(t) => {
   const out = t.closest('.jp-OutputArea-output') || t.closest('.jp-Cell') || document.body;
   const avail = out.clientWidth, width = t.getBoundingClientRect().width;
   let box = null;
-  for (let e = t.parentElement; e && e !== out; e = e.parentElement) {
+  for (let e = t; e && e !== out; e = e.parentElement) {
     const ox = getComputedStyle(e).overflowX;
     if (ox === 'auto' || ox === 'scroll') { box = e; break; }
   }
@@ -87,7 +87,8 @@ _TABLE_JS = r"""(t) => {
   const b = box ? box.getBoundingClientRect() : null;
   const fade = !!box && [...box.querySelectorAll('.%s')].some(f => shown(f)
       && Math.abs(f.getBoundingClientRect().right - b.right) <= 2 && f.getBoundingClientRect().height >= 10);
-  const cue = [...out.querySelectorAll('.%s')].some(shown) || fade;
+  const mask = !!box && /linear-gradient/.test(getComputedStyle(box).maskImage || getComputedStyle(box).webkitMaskImage || '');
+  const cue = [...out.querySelectorAll('.%s')].some(shown) || fade || mask;
   const raw = /<\/?(b|i|em|strong|code|sub|sup|span|div|br|p|a|table|tr|td|th|img)\b[^>]*>|\*\*\S|`[^`\s][^`]*`/;
   const markup = [...t.querySelectorAll('td, th')].map(c => c.textContent.trim()).filter(s => raw.test(s));
   return {width: Math.round(width), avail, fits: width <= avail + 1, overflows, cue,

@@ -232,3 +232,9 @@ def test_show_puts_the_alt_text_in_the_figure_output(monkeypatch):
     present.show(fig, caption="Evidence: test", point="Sectors grow with the stride")
     alt = shown[0][1]["metadata"]["image/png"]["alt"]
     assert alt == "Line chart: sectors per request against stride. Sectors grow with the stride."
+
+
+def test_rate_units_written_with_underscores_move_into_the_header():
+    """Lab 02's per-GPU table (analysis.compare.ceilings) names its units copy_TB_s, fp32_TFLOP_s, ..."""
+    assert [header_label(n) for n in ("copy_TB_s", "fp32_TFLOP_s", "ridge_bf16_FLOP_per_B", "implied_tb_per_s")] == \
+        ["copy (TB/s)", "fp32 (TFLOP/s)", "ridge bf16 (FLOP/B)", "implied (TB/s)"]

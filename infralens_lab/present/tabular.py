@@ -13,7 +13,8 @@ from typing import Any
 
 # A column name's unit suffix -> the unit shown in its header (longest suffixes first).
 UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("_TFLOPs", "TFLOP/s"), ("_TBps", "TB/s"), ("_tbps", "TB/s"), ("_gbps", "GB/s"), ("_GBps", "GB/s"),
+    ("_FLOP_per_B", "FLOP/B"), ("_FLOP_per_byte", "FLOP/B"), ("_TFLOP_s", "TFLOP/s"), ("_TB_s", "TB/s"),
+    ("_GB_s", "GB/s"), ("_gb_per_s", "GB/s"), ("_tb_per_s", "TB/s"), ("_TFLOPs", "TFLOP/s"), ("_TBps", "TB/s"), ("_tbps", "TB/s"), ("_gbps", "GB/s"), ("_GBps", "GB/s"),
     ("_MiB", "MiB"), ("_GiB", "GiB"), ("_mb", "MB"), ("_MB", "MB"), ("_gb", "GB"), ("_GB", "GB"),
     ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_pct", "%"),
 )
