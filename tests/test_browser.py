@@ -319,8 +319,8 @@ def check_tables(page, scope: str, name: str, shot: Path | None = None) -> int:
         elif r["overflows"] and not r["cue"]:
             bad.append(f"table {i} {r['head']}: scrolls sideways ({r['width']} px in {r['avail']} px) with no visible "
                        "cue that it does")
-        elif r["overflows"] and shot is not None:
-            page.screenshot(path=str(shot))
+        elif r["overflows"] and shot is not None:  # the whole cell holding it, as the learner sees it
+            t.locator("xpath=ancestor::*[contains(concat(' ', @class, ' '), ' jp-Cell ')][1]").screenshot(path=str(shot))
             shot = None
         if r["markup"]:
             bad.append(f"table {i} {r['head']}: cells show raw markup {r['markup'][:3]}")

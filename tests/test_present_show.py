@@ -238,3 +238,10 @@ def test_rate_units_written_with_underscores_move_into_the_header():
     """Lab 02's per-GPU table (analysis.compare.ceilings) names its units copy_TB_s, fp32_TFLOP_s, ..."""
     assert [header_label(n) for n in ("copy_TB_s", "fp32_TFLOP_s", "ridge_bf16_FLOP_per_B", "implied_tb_per_s")] == \
         ["copy (TB/s)", "fp32 (TFLOP/s)", "ridge bf16 (FLOP/B)", "implied (TB/s)"]
+
+
+def test_a_header_longer_than_a_line_may_break_after_its_underscores():
+    page = table_html(pd.DataFrame({"pred_sectors_per_req": [16.0, 32.0], "stride": [1, 2]}))
+    assert ">pred_<wbr>sectors_<wbr>per_<wbr>req</th>" in page and ">stride</th>" in page
+    heads = [c["text"] for c in cells(page) if c["tag"] == "th"]
+    assert heads == ["pred_sectors_per_req", "stride"]  # the text a reader copies is the column's name

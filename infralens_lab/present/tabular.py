@@ -142,14 +142,16 @@ HEADER_LINE_CHARS = 12  # a header wraps onto lines of about this many character
 
 def _header_html(name: Any) -> str:
     """Escaped header text, wrapped between words onto short lines (``<br>``) so that a long
-    column name does not make its column wider than its numbers."""
+    column name does not make its column wider than its numbers; a word longer than a line
+    (``pred_sectors_per_req``) may also break after its underscores (``<wbr>``), when space is short."""
     lines: list[str] = []
     for word in header_label(name).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= HEADER_LINE_CHARS:
             lines[-1] += " " + word
         else:
             lines.append(word)
-    return "<br>".join(html.escape(line) for line in lines)
+    return "<br>".join(html.escape(line).replace("_", "_<wbr>") if len(line) > HEADER_LINE_CHARS
+                       else html.escape(line) for line in lines)
 
 
 def _is_name_like(text: str) -> bool:
@@ -162,10 +164,10 @@ def _is_name_like(text: str) -> bool:
 _STYLE = {"num": "text-align:right;white-space:nowrap", "txt": "text-align:left",
           "txt long": f"text-align:left;white-space:normal;min-width:14em;max-width:{TEXT_WRAP_EM}em"}
 _BOX_STYLE = "overflow-x:auto;max-width:100%;display:flex;align-items:stretch"
-# A table estimated wider than this (px, at ~7.5 px a character of a 14 px font, 20 px padding a cell) gets a
-# visible cue that it scrolls: JupyterLab's output area is about this wide in an 800 px window, and an
-# overlay scrollbar (macOS, touch) shows nothing until one scrolls.
-WIDE_TABLE_PX = 600
+# A table estimated wider than this (px, at ~7.5 px a character of a 14 px font, 20 px padding a cell) also says
+# in words that it may scroll: the offline edition's page is about this wide in an 800 px window, and an
+# overlay scrollbar (macOS, touch) shows nothing until one scrolls. (Every table's cut edge fades out.)
+WIDE_TABLE_PX = 720
 _CHAR_PX, _CELL_PAD_PX = 7.5, 20
 SCROLL_CUE_CLASS = "infralens-scroll-cue"
 _CUE_STYLE = "font-size:12px;color:var(--jp-ui-font-color2,#616161);margin:2px 0 0 0;text-align:right"
@@ -299,7 +301,8 @@ def estimated_width_px(cols, rows) -> float:
     counted at its wrap width), at ``_CHAR_PX`` a character plus ``_CELL_PAD_PX`` of padding."""
     total = 0.0
     for j, c in enumerate(cols):
-        head = max((len(line) for line in _header_html(c).split("<br>")), default=0)
+        head = max((len(piece) for line in _header_html(c).split("<br>") for piece in line.split("<wbr>")),
+                   default=0)
         body = max((TEXT_WRAP_EM * 2 if "long" in cls else len(html.unescape(re.sub(r"<[^>]+>", "", inner)))
                     for cls, inner in (r[j] for r in rows)), default=0)
         total += max(head, body) * _CHAR_PX + _CELL_PAD_PX
