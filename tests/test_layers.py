@@ -21,7 +21,7 @@ LAYERS = [
     ("present", ["present"]),
     ("quiz", ["quiz", "notebook_guard"]),
     ("labs", ["labs_support"]),
-    ("apps", ["bench", "record", "doctor", "site", "__main__"]),
+    ("apps", ["bench", "record", "doctor", "site", "site_assets", "__main__"]),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 # Modules whose layer is not their folder's: the grader's evidence providers rebuild each lab's tables in

@@ -178,7 +178,7 @@ def restore_self_checks(notebook: str | Path) -> int:
             q = question(qid)
         except (BankError, KeyError):
             continue
-        if model_id in ipywidgets.Widget.widgets:  # already live in this kernel
+        if any(box.model_id == model_id for box in _restored):  # already restored in this kernel
             continue
         _restored.append(_build(q, ipywidgets, None, model_id=model_id))
         n += 1
