@@ -20,9 +20,9 @@ LAYERS = [
     ("measure", ["measure"]),
     ("analysis", ["analysis"]),
     ("present", ["present"]),
-    ("quiz", ["quiz"]),
+    ("quiz", ["quiz", "notebook_guard"]),
     ("labs", ["labs_support"]),
-    ("apps", ["bench", "record", "doctor", "site", "gates_cli", "analyze", "__main__"]),
+    ("apps", ["bench", "record", "doctor", "site", "site_assets", "gates_cli", "analyze", "__main__"]),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 # Modules whose layer is not their folder's: the grader's evidence providers rebuild each lab's tables in
