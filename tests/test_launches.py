@@ -66,3 +66,28 @@ def test_matmul_launches_needs_the_tensor_counter():
         launches.matmul_launches(mm[~mm["metric"].str.startswith("sm__ops_path_tensor")])
     with pytest.raises(ValueError, match="lacks"):
         launches.per_sm_cycle(mm.head(0).assign(), mm["value"])
+
+
+def test_ceilings_carry_their_clock_when_recorded():
+    from infralens_lab.analysis.hardware import Ceilings
+
+    vals = evidence.reference("nvidia-h200").load("ceilings").values
+    old = Ceilings.from_values(vals, "NVIDIA H200")
+    assert old.clock_hz == {} and old.versus_datasheet()["clock_GHz"].isna().all()  # recorded before the clocks
+    new = dict(vals, copy=dict(vals["copy"], sm_clock_hz=1.98e9),
+               matmul=[dict(r, sm_clock_hz=1.55e9) if r["dtype"] == "fp16" else r for r in vals["matmul"]])
+    c = Ceilings.from_values(new, "NVIDIA H200")
+    assert c.clock_hz == {"copy": 1.98e9, "fp16": 1.55e9}
+    v = c.versus_datasheet().set_index("quantity")["clock_GHz"]
+    assert v["fp16 matmul"] == pytest.approx(1.55) and v["copy bandwidth"] == pytest.approx(1.98)
+    assert v[["fp32 matmul", "bf16 matmul"]].isna().all()
+
+
+def test_ncu_tensor_percentage_wins_when_recorded():
+    mm, sweep = _set("nvidia-h200")
+    extra = mm[mm["metric"] == "sm__throughput.avg.pct_of_peak_sustained_elapsed"].assign(
+        metric="sm__ops_path_tensor_src_fp16.sum.pct_of_peak_sustained_elapsed", value=50.0)
+    import pandas as pd
+
+    t = launches.matmul_launches(pd.concat([mm, extra]), sweep, 4096.0).set_index("size")
+    assert (t["tensor_pipe_pct"] == 50.0).all()
