@@ -234,6 +234,7 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
         "predicted_intensity": pred.intensity if pred else math.nan,
         "roof": roof_name, "ridge": b.ridge if b else math.nan,
         "attainable_per_s": b.attainable if b else math.nan,
+        "attainable_TFLOPs": b.attainable / 1e12 if b else math.nan,
         "fraction_of_roof": b.fraction_of_roof if b else math.nan,
         "bound": b.kind if b else "unknown", "bound_reasons": ", ".join(b.reasons) if b else "",
         "decided_by": b.unit if b else "", "decided_pct": 100 * b.unit_fraction if b else math.nan,
