@@ -27,8 +27,13 @@ LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
 # (question, text that gave its answer away before the question, where it was seen)
 FIXED_LEAKS = [
     ("lab02.q3", "Ridge points of the measured ceilings", "the ridge table printed before question 3"),
-    ("lab02.q5", "right of the ridge is", "kernel_notes naming the first matmul right of the ridge"),
-    ("lab02.q5", ">bound<", "the bound column of the kernel table"),
+    ("lab02.ex1", "Kernels from their counters", "the kernel table, whose FLOP/B column holds attn_fwd's intensity"),
+    ("lab02.ex2", "Bound per kernel", "the verdict table's roof % column"),
+    ("lab02.ex3", "Bound per kernel", "the verdict table's unit % column"),
+    ("lab02.q4", "does not lower a kernel's fraction", "the matmul notes saying the host gap is outside the kernel"),
+    ("lab03.ex1", "Predicted ledger, one AdamW step", "the predicted ledger's optimizer-states row"),
+    ("lab03.ex3", "Predicted vs measured (MiB)", "the reconcile table's gap column"),
+    ("lab03.ex2", "Generation: predicted vs measured", "the generation table's KV-cache row"),
     ("lab04.q3", "dominant stall:", "the stall card naming the dominant reason"),
     ("lab04.q3", "dominant_stall", "the copy table's dominant_stall column"),
     ("lab04.q5", "tiled / naive", "the before/after table's ratio column (its inverse is the answer)"),
