@@ -145,7 +145,6 @@ def test_lab03_q9_premise_isolated_amp_has_more_slack_with_a_smaller_peak():
 
 
 def test_lab03_q10_premise_amp_temporaries_are_one_fp32_logits_tensor():
-    from infralens_lab.analysis import ledger_views as views
     from infralens_lab.labs_support import lab03
     ev, runs = lab03.recorded_memory(evidence.reference(), "train")
     m = ev.values["meta"]
@@ -197,7 +196,6 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
     4·sbv blocks at once; the amp_bf16 one allocates one 4·sbv and frees a 4·sbv block before any 2·sbv block;
     the timeline's peak above its floor is memory_train's minus one logits tensor (4·sbv fp32, 2·sbv bf16); its
     floor holds more than weights + optimizer states."""
-    from infralens_lab.analysis import ledger_views as views
     from infralens_lab.labs_support import lab03
     st = evidence.reference()
     ev, runs = lab03.recorded_memory(st, "train")
