@@ -17,7 +17,8 @@ def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", m
     row per ``(kernel, {metric: value})`` launch, values written with ``fmt`` (thousands separators,
     as ncu does), a metric a launch lacks as ``missing``."""
     metrics = sorted({m for _, vals in launches for m in vals})
-    unit = {m: "ns" for m in metrics if m.startswith("gpu__time")} | dict(units or {})
+    unit = {m: "ns" for m in metrics if m.startswith("gpu__time")} | \
+        {m: "hz" for m in metrics if m.endswith(".per_second")} | dict(units or {})  # as ncu prints them
     s = io.StringIO()
     w = csv.writer(s, quoting=csv.QUOTE_ALL, lineterminator="\n")
     if chatter:

@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 
 from infralens_lab.analysis import ledger
+from infralens_lab.analysis import ledger_views as views
 from infralens_lab.labs_support import lab03
+from infralens_lab.measure.torch_trace import quiet_profiler_chatter
+from infralens_lab.units import MiB
 
 MEASURED = pd.DataFrame({"category": ["weights", "gradients", "optimizer states", "activations",
                                       "temporary buffers", "communication buckets",
@@ -26,79 +29,81 @@ def test_reconcile_in_mib_with_differences():
     assert list(rec.columns) == ["category", "predicted_MiB", "measured_MiB", "difference_MiB", "gap_pct",
                                  "explanation"]
     row = rec.set_index("category").loc["optimizer states"]
-    assert row["difference_MiB"] * lab03.MiB == pytest.approx(12)
+    assert row["difference_MiB"] * MiB == pytest.approx(12)
     assert row["gap_pct"] == pytest.approx(0.6)
     # measured-only rows (peak) have no prediction
     assert math.isnan(rec.set_index("category").loc["peak", "predicted_MiB"])
 
 
 def test_step_moments_and_ratio():
-    stacks, peaks = lab03.step_moments(MEASURED)
+    stacks, peaks = views.step_moments(MEASURED)
     assert stacks["between steps"] == {"weights": 1000, "optimizer states": 2012}
     assert stacks["end of forward"]["activations"] == 9500
     assert stacks["after backward"]["gradients"] == 1000
     assert peaks == {"end of forward": 13000}
-    m = lab03.moments_table(MEASURED)
+    m = views.moments_table(MEASURED)
     assert list(m["moment"]) == ["between steps", "end of forward", "after backward", "peak"]
     assert list(m["bytes"]) == [3012, 12512, 4012, 13000]
-    assert lab03.peak_over_steady(MEASURED) == pytest.approx(13000 / 3012)
+    assert views.peak_over_steady(MEASURED) == pytest.approx(13000 / 3012)
 
 
 def test_step_moments_names_a_missing_row():
     with pytest.raises(ValueError, match="'peak'"):
-        lab03.step_moments(MEASURED[MEASURED["category"] != "peak"])
+        views.step_moments(MEASURED[MEASURED["category"] != "peak"])
 
 
 def test_ledger_rows_keeps_only_ledger_categories():
-    rows = lab03.ledger_rows(MEASURED)
+    rows = views.ledger_rows(MEASURED)
     assert set(rows["category"]) <= set(ledger.CATEGORIES)
     assert "peak" not in set(rows["category"]) and len(rows) == 6
 
 
 def test_in_mib_converts_and_rejects_unknown_columns():
-    out = lab03.in_mib(pd.DataFrame({"category": ["a"], "bytes": [3 * lab03.MiB]}))
+    out = views.in_mib(pd.DataFrame({"category": ["a"], "bytes": [3 * MiB]}))
     assert list(out.columns) == ["category", "MiB"] and out["MiB"].iloc[0] == 3.0
     with pytest.raises(ValueError, match="no column 'size'"):
-        lab03.in_mib(out, ("size",))
+        views.in_mib(out, ("size",))
 
 
 def test_what_if_rows_follow_the_ledger():
-    wi = lab03.what_if("llama2-7b", batch=1, seq=4096, dp=8).set_index("option")
+    wi = views.what_if("llama2-7b", batch=1, seq=4096, dp=8).set_index("option")
     base = wi.iloc[0]
-    assert base["saves GB"] == 0
+    assert base["saves_GB"] == 0
     # a smaller DDP bucket changes nothing: DDP buckets hold every gradient whatever their size
-    assert wi.loc["smaller DDP bucket (5 MiB)", "total GB"] == pytest.approx(base["total GB"])
-    assert wi.loc["gradient_as_bucket_view", "communication buckets GB"] == 0
-    assert wi.loc["ZeRO-1 (shard optimizer states)", "optimizer states GB"] == pytest.approx(
-        base["optimizer states GB"] / 8, rel=1e-6)
-    assert wi.loc["full recomputation", "activations GB"] < wi.loc["selective recomputation", "activations GB"]
-    assert (wi["saves GB"] >= 0).all()
+    assert wi.loc["smaller DDP bucket (5 MiB)", "total_GB"] == pytest.approx(base["total_GB"])
+    assert wi.loc["gradient_as_bucket_view", "buckets_GB"] == 0
+    assert wi.loc["ZeRO-1 (shard optimizer states)", "optimizer_GB"] == pytest.approx(
+        base["optimizer_GB"] / 8, rel=1e-6)
+    assert wi.loc["full recomputation", "activations_GB"] < wi.loc["selective recomputation", "activations_GB"]
+    assert (wi["saves_GB"] >= 0).all()
 
 
 def test_kv_crossover_matches_the_formulas():
     for name, batch in (("llama2-7b", 8), ("llama2-70b", 3)):
         m = ledger.Model.preset(name)
-        ctx = lab03.kv_crossover_context(name, batch)
+        ctx = views.kv_crossover_context(name, batch)
         kv = ledger.kv_cache_bytes(m.n_layer, batch, round(ctx), m.n_kv_head, m.head_dim, 2)
         assert kv == pytest.approx(ledger.param_count(m) * 2, rel=1e-3)
     with pytest.raises(ValueError, match="batch = 0"):
-        lab03.kv_crossover_context("llama2-7b", 0)
+        views.kv_crossover_context("llama2-7b", 0)
 
 
 def test_inference_scaling_dominant_is_the_largest_column():
-    t = lab03.inference_scaling(models=("llama2-7b",), contexts=(1024, 4096), batches=(1, 64))
-    cols = {"weights GB": "weights", "KV cache GB": "KV cache", "activations GB": "activations"}
+    t = views.inference_scaling(models=("llama2-7b",), contexts=(1024, 4096), batches=(1, 64))
+    cols = {"weights_GB": "weights", "KV_cache_GB": "KV cache", "activations_GB": "activations"}
     for _, r in t.iterrows():
         assert r["dominant"] == cols[max(cols, key=lambda c: r[c])]
     assert set(t["dominant"]) == {"weights", "KV cache"}
 
 
 def test_scaling_view_shares():
-    table = lab03.scaling(zero_stages=(0, 3))
-    view = lab03.scaling_view(table)
-    assert len(view) == 12 and (view["dominant share %"] <= 100).all()
-    parts = view[[c for c in view.columns if c.endswith(" GB") and c != "total GB"]].sum(axis=1)
-    assert list(parts) == pytest.approx(list(view["total GB"]))
+    table = views.scaling(zero_stages=(0, 3))
+    view = views.scaling_view(table)
+    assert len(view) == 12 and (view["dominant_pct"] <= 100).all()
+    parts = view[[c for c in view.columns if c.endswith("_GB") and c != "total_GB"]].sum(axis=1)
+    assert list(parts) == pytest.approx(list(view["total_GB"]))
+    assert set(view.columns) == {"model", "zero_stage", "params_B", "weights_GB", "grads_GB", "optimizer_GB",
+                                 "activations_GB", "other_GB", "total_GB", "dominant", "dominant_pct"}
 
 
 def test_recorded_memory_without_a_store_says_so(capsys):
@@ -110,7 +115,7 @@ def test_recorded_memory_without_a_store_says_so(capsys):
 
 
 def test_quiet_profiler_chatter_drops_only_usdt_lines(capfd):
-    with lab03.quiet_profiler_chatter():
+    with quiet_profiler_chatter():
         os.write(2, b"USDT:2026-01-01 00:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"a real warning\n")
     err = capfd.readouterr().err
@@ -119,26 +124,48 @@ def test_quiet_profiler_chatter_drops_only_usdt_lines(capfd):
 
 
 def test_allocator_slack_needs_the_reserved_row():
-    with_reserved = pd.concat([MEASURED, pd.DataFrame({"category": [lab03.RESERVED], "bytes": [16000],
+    with_reserved = pd.concat([MEASURED, pd.DataFrame({"category": [views.RESERVED], "bytes": [16000],
                                                        "how": ["x"]})], ignore_index=True)
-    t = lab03.allocator_slack({"fp32": with_reserved, "bf16": MEASURED})
+    t = views.allocator_slack({"fp32": with_reserved, "bf16": MEASURED})
     assert list(t["run"]) == ["fp32"]
-    assert t["slack_MiB"].iloc[0] * lab03.MiB == pytest.approx(3000)
+    assert t["slack_MiB"].iloc[0] * MiB == pytest.approx(3000)
     assert t["slack_pct_of_allocated"].iloc[0] == pytest.approx(100 * 3000 / 13000)
-    assert lab03.allocator_slack({"fp32": MEASURED}) is None
+    assert views.allocator_slack({"fp32": MEASURED}) is None
 
 
 def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
     from infralens_lab.quiz import judge, question
 
-    table = lab03.scaling()
+    table = views.scaling()
     assert judge(question("lab03.q5"), 1, evidence=table)[0] == "correct"
     assert judge(question("lab03.q5"), 0, evidence=table)[0] == "wrong"
-    moments = lab03.moments_table(MEASURED)
+    moments = views.moments_table(MEASURED)
     assert judge(question("lab03.q3"), 13000 / 3012, evidence=moments)[0] == "correct"
-    assert judge(question("lab03.q2"), "activations", evidence=lab03.ledger_rows(MEASURED))[0] == "correct"
-    assert judge(question("lab03.q2"), "weights", evidence=lab03.ledger_rows(MEASURED))[0] == "wrong"
-    assert judge(question("lab03.q6"), round(lab03.kv_crossover_context("llama2-7b", 8)))[0] == "correct"
+    assert judge(question("lab03.q2"), "activations", evidence=views.ledger_rows(MEASURED))[0] == "correct"
+    assert judge(question("lab03.q2"), "weights", evidence=views.ledger_rows(MEASURED))[0] == "wrong"
+    assert judge(question("lab03.q6"), round(views.kv_crossover_context("llama2-7b", 8)))[0] == "correct"
+    # q1: ZeRO-1 model states per rank, the ledger's own formula (2Ψ + 2Ψ + 12Ψ/8) on the prompt's 6.74e9 parameters
+    states = ledger.model_states(6.74e9, "bf16_mixed", "adamw", dp=8, zero_stage=1)
+    assert judge(question("lab03.q1"), sum(b for b, _ in states.values()) / 1e9)[0] == "correct"
+    assert judge(question("lab03.q1"), 16 * 6.74e9 / 1e9)[0] == "wrong"  # unsharded
+
+
+def test_exercises_are_marked_against_the_ledger_and_the_live_step():
+    from infralens_lab.quiz import judge, question
+
+    cfg = views.live_config()
+    pred = ledger.predict_training(ledger.Model.from_gpt_config(cfg), views.live_training())
+    psi = ledger.param_count(ledger.Model.from_gpt_config(cfg))
+    assert judge(question("lab03.ex1"), 8 * psi, evidence=pred)[0] == "correct"  # fp32 AdamW: m and v
+    assert judge(question("lab03.ex1"), 12 * psi, evidence=pred)[0] == "wrong"  # no master copy in fp32
+    meta = {"kind": "infer", "config": vars(cfg), "batch": 4, "context": 128, "prompt": 124, "new_tokens": 4,
+            "dtype": "fp32"}
+    kv = 2 * cfg.n_layer * 4 * 128 * cfg.n_kv_head * (cfg.n_embd // cfg.n_head) * 4
+    assert judge(question("lab03.ex2"), kv, evidence=ledger.predict_for(meta))[0] == "correct"
+    gaps = lab03.compare(PREDICTED, MEASURED)
+    want = float(gaps.loc[gaps["category"] == "activations", "gap_pct"].iloc[0])
+    assert judge(question("lab03.ex3"), want, evidence=gaps)[0] == "correct"
+    assert judge(question("lab03.ex3"), want + 0.1, evidence=gaps)[0] == "wrong"
 
 
 class _Store:
@@ -173,8 +200,8 @@ def test_recorded_timeline_absent_and_present():
     assert tls["fp32"]["allocated_bytes"].max() == 1500  # 1000 held + 300 + 200 at the forward's peak
     assert list(tls["amp_bf16"]["phase"].unique()) == ["forward", "backward", "optimizer"]
     from infralens_lab.measure.memory_timeline import phase_peaks
-    peaks = lab03.in_mib(phase_peaks(tls["fp32"]), ("start_bytes", "peak_bytes", "end_bytes")).set_index("phase")
-    assert peaks.loc["forward", "peak_MiB"] * lab03.MiB == 1500 and peaks.loc["backward", "end_MiB"] * lab03.MiB == 1100
+    peaks = views.in_mib(phase_peaks(tls["fp32"]), ("start_bytes", "peak_bytes", "end_bytes")).set_index("phase")
+    assert peaks.loc["forward", "peak_MiB"] * MiB == 1500 and peaks.loc["backward", "end_MiB"] * MiB == 1100
 
 
 def test_recorded_timeline_refuses_a_malformed_record():
@@ -185,7 +212,7 @@ def test_recorded_timeline_refuses_a_malformed_record():
 def test_slack_isolated_by_recording_date():
     def ev(date):
         return type("Ev", (), {"provenance": type("P", (), {"date_utc": date})()})()
-    assert not lab03.slack_isolated(ev("2026-11-22T23:35:15Z"))
-    assert lab03.slack_isolated(ev("2026-11-24T08:00:00Z"))
+    assert not views.slack_isolated(ev("2026-11-22T23:35:15Z"))
+    assert views.slack_isolated(ev("2026-11-24T08:00:00Z"))
     with pytest.raises(ValueError, match="no provenance date_utc"):
-        lab03.slack_isolated(ev(""))
+        views.slack_isolated(ev(""))

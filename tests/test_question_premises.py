@@ -3,7 +3,7 @@ changes the fact, these fail and name the question to re-word (answers are seale
 from __future__ import annotations
 
 from infralens_lab import evidence
-from infralens_lab.analysis import traffic
+from infralens_lab.analysis import counters, traffic
 from infralens_lab.labs_support import lab02, lab04
 
 
@@ -163,10 +163,11 @@ def test_lab03_q9_premise_isolated_amp_has_more_slack_with_a_smaller_peak():
     """lab03.q9 and the slack paragraph of lab 03: the reference memory_train isolates each measurement, and amp_bf16
     allocates about 300 MiB and reserves about 250 MiB less than fp32 at its peak, so its slack is larger in MiB
     and in percent of allocated."""
+    from infralens_lab.analysis import ledger_views as views
     from infralens_lab.labs_support import lab03
     ev, runs = lab03.recorded_memory(evidence.reference(), "train")
-    slack = lab03.allocator_slack(runs).set_index("run")
-    assert lab03.slack_isolated(ev), ("the reference memory_train comes from a recorder that does not isolate each "
+    slack = views.allocator_slack(runs).set_index("run")
+    assert views.slack_isolated(ev), ("the reference memory_train comes from a recorder that does not isolate each "
                                       "measurement: re-word lab03.q9 (its option A becomes right) and the slack paragraph")
     fp, amp = slack.loc["fp32"], slack.loc["amp_bf16"]
     assert 250 <= fp["peak_allocated_MiB"] - amp["peak_allocated_MiB"] <= 350, "re-word lab03.q9 ('about 300 MiB')"
@@ -198,7 +199,7 @@ def test_lab02_q9_premise_l2_serves_each_heads_kv_rereads():
     st = evidence.reference()
     attn = lab02.load_counters(st, "ncu_attention.csv")
     raw = attn[(attn["kernel"] == "attn_fwd") & (attn["launch"] == 0)].set_index("metric")["value"]
-    cfg = lab02.parse_config(attn[attn["kernel"] == "attn_fwd"]["config"].iloc[0])
+    cfg = counters.parse_config(attn[attn["kernel"] == "attn_fwd"]["config"].iloc[0])
     B, H, N, D = cfg["B"], cfg["H"], cfg["N"], cfg["D"]
     one = B * H * N * D * cfg["elem_bytes"]  # one of Q, K, V, O
     l2 = st.load("device").values["l2_bytes"]
@@ -261,7 +262,7 @@ def test_lab02_text_premises_naive_and_tiled_at_the_bench_shape():
 
     st = evidence.reference()
     attn = lab02.load_counters(st, "ncu_attention.csv")
-    w = lab02.wide_counters(attn).groupby("kernel", sort=False).mean(numeric_only=True)
+    w = counters.wide_counters(attn).groupby("kernel", sort=False).mean(numeric_only=True)
     B, H, N = 4, 16, 4096
     waves = w["launch__waves_per_multiprocessor"]
     assert waves["naive_qk"] > 100 and waves["naive_softmax"] > 100, "naive waves: re-word lab 02's naive bullet"
@@ -379,3 +380,21 @@ def test_lab04_q5_q6_prompts_name_what_the_recording_shows():
         last_exit = sub[sub["op"] == "EXIT"]["address"].max()
         assert site["op"] == "BRA" and site["inst_executed"] == 0 and site["address"] > last_exit, f"{cfg}: re-word lab04.q6"
         assert S.self_branch(site["sass"], site["address"]), f"{cfg}: re-word lab04.q6 (its own address)"
+
+
+def test_lab02_q4_premise_the_1024_matmul_fills_the_gpu_and_waits_on_the_host():
+    """lab02.q4: 1024³ is right of the ridge, its grid is just under one wave, its tensor pipe is busy about a third
+    of the cycles, and each call back to back takes about three times the kernel's own duration (default set)."""
+    from infralens_lab.analysis import launches
+    from infralens_lab.analysis.counters import store_kernel_table
+    from infralens_lab.parse.ncu import parse_raw_csv
+
+    st = evidence.reference()
+    mm = parse_raw_csv(st.text("ncu_matmul.csv"))
+    t = launches.matmul_launches(mm, st.load("ceilings").values["sweep"],
+                                 launches.tensor_peak_per_sm_cycle(mm)).set_index("size").loc[1024]
+    kt = store_kernel_table(st).set_index("label").loc["matmul 1024³"]
+    assert kt["above_ridge"] and kt["bound"] == "latency", "re-word lab02.q4 (right of the ridge, latency-bound)"
+    assert 0.9 <= t["waves"] < 1, f"1024³ runs {t['waves']} waves: re-word lab02.q4 ('just under one wave')"
+    assert 25 <= t["tensor_pipe_pct"] <= 42, f"tensor pipe {t['tensor_pipe_pct']:.0f}%: re-word lab02.q4 ('a third')"
+    assert 2.5 <= t["per_call_us"] / t["kernel_us"] <= 3.5, "re-word lab02.q4 ('about three times')"

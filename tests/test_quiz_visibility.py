@@ -39,6 +39,13 @@ FIXED_LEAKS = [
     ("lab04.q6", "branch to itself", "the SASS reading naming where drain sits"),
     ("lab04.q7", "tiled / naive", "the before/after table's ratio column (its inverse is the answer)"),
     ("lab04.q10", "Common misunderstandings", "the pitfall card that answers the occupancy question"),
+    ("lab02.ex1", "Kernels from their counters", "the kernel table, whose FLOP/B column holds attn_fwd's intensity"),
+    ("lab02.ex2", "Bound per kernel", "the verdict table's roof % column"),
+    ("lab02.ex3", "Bound per kernel", "the verdict table's unit % column"),
+    ("lab02.q4", "does not lower a kernel's fraction", "the matmul notes saying the host gap is outside the kernel"),
+    ("lab03.ex1", "Predicted ledger, one AdamW step", "the predicted ledger's optimizer-states row"),
+    ("lab03.ex3", "Predicted vs measured (MiB)", "the reconcile table's gap column"),
+    ("lab03.ex2", "Generation: predicted vs measured", "the generation table's KV-cache row"),
     ("lab03.q3", "peak / between steps =", "the recorded GPU steps' ratio, within the live answer's tolerance"),
 ]
 

@@ -110,25 +110,43 @@ def test_one_rule_for_roofline_and_speed_of_light():
     assert str(int(BOUND_THRESHOLD * 100)) + "%" in RULE
 
 
-@pytest.mark.parametrize("waves, t, floor, reasons", [
-    (0.48, 30e-6, 19e-6, ("grid below one wave",)),  # 128 blocks where 264 fit at once
-    (3.0, 4e-6, 19e-6, ("host launch overhead",)),  # a 4 us kernel timed at 19 us per call
-    (0.5, 4e-6, 19e-6, ("grid below one wave", "host launch overhead")),
-    (3.0, 30e-6, 19e-6, ("latency not hidden",)),
-    (None, 30e-6, None, ()),  # no evidence for a reason: none named
+@pytest.mark.parametrize("waves, t, floor, reasons, host", [
+    (0.48, 30e-6, 19e-6, ("grid below one wave",), False),  # 128 blocks where 264 fit at once: under 60% by itself
+    (0.97, 7e-6, 21e-6, ("latency not hidden",), True),  # 1024³: 128 CTAs on 132 SMs fill the GPU; a 7 us kernel
+    (3.0, 4e-6, 19e-6, ("latency not hidden",), True),  # a 4 us kernel timed at 19 us per call: the host, outside
+    (0.5, 4e-6, 19e-6, ("grid below one wave",), True),
+    (3.0, 30e-6, 19e-6, ("latency not hidden",), False),
+    (None, 30e-6, None, (), False),  # no evidence for a reason: none named
 ])
-def test_latency_reasons_are_separate(waves, t, floor, reasons):
+def test_latency_reasons_are_inside_the_kernel_and_the_host_is_said_apart(waves, t, floor, reasons, host):
+    """gpu__time_duration excludes the launch path, so host launch overhead is never a reason for a kernel's
+    fraction of its roof; the verdict says separately whether back-to-back calls would wait on the host."""
     v = verdict({"compute": 0.3}, waves=waves, time_s=t, launch_floor_s=floor)
     assert v.kind == "latency" and v.reasons == reasons and v.rule == RULE
     for r in reasons:
         assert r in v.text
+    assert ("wait on the host" in v.text) == host
+    assert "host launch overhead" not in v.reasons
+
+
+def test_the_verdict_names_the_unit_that_decided_and_its_percentage():
+    """#26.4: attn_fwd is compute-bound because SM % (sm__throughput) is 67%, while its FLOP/s is 44% of the roof."""
+    v = verdict({"FLOP/s roof": 0.44, "SM %": 0.674, "Memory %": 0.33})
+    assert (v.kind, v.unit, v.roof) == ("compute", "SM %", "compute") and v.fraction == pytest.approx(0.674)
+    assert v.text.startswith("compute-bound: SM % (compute) at 67% of its peak")
+    low = verdict({"FLOP/s roof": 0.39, "SM %": 0.31, "Memory %": 0.33}, waves=0.97)
+    assert low.unit == "FLOP/s roof" and "largest FLOP/s roof 39%, Memory % 33%, SM % 31%" in low.text
+    assert verdict({"DRAM roof": 0.9}).unit == "DRAM roof" and verdict({"x": ("memory", 0.7)}).text.startswith(
+        "memory-bound: x (memory) at 70%")
 
 
 def test_verdict_bad_input():
-    with pytest.raises(ValueError, match="expected a dict with 'memory' and/or 'compute'"):
+    with pytest.raises(ValueError, match="unit 'dram' unknown"):
         verdict({"dram": 0.9})
     with pytest.raises(ValueError, match="expected a dict"):
         verdict({"memory": float("nan")})
+    with pytest.raises(ValueError, match="stands for 'latency'"):
+        verdict({"x": ("latency", 0.9)})
 
 
 def test_classify_takes_the_speed_of_light_as_roofs_too():
@@ -140,11 +158,13 @@ def test_classify_takes_the_speed_of_light_as_roofs_too():
     assert base.kind == "latency" and base.fraction_of_roof == pytest.approx(0.5)
     sm = classify(1e12, 1e9, 0.02, P, W, sm_pct=70.0, memory_pct=20.0)
     assert sm.kind == "compute" and sm.fraction_of_roof == pytest.approx(0.5)
-    assert "SM's busiest unit at 70%" in sm.explanation and "50% of the roofline's compute roof" in sm.explanation
+    assert "SM's busiest unit (SM %, sm__throughput) at 70%" in sm.explanation
+    assert "50% of the roofline's compute roof" in sm.explanation and (sm.unit, sm.unit_fraction) == ("SM %", 0.7)
     mem = classify(1e12, 1e9, 0.02, P, W, sm_pct=30.0, memory_pct=65.0)
-    assert mem.kind == "memory" and "busiest memory unit at 65%" in mem.explanation
+    assert mem.kind == "memory" and "busiest memory unit (Memory %, gpu__compute_memory_throughput) at 65%" in mem.explanation
     low = classify(1e12, 1e9, 0.02, P, W, sm_pct=55.0, memory_pct=40.0)
     assert low.kind == "latency"
     # the roofline's own roof still decides when it is the higher fraction
     hi = classify(1e12, 1e9, 0.0125, P, W, sm_pct=30.0, memory_pct=10.0)
-    assert hi.kind == "compute" and "reaches 80% of the compute roof" in hi.explanation
+    assert hi.kind == "compute" and "reaches 80% of the compute roof (FLOP/s roof)" in hi.explanation
+    assert hi.unit == "FLOP/s roof" and hi.unit_fraction == pytest.approx(0.8)

@@ -177,3 +177,54 @@ def placement_notes(df: pd.DataFrame) -> list[str]:
                 out.append(f"{side}-bound kernels ({', '.join(rows['label'])}): {g} runs them at {x.min():.2f}x to "
                            f"{x.max():.2f}x the rate on {gpus[0]}")
     return out
+
+
+def short_gpu(name: str) -> str:
+    """A GPU's name cut to its model for column headers: ``'H100 80GB HBM3'`` -> ``'H100'``, ``'NVIDIA H200'`` ->
+    ``'H200'``; a live GPU keeps its ``(live)`` mark."""
+    live = " (live)" if name.endswith(" (live)") else ""
+    words = name.removesuffix(" (live)").removeprefix("NVIDIA ").split()
+    return (words[0] if words else name) + live
+
+
+def placement_view(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`placement` narrowed to fit a page (issue 29.6): ``kernel``, then per GPU ``<model> TFLOP/s`` and
+    ``<model> % roof``, and one ``verdict`` column (the verdict where every GPU agrees, else each GPU's)."""
+    gpus = [c[: -len(" verdict")] for c in df.columns if c.endswith(" verdict")]
+    out = pd.DataFrame({"kernel": df["label"]})
+    for g in gpus:
+        out[f"{short_gpu(g)} TFLOP/s"] = df[f"{g} TFLOP/s"]
+        out[f"{short_gpu(g)} % roof"] = 100 * df[f"{g} of roof"]
+    out["verdict"] = [v[0] if len(set(v)) == 1 else "; ".join(f"{short_gpu(g)} {x}" for g, x in zip(gpus, v))
+                      for v in zip(*(df[f"{g} verdict"] for g in gpus))]
+    return out
+
+
+def backend_pair(by_gpu: Mapping[str, Mapping[str, Any]], a: str = "sdpa_default", b: str = "sdpa_cudnn") -> pd.DataFrame:
+    """Two SDPA rows of the bench side by side, per GPU and case: ``gpu``, ``case``, ``<a> TFLOP/s``,
+    ``<b> TFLOP/s`` and ``ratio`` (a / b, both timed in the same run on that GPU)."""
+    rows = []
+    for gpu, values in by_gpu.items():
+        _need(values, ("attention",), "bench", gpu)
+        got = {(r["variant"], _shape_label(r)): r["tflops"] for r in values["attention"]
+               if r.get("correct", True) and r.get("tflops") and r["variant"] in (a, b)}
+        for case in dict.fromkeys(c for _, c in got):
+            if (a, case) in got and (b, case) in got:
+                rows.append({"gpu": gpu, "case": case, f"{a} TFLOP/s": got[(a, case)], f"{b} TFLOP/s": got[(b, case)],
+                             "ratio": got[(a, case)] / got[(b, case)]})
+    if not rows:
+        raise ValueError(f"no GPU's bench has both {a!r} and {b!r} for one case")
+    return pd.DataFrame(rows)
+
+
+def backend_pair_notes(pair: pd.DataFrame, a: str = "sdpa_default", b: str = "sdpa_cudnn") -> list[str]:
+    """Per GPU: how far the two rows of :func:`backend_pair` part (lowest and highest ratio) and whether the
+    sign flips across cases: when it does, neither row is consistently faster."""
+    out = []
+    for gpu, g in pair.groupby("gpu", sort=False):
+        lo, hi = float(g["ratio"].min()), float(g["ratio"].max())
+        flips = lo < 1 < hi
+        out.append(f"{gpu}: {a} / {b} from {lo:.3f} to {hi:.3f} over {len(g)} cases"
+                   + ("; the sign flips, so neither is consistently faster" if flips else
+                      f"; {a if lo > 1 else b} is faster in every case"))
+    return out

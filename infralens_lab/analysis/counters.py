@@ -18,7 +18,7 @@ import re
 
 import pandas as pd
 
-from ..parse.ncu import FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES, WAVES, wide
+from ..parse.ncu import CLOCK, FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES, WAVES, wide
 from ..parse.runs import RunConfig
 from . import roofline as rl
 from . import traffic as tr
@@ -158,9 +158,7 @@ def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "") ->
         return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
     if "grid below one wave" in reasons:
         return "neither roof binds and SMs sit idle: more blocks per launch (smaller tiles, split the work) first"
-    if "host launch overhead" in reasons:
-        return "neither roof binds and the launch costs more than the kernel: fewer, larger launches (fuse, batch)"
-    return "neither roof binds: more parallel work per launch, fewer launches, or hide latency (more warps, async loads)"
+    return "neither roof binds though the grid fills the GPU: more work per launch, or hide latency (more warps, async loads)"
 
 
 def kernel_table(frames: list, ceilings, tensor_flop_factor: float | None,
@@ -169,9 +167,13 @@ def kernel_table(frames: list, ceilings, tensor_flop_factor: float | None,
     size) from tidy ncu frames, with measured and predicted intensity, achieved FLOP/s, the roof it
     is judged against (the measured fp16 tensor-core rate if it used tensor cores, else the fp32
     rate; the measured copy bandwidth), its bound and what would move it. Copies are left out:
-    they do no floating-point work (see :func:`copy_table`). ``bound_reasons``: for a latency-bound
-    kernel, why (its ncu ``launch__waves_per_multiprocessor``; ``launch_floor_s``, default the
-    ceilings' timed floor of the smallest matmul)."""
+    they do no floating-point work (see :func:`copy_table`). The verdict is the series' one rule over every
+    unit measured (:func:`infralens_lab.analysis.roofline.classify`): ``bound``, ``decided_by`` (the unit:
+    ``FLOP/s roof``, ``DRAM roof``, ``SM %``, ``Memory %``) and ``decided_pct`` (its % of peak), ``bound_reasons``
+    for a latency-bound kernel (from ncu ``launch__waves_per_multiprocessor``), ``bound_text`` (the sentence; it
+    also says when back-to-back calls would wait on the host, against ``launch_floor_s``, default the
+    ceilings' timed floor of the smallest matmul). ``sm_pct``, ``memory_pct``: the speed of light (time-weighted
+    over a matmul's kernels); ``clock_ghz``: the SM clock it ran at (``sm__cycles_elapsed.avg.per_second``)."""
     if launch_floor_s is None:
         launch_floor_s = getattr(ceilings, "launch_floor_s", None)
     rows = []
@@ -220,6 +222,7 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
              "matmul": "matmul fp16"}[cfg["family"]]
     waves = float(g[WAVES].max()) if WAVES in g.columns else None
     sol = [_time_weighted(g, m) for m in SOL]  # several kernels (a matmul's): weighted by their time
+    clock = _time_weighted(g, CLOCK[0])  # Hz: the SM clock the kernel ran at (ncu --clock-control none)
     b = rl.classify(flops, dram, t, peak, ceilings.copy_bw, waves=waves, launch_floor_s=launch_floor_s,
                     sm_pct=sol[0], memory_pct=sol[1]) if flops > 0 and dram > 0 and t > 0 else None
     return {
@@ -231,8 +234,12 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
         "predicted_intensity": pred.intensity if pred else math.nan,
         "roof": roof_name, "ridge": b.ridge if b else math.nan,
         "attainable_per_s": b.attainable if b else math.nan,
+        "attainable_TFLOPs": b.attainable / 1e12 if b else math.nan,
         "fraction_of_roof": b.fraction_of_roof if b else math.nan,
         "bound": b.kind if b else "unknown", "bound_reasons": ", ".join(b.reasons) if b else "",
+        "decided_by": b.unit if b else "", "decided_pct": 100 * b.unit_fraction if b else math.nan,
+        "sm_pct": sol[0] if sol[0] is not None else math.nan, "memory_pct": sol[1] if sol[1] is not None else math.nan,
+        "clock_ghz": clock / 1e9 if clock else math.nan,
         "bound_text": (b.explanation if b.explanation.startswith(f"{b.kind}-bound") else
                        f"{b.kind}-bound: {b.explanation}") if b else "",
         "waves": waves if waves is not None else math.nan,
@@ -271,6 +278,7 @@ def copy_table(df, ceilings) -> pd.DataFrame:
         pred = predicted(cfg, str(g["kernel"].iloc[0]))
         t = float(_col(g, TIME).mean()) * 1e-9
         rd, wr = float(_col(g, DRAM_READ).mean()), float(_col(g, DRAM_WRITE).mean())
+        clock = float(g[CLOCK[0]].mean()) if CLOCK[0] in g.columns else math.nan
         useful = pred.useful_bytes_read + pred.bytes_written
         b = rl.classify(0, rd + wr, t, ceilings.rate("fp32"), ceilings.copy_bw,
                         waves=float(g[WAVES].max()) if WAVES in g.columns else None)
@@ -281,7 +289,7 @@ def copy_table(df, ceilings) -> pd.DataFrame:
                      "read_amplification": rd / pred.useful_bytes_read,
                      "predicted_read_amplification": pred.bytes_read / pred.useful_bytes_read,
                      "dram_TBps": (rd + wr) / t / 1e12, "useful_TBps": useful / t / 1e12,
-                     "fraction_of_copy_bw": b.fraction_of_roof, "bound": b.kind,
+                     "fraction_of_copy_bw": b.fraction_of_roof, "bound": b.kind, "clock_ghz": clock / 1e9,
                      "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel)})
     return pd.DataFrame(rows)
 

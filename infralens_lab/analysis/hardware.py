@@ -14,8 +14,9 @@ rates at 8192³) next to them and use the measured ones for rooflines.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
 import pandas as pd
 
 T = 1e12
@@ -86,7 +87,8 @@ class Ceilings:
     ``copy_bw`` counts bytes read plus bytes written by torch ``copy_`` of a 1 GiB tensor;
     ``fp32`` is a matmul with TF32 off, the others are cuBLAS matmuls at 8192³. ``launch_floor_s``:
     the timed floor of a tiny launch, the median per-call time (CUDA events) of the smallest matmul of
-    the fp16 sweep (seconds; None without a sweep).
+    the fp16 sweep (seconds; None without a sweep). ``clock_hz``: the SM clock (Hz) each ceiling ran at,
+    keyed ``copy``, ``fp32`` ... ``bf16`` (recorded from 2026-11-24 on; empty for older recordings).
     """
 
     gpu: str
@@ -96,6 +98,7 @@ class Ceilings:
     fp16: float | None = None
     bf16: float | None = None
     launch_floor_s: float | None = None
+    clock_hz: dict = field(default_factory=dict)
 
     @classmethod
     def from_values(cls, values: dict[str, Any], gpu: str = "") -> "Ceilings":
@@ -106,13 +109,17 @@ class Ceilings:
         bw = values["copy"].get("bandwidth_bytes_per_s")
         if not bw:
             raise ValueError(f"ceilings copy entry {values['copy']!r} lacks 'bandwidth_bytes_per_s'")
-        rates = {}
+        rates, clocks = {}, {}
+        if values["copy"].get("sm_clock_hz"):
+            clocks["copy"] = float(values["copy"]["sm_clock_hz"])
         for row in values["matmul"]:
             if row.get("dtype") in ("fp32", "tf32", "fp16", "bf16") and row.get("flops_per_s"):
                 rates[row["dtype"]] = float(row["flops_per_s"])
+                if row.get("sm_clock_hz"):
+                    clocks[row["dtype"]] = float(row["sm_clock_hz"])
         sweep = [r for r in values.get("sweep") or () if r.get("median_ms")]
         floor = min(sweep, key=lambda r: r.get("M", 0))["median_ms"] * 1e-3 if sweep else None
-        return cls(gpu=gpu, copy_bw=float(bw), **rates, launch_floor_s=floor)
+        return cls(gpu=gpu, copy_bw=float(bw), **rates, launch_floor_s=floor, clock_hz=clocks)
 
     @classmethod
     def from_evidence(cls, ev) -> "Ceilings":
@@ -128,16 +135,19 @@ class Ceilings:
         return v
 
     def versus_datasheet(self):
-        """DataFrame: measured ceiling, datasheet peak and their ratio, per quantity (units in columns)."""
+        """DataFrame: measured ceiling, datasheet peak, their ratio and the SM clock the ceiling ran at (GHz,
+        None where not recorded), per quantity."""
         p = peaks_for(self.gpu)
-        rows = [("copy bandwidth", "TB/s", self.copy_bw, p.bandwidth if p else None)]
-        rows += [(f"{d} matmul", "TFLOP/s", getattr(self, d), getattr(p, d) if p else None)
+        rows = [("copy bandwidth", "TB/s", self.copy_bw, p.bandwidth if p else None, "copy")]
+        rows += [(f"{d} matmul", "TFLOP/s", getattr(self, d), getattr(p, d) if p else None, d)
                  for d in ("fp32", "tf32", "fp16", "bf16")]
         out = []
-        for what, unit, meas, peak in rows:
+        for what, unit, meas, peak, key in rows:
+            clock = self.clock_hz.get(key)
             out.append({"quantity": what, "unit": unit, "measured": meas / T if meas else None,
                         "datasheet": peak / T if peak else None,
-                        "measured_over_datasheet": meas / peak if meas and peak else None})
+                        "measured_over_datasheet": meas / peak if meas and peak else None,
+                        "clock_GHz": clock / 1e9 if clock else None})
         return pd.DataFrame(out)
 
 

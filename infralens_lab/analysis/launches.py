@@ -14,11 +14,13 @@ import math
 import pandas as pd
 
 from ..parse import ncu as N
+from ..parse.runs import RunConfig
 from . import roofline as rl
 
 LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_limit_shared_mem": "shared memory",
           "launch__occupancy_limit_warps": "warps", "launch__occupancy_limit_blocks": "blocks",
           "launch__occupancy_limit_barriers": "barriers"}
+GRID = "launch__grid_size"
 LAUNCH = ["launch__grid_size", "launch__block_size", "launch__sm_count", "launch__waves_per_multiprocessor"]
 
 
@@ -57,4 +59,95 @@ def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None,
             "verdict": (verdicts or {}).get(r["kernel"]) or rl.sol_verdict(r[N.SOL[0]], r[N.SOL[1]], waves=waves,
                                                                          time_s=t, launch_floor_s=launch_floor_s),
         })
+    return pd.DataFrame(rows)
+
+
+def host_gap(per_call_s: float, kernel_s: float, threshold: float = rl.BOUND_THRESHOLD) -> dict:
+    """What a caller waits for beyond the kernel, per call: ``per_call_s`` is the time of one call timed from
+    outside (CUDA events, calls back to back), ``kernel_s`` the kernel's own duration (ncu
+    ``gpu__time_duration``, which excludes the launch path). Returns ``gap_s`` = per call - kernel (0 when the
+    kernel is the longer: clocks and caches differ a little between the two runs), ``gpu_busy`` = kernel / per
+    call (at most 1) and ``paced_by``: ``"host"`` when the kernel fills less than ``threshold`` of each call (the
+    series' one threshold), else ``"kernel"``."""
+    for name, v in (("per_call_s", per_call_s), ("kernel_s", kernel_s)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            raise ValueError(f"{name}={v!r}; expected a positive duration in seconds")
+    busy = min(1.0, kernel_s / per_call_s)
+    return {"gap_s": max(0.0, per_call_s - kernel_s), "gpu_busy": busy,
+            "paced_by": "host" if busy < threshold else "kernel"}
+
+
+def tensor_peak_per_sm_cycle(df: pd.DataFrame, tensor_flops_per_op: float = 1.0, spread: float = 0.02) -> float | None:
+    """Tensor FLOPs one SM can do per cycle, read off recorded matmuls: for each launch whose SM % is at or over
+    :data:`~infralens_lab.analysis.roofline.BOUND_THRESHOLD` (the tensor pipe is then the SM's busiest unit),
+    its tensor FLOPs per SM per cycle divided by its SM % (``sm__throughput``); the median, when every launch
+    agrees within ``spread`` (else None: SM % is not the tensor pipe's share there). On the recorded H100 and H200
+    cuBLAS matmuls of 2048³ to 8192³ this gives 4096 (dense fp16): the datasheet's 989.5 TFLOP/s over 132 SMs is
+    that per-cycle rate at 1.83 GHz."""
+    w = N.wide(df)
+    ops = next((n for n in N.TENSOR_OPS_NAMES if n in w.columns), None)
+    if ops is None or N.SOL[0] not in w.columns:
+        return None
+    busy = w[w[N.SOL[0]] >= 100 * rl.BOUND_THRESHOLD]
+    if busy.empty:
+        return None
+    implied = per_sm_cycle(busy, busy[ops] * tensor_flops_per_op) / (busy[N.SOL[0]] / 100)
+    if not (implied > 0).all() or implied.max() / implied.min() > 1 + spread:
+        return None
+    return float(implied.median())
+
+
+def per_sm_cycle(w: pd.DataFrame, flops: pd.Series) -> pd.Series:
+    """FLOPs per SM per cycle of each launch of a wide ncu frame: ``flops / (gpu__time_duration × SM clock ×
+    launch__sm_count)``. Clock-free: what the SMs did with each cycle they had."""
+    need = ["gpu__time_duration.sum", N.CLOCK[0], "launch__sm_count"]
+    missing = [m for m in need if m not in w.columns]
+    if missing:
+        raise ValueError(f"the ncu frame lacks {missing}; expected them to turn FLOPs into FLOPs per SM per cycle")
+    return flops / (w[need[0]] * 1e-9 * w[need[1]] * w[need[2]])
+
+
+def matmul_launches(df: pd.DataFrame, sweep: list | None = None, tensor_peak_per_sm_cycle: float | None = None,
+                    tensor_flops_per_op: float = 1.0) -> pd.DataFrame:
+    """One row per profiled matmul size (the recorder's ``matmul size=M,N,K`` runs, their kernels summed): what
+    the counters say about why a small matmul stays under its roofs. Columns: ``size``, ``ctas``
+    (``launch__grid_size``), ``waves``, ``occupancy_pct`` (achieved, ``sm__warps_active``), ``sm_pct``
+    (``sm__throughput``), ``tensor_per_sm_cycle`` (tensor FLOPs per SM per cycle: the tensor-path op counter ×
+    ``tensor_flops_per_op`` over elapsed SM cycles), ``tensor_pipe_pct`` (ncu's
+    ``sm__ops_path_tensor_src_fp16.sum.pct_of_peak_sustained_elapsed`` when recorded, else that over
+    ``tensor_peak_per_sm_cycle``, NaN when neither), ``clock_ghz``, ``kernel_us`` (``gpu__time_duration``), and from the timed ``sweep``
+    rows (the recorder's ceilings sweep, CUDA events, calls back to back), when given: ``per_call_us`` (one event
+    pair around many calls when recorded as ``batched_ms``, else the median of an event pair around each call),
+    ``timing`` (which of the two), ``paced_by`` and ``host_gap_us`` (:func:`host_gap`; NaN for a call the kernel
+    paces, where the small difference is the two runs' clocks and caches, not the host)."""
+    w = N.wide(df)
+    ops = next((n for n in N.TENSOR_OPS_NAMES if n in w.columns), None)
+    if ops is None:
+        raise ValueError(f"the ncu frame has no tensor-path op counter {N.TENSOR_OPS_NAMES}; expected ncu_matmul.csv")
+    w["tensor_flops"] = w[ops].fillna(0.0) * tensor_flops_per_op
+    w["size"] = [RunConfig.parse(c).fields()["M"] for c in w["config"]]
+    w["per_sm_cycle"] = per_sm_cycle(w, w["tensor_flops"])
+    timed = {r["M"]: r for r in sweep or () if r.get("median_ms")}
+    rows = []
+    for size, g in w.groupby("size", sort=True):
+        t = g["gpu__time_duration.sum"]
+        weight = lambda col: float((g[col] * t).sum() / t.sum())  # noqa: E731 (a matmul may run several kernels)
+        row = {"size": int(size), "ctas": int(g[GRID].max()), "waves": float(g["launch__waves_per_multiprocessor"].max()),
+               "occupancy_pct": weight(N.OCCUPANCY[0]), "sm_pct": weight(N.SOL[0]),
+               "tensor_per_sm_cycle": weight("per_sm_cycle"), "clock_ghz": weight(N.CLOCK[0]) / 1e9,
+               "kernel_us": float(t.sum()) / 1e3}
+        if N.TENSOR_PCT[0] in g.columns and g[N.TENSOR_PCT[0]].notna().all():  # ncu's own, when recorded
+            row["tensor_pipe_pct"] = weight(N.TENSOR_PCT[0])
+        else:
+            row["tensor_pipe_pct"] = (100 * row["tensor_per_sm_cycle"] / tensor_peak_per_sm_cycle
+                                      if tensor_peak_per_sm_cycle else math.nan)
+        if size in timed:
+            r = timed[size]
+            batched = r.get("batched_ms")
+            row["per_call_us"] = 1e3 * (batched if batched else r["median_ms"])
+            row["timing"] = "one event pair around the calls" if batched else "event pair around each call"
+            gap = host_gap(row["per_call_us"] * 1e-6, row["kernel_us"] * 1e-6)
+            row["paced_by"] = gap["paced_by"]  # a kernel-paced call's small difference is clocks and caches, not the host
+            row["host_gap_us"] = gap["gap_s"] * 1e6 if gap["paced_by"] == "host" else math.nan
+        rows.append(row)
     return pd.DataFrame(rows)

@@ -43,6 +43,8 @@ TENSOR = ["sm__ops_path_tensor_src_fp16.sum", "sm__inst_executed_pipe_tensor.sum
 # count of tensor-pipe instructions (warp-level; FLOPs per instruction depend on the MMA shape)
 TENSOR_OPS_NAMES = ("sm__ops_path_tensor_src_fp16.sum", "sm__ops_path_tensor_src_fp16_dst_fp32.sum")
 TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
+# the tensor path's share of its peak per elapsed cycle (clock-free), under the op counter's name
+TENSOR_PCT = ["sm__ops_path_tensor_src_fp16.sum.pct_of_peak_sustained_elapsed"]
 GRID, BLOCK, WAVES = "launch__grid_size", "launch__block_size", "launch__waves_per_multiprocessor"
 LAUNCH = [GRID, BLOCK, "launch__registers_per_thread", WAVES]
 # bytes through L1/TEX and L2 (the hierarchical roofline's upper levels) and the peaks ncu knows for them

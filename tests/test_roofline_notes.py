@@ -1,0 +1,87 @@
+"""analysis.roofline_notes and the compare views of lab 02 on the recorded sets: every sentence the lab prints is
+computed from the evidence, and says what the counters say (issues 26.2, 26.9, 26.11, 29.6)."""
+from __future__ import annotations
+
+import pytest
+
+from infralens_lab import evidence
+from infralens_lab.analysis import compare, counters, launches
+from infralens_lab.analysis import roofline_notes as NT
+from infralens_lab.analysis.hardware import Ceilings, peaks_for
+from infralens_lab.parse.ncu import parse_raw_csv
+
+
+def _set(slug="nvidia-h200"):
+    st = evidence.reference(slug)
+    frames = {f: parse_raw_csv(st.text(f)) for f in ("ncu_copies.csv", "ncu_attention.csv", "ncu_matmul.csv")}
+    return st, frames, Ceilings.from_evidence(st.load("ceilings"))
+
+
+def test_copy_above_the_ceiling_is_explained_by_writes_left_in_l2():
+    st, fr, ceil = _set()
+    ct = counters.copy_table(fr["ncu_copies.csv"], ceil)
+    lines = NT.copy_over_ceiling(ct, ceil, st.load("device").values["l2_bytes"])
+    first = next(ln for ln in lines if ln.startswith("copy_coalesced:"))
+    # 4.34 TB/s useful vs the 4.25 TB/s ceiling; DRAM 4.15 TB/s; 22 MiB of 256 MiB stored still in the 60 MiB L2
+    for part in ("4.34 TB/s of useful bytes is 1.02x the copy ceiling (4.25 TB/s)", "DRAM traffic is 4.15 TB/s",
+                 "22 MiB of the 256 MiB it stored were still in the 60 MiB L2", "dram__bytes_write.sum 234 MiB"):
+        assert part in first, first
+    # strides 2 and 4 read more than they write, and their DRAM traffic is over the ceiling
+    assert any(ln.startswith("copy_strided ×4: its DRAM traffic, 4.43 TB/s, is 104% of the copy ceiling") for ln in lines)
+    assert not any(ln.startswith("copy_strided ×8") for ln in lines)  # under the ceiling both ways: no sentence
+
+
+def test_matmul_notes_say_waves_occupancy_tensor_pipe_and_the_host_apart():
+    st, fr, _ = _set()
+    mm = fr["ncu_matmul.csv"]
+    t = launches.matmul_launches(mm, st.load("ceilings").values["sweep"], launches.tensor_peak_per_sm_cycle(mm))
+    lines = NT.matmul_notes(t)
+    assert lines[2] == ("1024³: 128 CTAs = 0.97 waves (leaves 3% of the GPU's block slots empty), achieved occupancy "
+                        "14%; tensor pipe busy 31% of the cycles, 7.1 µs at 1.77 GHz")
+    assert "8192³: 132 CTAs = 1.00 waves (fills the GPU)" in lines[5]
+    assert lines[-1].startswith("Called back to back, 256³, 512³, 1024³ wait on the host: 21 µs per call against "
+                                "4.0 to 7.1 µs of kernel")
+    assert lines[-1].endswith("µs of kernel (event pair around each call).")
+
+
+def test_clock_notes_read_the_clock_control_and_the_range():
+    st, fr, ceil = _set()
+    per_cycle = launches.tensor_peak_per_sm_cycle(fr["ncu_matmul.csv"])
+    lines = NT.clock_notes(list(fr.values()), st.text("ncu_matmul.csv"), peaks_for(ceil.gpu).fp16, per_cycle, 132)
+    assert lines[0].startswith("Clock control: --clock-control none (not locked")
+    assert "between 1.55 and 1.98 GHz; the device's highest SM clock is 1.98 GHz" in lines[0]
+    assert "989.5 TFLOP/s is 132 SMs × 4,096 FLOP per SM-cycle (read off the matmuls' counters) at 1.83 GHz" in lines[1]
+    assert "85% of it at 1.55 GHz" in lines[1]
+    assert len(NT.clock_notes(list(fr.values()), st.text("ncu_matmul.csv"), None, None, 132)) == 1
+
+
+def test_measured_ridges_and_kernel_notes_name_the_deciding_unit():
+    st, fr, ceil = _set()
+    r = NT.measured_ridges(ceil).set_index("roof")
+    assert r.loc["fp16 matmul", "ridge (FLOP/B)"] == pytest.approx(ceil.fp16 / ceil.copy_bw)
+    kt = counters.store_kernel_table(st)
+    notes = NT.kernel_notes(kt)
+    assert notes[-1].startswith("Matmuls: 256³ latency (SM % 11%), 512³ latency (Memory % 9%), 1024³ latency "
+                                "(FLOP/s roof 39%), 2048³ compute (FLOP/s roof 85%)")
+
+
+def test_placement_view_fits_six_columns_and_one_verdict():
+    by_gpu = {evidence.reference(s).gpu.removeprefix("NVIDIA "): counters.store_kernel_table(evidence.reference(s))
+              for s in evidence.recordings()}
+    view = compare.placement_view(compare.placement(by_gpu))
+    assert sorted(view.columns) == sorted(["kernel", "H200 TFLOP/s", "H200 % roof", "H100 TFLOP/s", "H100 % roof", "verdict"])
+    assert set(view["verdict"]) == {"memory", "compute", "latency"}  # the same verdict on both GPUs, said once
+    assert compare.short_gpu("NVIDIA H100 80GB HBM3") == "H100" and compare.short_gpu("RTX 4090 (live)") == "RTX (live)"
+
+
+def test_sdpa_default_and_cudnn_trade_places():
+    """Issue 26.9: the 7% once claimed between SDPA's default and cuDNN is one kernel timed twice: the ratio flips
+    sign across cases on both GPUs (H100 0.937 to 1.049)."""
+    bench = {g.removeprefix("NVIDIA "): ev.values for g, ev in evidence.load_all("bench").items()}
+    pair = compare.backend_pair(bench)
+    lines = compare.backend_pair_notes(pair)
+    assert len(lines) == 2 and all("the sign flips" in ln for ln in lines)
+    h100 = pair[pair["gpu"].str.startswith("H100")]["ratio"]
+    assert h100.min() == pytest.approx(0.937, abs=1e-3) and h100.max() == pytest.approx(1.049, abs=1e-3)
+    with pytest.raises(ValueError, match="no GPU's bench has both"):
+        compare.backend_pair(bench, a="sdpa_default", b="nonexistent")
