@@ -29,3 +29,14 @@ def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", m
         w.writerow([str(i), "4242", "python3", "h", kernel, "1", "7", "(256, 1, 1)", "(1, 1, 1)", "0", "9.0"]
                    + [fmt.format(vals[m]) if m in vals else str(missing) for m in metrics])
     return N.config_block(label, f"ncu --csv --page raw --fake {label.split()[0]}", s.getvalue())
+
+
+def question_sections_of(lab: str) -> dict:
+    """{question id: the heading of the lab section it sits in}, read from the committed notebook of ``lab``."""
+    import json
+    from pathlib import Path
+
+    from infralens_lab.quiz.cells import question_sections
+
+    path = next((Path(__file__).resolve().parents[1] / "labs").glob(f"{lab[3:]}_*.ipynb"))
+    return question_sections(json.loads(path.read_text()))

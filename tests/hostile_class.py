@@ -35,7 +35,7 @@ EXERCISE = {"id": EX, "kind": "number", "points": 1, "unit": "lanes", "tolerance
             "prompt": "Compute, with code, how many lanes of the last program are masked off.",
             "hint": "Round n up to whole programs of BLOCK_SIZE, then subtract n.",
             "explanation": "ceil(n / B) * B - n lanes load and store nothing.",
-            "derive": "masked_lanes", "evidence": "infralens_lab.quiz.grading_evidence:lab00_vector_add"}
+            "derive": "masked_lanes", "evidence": "infralens_lab.quiz.keys.lab00:vector_add"}
 
 
 def _bank():

@@ -89,7 +89,7 @@ def test_run_ncu_source_returns_both_pages_and_deletes_the_report(tmp_path, monk
 
 def test_run_ncu_source_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("INFRALENS_NCU", str(tmp_path / "no-such-ncu"))
-    with pytest.raises(N.NcuNotFound, match="not on PATH"):
+    with pytest.raises(N.NcuNotFound, match="names no file"):  # the doctor's message: the variable, not PATH
         NR.run_ncu_source(TARGET, "copy_strided")
     _fake_ncu(tmp_path, monkeypatch, "not a csv\n")
     with pytest.raises(N.NcuCsvError, match="Source page header"):

@@ -27,8 +27,6 @@ LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
 # (question, text that gave its answer away before the question, where it was seen)
 FIXED_LEAKS = [
     ("lab02.q3", "Ridge points of the measured ceilings", "the ridge table printed before question 3"),
-    ("lab02.q5", "right of the ridge is", "kernel_notes naming the first matmul right of the ridge"),
-    ("lab02.q5", ">bound<", "the bound column of the kernel table"),
     ("lab04.ex3", "dominant stall:", "the stall card naming the dominant reason (and its share)"),
     ("lab04.ex3", "dominant_stall", "the copy table's dominant_stall column"),
     ("lab04.ex1", "Recorded reference", "the copy table, whose sectors per request is the exercise's answer"),
