@@ -323,3 +323,22 @@ def gates_tripped(table, base: str = "intended", metrics: Sequence[str] = COUNT_
 
 
 LAB_TOLERANCE = 0.01  # lab 07's k table: at 5% every k of the recorded A/A runs passed and caught all; at 1% k matters
+
+
+def ratio_gate_table(samples: dict, rules: dict, bench: dict):
+    """Per ratio gate of the threshold file (``rules``: ``{name: {"tolerance", "k"}}``) with recorded
+    ``samples`` (``{name: [ratios]}``): the samples' median (what the gate is held to) and spread, the bench's
+    ratio of the same pair (``bench``) and how far the two procedures are apart (``procedure_gap_pct``), the
+    file's tolerance and k, and the k :func:`runs_needed` asks for at that tolerance."""
+    import pandas as pd
+
+    rows = []
+    for name, rule in rules.items():
+        x = samples.get(name)
+        if not x:
+            continue
+        s, med, b = spread(x), percentile(x, 50), bench.get(name)
+        rows.append({"ratio": name, "gate_reference": med, "bench_ratio": b,
+                     "procedure_gap_pct": 100 * (med / b - 1) if b else None, "n": len(x), "spread_pct": 100 * s,
+                     "tolerance_pct": 100 * rule["tolerance"], "k": rule["k"], "k_needed": runs_needed(s, rule["tolerance"])})
+    return pd.DataFrame(rows)

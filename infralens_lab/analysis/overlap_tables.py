@@ -180,3 +180,21 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
         rows.append(fix_row("remove graph breaks", before, t.loc["compiled", "median_ms"], before * extra / period,
                             (busy,), "idle the breaks add"))
     return pd.DataFrame(rows)
+
+
+RATE_AGREEMENT = 0.25  # two copy rates within 25% of each other tell the same story (copy timings of one size vary ~10%)
+
+
+def pageable_rates(copies: pd.DataFrame, h2d_rows: list[dict], batch_mib: float) -> dict:
+    """The pageable copy's rate in the copy step's trace against the bandwidth record's pageable rows:
+    ``trace_gb_per_s``, ``table_gb_per_s`` (the record's largest pageable copy of a never-written source, as
+    the record's first table shows), ``written_gb_per_s`` (a written source of the step's size, None when the
+    record predates it), ``written_matches_trace`` (within :data:`RATE_AGREEMENT`, None without it)."""
+    trace = float(copies.set_index("mode").loc["pageable", "copy_gb_per_s"])
+    page = [r for r in h2d_rows if r["memory"] == "pageable"]
+    fresh = [r for r in page if not r.get("written", False)]
+    table = max(fresh or page, key=lambda r: r["mib"])["gb_per_s"]
+    written = [r for r in page if r.get("written") and r["mib"] == batch_mib]
+    w = written[0]["gb_per_s"] if written else None
+    return {"trace_gb_per_s": trace, "table_gb_per_s": table, "written_gb_per_s": w,
+            "written_matches_trace": None if w is None else abs(w / trace - 1) <= RATE_AGREEMENT}

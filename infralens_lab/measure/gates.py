@@ -348,3 +348,41 @@ def regression_counts(**sizes) -> Any:
                      "syncs_per_step": c.syncs_per_step, "graph_breaks": graph_breaks(s.chain, *s.chain_args()).breaks,
                      "peak_bytes": c.peak_bytes})
     return pd.DataFrame(rows)
+
+
+def aa_timings(a: Callable[[], Any], b: Callable[[], Any], rounds: int, steps: int = 5, slow_every: int | None = None,
+               stall_ms: float = 0.0) -> "Any":
+    """An A/A run on the host clock: ``rounds`` rounds, each timing ``steps`` calls of ``a`` and of ``b`` (the
+    order alternates between rounds; one untimed warm-up round first). With ``slow_every`` = n, the rounds of
+    every second block of n rounds run slowed: each call of ``a`` and of ``b`` is followed by ``stall_ms`` of
+    sleep, a stand-in for what slows both alike between runs (a neighbour on the runner, a throttled clock, a
+    slower machine). Returns ``round, state ('as is' | 'slowed'), a_ms, b_ms, ratio`` (``a / b``)."""
+    import time
+
+    import pandas as pd
+
+    for name, v in (("rounds", rounds), ("steps", steps)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r}; expected a positive int")
+    if slow_every is not None and (not isinstance(slow_every, int) or slow_every < 1 or stall_ms <= 0):
+        raise ValueError(f"slow_every={slow_every!r}, stall_ms={stall_ms!r}; expected a positive int and a positive stall")
+
+    def timed(fn, stall: float) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+            if stall:
+                time.sleep(stall / 1e3)
+        return (time.perf_counter() - t0) * 1e3
+
+    timed(a, 0.0), timed(b, 0.0)
+    rows = []
+    for i in range(rounds):
+        slowed = slow_every is not None and (i // slow_every) % 2 == 1
+        stall = stall_ms if slowed else 0.0
+        if i % 2 == 0:
+            ta, tb = timed(a, stall), timed(b, stall)
+        else:
+            tb, ta = timed(b, stall), timed(a, stall)
+        rows.append({"round": i, "state": "slowed" if slowed else "as is", "a_ms": ta, "b_ms": tb, "ratio": ta / tb})
+    return pd.DataFrame(rows)
