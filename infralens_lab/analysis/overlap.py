@@ -221,6 +221,19 @@ def engine_busy(trace) -> dict:
     return out
 
 
+HOST_BOUND_BELOW = 0.5  # a step whose GPU is busy less than half of it waits on the host more than it works
+
+
+def host_bound(busy_share: float) -> bool:
+    """The series' rule for a whole step: True when the GPU ran work for less than :data:`HOST_BOUND_BELOW` of
+    it (it spent more time waiting for the host to launch the next piece of work than working: faster kernels
+    then shorten the wait, not the step). ``busy_share``: a fraction 0..1."""
+    b = float(busy_share)
+    if not 0.0 <= b <= 1.0:
+        raise ValueError(f"busy_share={busy_share!r}; expected a fraction between 0 and 1")
+    return b < HOST_BOUND_BELOW
+
+
 COMPILED_REGION = "Torch-Compiled Region"  # torch.compile's range around each call of a compiled graph
 
 

@@ -61,8 +61,10 @@ def busy_table(traces: dict, gev) -> pd.DataFrame:
     profiled and against the forward timed without the profiler (the ``gates_gpu`` record)."""
     rows = []
     for f, (tr, _) in traces.items():
-        ms = gev.values["resnet"][f]["median_ms"] if gev is not None else None
-        rows.append({"format": f, **forward_busy(tr, ms)})
+        b = forward_busy(tr, gev.values["resnet"][f]["median_ms"] if gev is not None else None)
+        rows.append({"format": f, "kernels": b["kernels"], "kernel_ms": b["kernel_ms"], "profiled_ms": b["profiled_ms"],
+                     "busy_profiled_pct": b["busy_pct"], "forward_ms": b.get("forward_ms"),
+                     "busy_pct": b.get("busy_pct_unprofiled")})
     return pd.DataFrame(rows)
 
 
