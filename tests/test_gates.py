@@ -95,6 +95,9 @@ def test_noise_and_drift_tables_by_hand():
     t = A.noise_table(a, b).set_index("what")
     assert t.loc["a (ms)", "median"] == 3.0 and t.loc["b (ms)", "spread_pct"] == 0.0
     assert t.loc["a / b", "median"] == 3.0
+    assert not A.ratio_helped(t.reset_index())  # a's own noise, none of it shared: the ratio carries it all
+    shared = A.noise_table([1.0, 2.0, 3.0, 4.0, 5.0], [1.1, 2.0, 3.1, 4.0, 5.1])
+    assert A.ratio_helped(shared)  # both moved alike: the ratio cancels it
     with pytest.raises(ValueError, match="two equal lists"):
         A.noise_table([1.0], [1.0])
     # a shared slowdown: every time doubles in the second group, the ratios stay at 1

@@ -270,6 +270,14 @@ def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
                           "spread_pct": 100 * spread(x)} for w, x in series.items()])
 
 
+def ratio_helped(noise) -> bool:
+    """From a :func:`noise_table`: True when the ratio ``a / b`` spread less than ``a`` alone did, i.e. most of the
+    run's noise moved a and b alike (load from other processes, clocks); False when the two timings' noises were
+    mostly their own, which a ratio adds up."""
+    s = noise.set_index("what")["spread_pct"]
+    return bool(s["a / b"] < s["a (ms)"])
+
+
 def drift_table(groups: dict):
     """A/A timings in several groups (``{group: (a_ms, b_ms)}``: processes, machines, load states): per group
     the median of ``a`` and of ``a / b``, then a row ``between groups``: how far the group medians are apart,

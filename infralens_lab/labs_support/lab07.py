@@ -97,6 +97,8 @@ def variants_table(ev) -> pd.DataFrame | None:
                        "kernel_ms": r["kernel_us"] / 1e3, "busy_pct": 100 * r["gpu_busy_us"] / (r["median_ms"] * 1e3)}
                       for r in v["rows"]])
     t["vs_eager"] = t.loc[t["variant"] == "eager", "median_ms"].iloc[0] / t["median_ms"]
+    if v.get("compile_error"):
+        t.attrs["note"] = f"torch.compile failed on the recording GPU: {v['compile_error']}"
     return t
 
 
