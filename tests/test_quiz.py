@@ -624,8 +624,8 @@ def test_widget_pickers_follow_the_question_kind(lab98):
     word = widgets_mod._build(question("lab98.word"), ipywidgets, None).children[1]
     assert isinstance(word, ipywidgets.RadioButtons) and list(word.options) == list(question("lab98.word").vocabulary)
     stall = widgets_mod._build(question("lab98.stall"), ipywidgets, None).children[1]
-    many = widgets_mod._build(question("lab04.q3"), ipywidgets, None).children[1]
-    assert isinstance(many, ipywidgets.Dropdown) and len(question("lab04.q3").vocabulary) > widgets_mod.RADIO_MAX_WORDS
+    many = widgets_mod._build(question("lab04.q4"), ipywidgets, None).children[1]
+    assert isinstance(many, ipywidgets.Dropdown) and len(question("lab04.q4").vocabulary) > widgets_mod.RADIO_MAX_WORDS
     assert isinstance(stall, (ipywidgets.RadioButtons, ipywidgets.Dropdown))
     assert isinstance(widgets_mod._build(question("lab98.abs"), ipywidgets, None).children[1], ipywidgets.Text)
 

@@ -221,6 +221,28 @@ def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = N
     return stalls.dominant_item(totals, include_selected=True)[0]  # the series' one rule (exclusions done above)
 
 
+@register_derivation("dominant_stall_share")
+def dominant_stall_share(evidence: Any, key: str | None = None, exclude: tuple[str, ...] | list[str] = ("selected",)) -> float:
+    """The share of all samples held by the dominant stall reason: its samples over the samples of every reason
+    (``selected`` included in the total, left out of the choice, by the series' one rule
+    :func:`infralens_lab.analysis.stalls.dominant_item`). Reads a breakdown with ``reason`` and ``samples``
+    columns (one copy or kernel: :func:`infralens_lab.analysis.copies.reason_shares`), a fraction 0..1."""
+    df = as_frame(evidence, key)
+    if not {"reason", "samples"} <= set(df.columns):
+        raise DerivationError(f"dominant_stall_share needs 'reason' and 'samples' columns; got {list(df.columns)}")
+    totals: dict[str, float] = {}
+    for r, v in zip(df["reason"], df["samples"]):
+        totals[stalls.normalize(str(r))] = totals.get(stalls.normalize(str(r)), 0.0) + _number(v, f"samples of {r!r}")
+    total = sum(totals.values())
+    if not total > 0:
+        raise DerivationError("dominant_stall_share: the breakdown has no samples")
+    skip = {stalls.normalize(e) for e in exclude}
+    kept = {r: v for r, v in totals.items() if r not in skip}
+    if not kept:
+        raise DerivationError(f"only excluded stall reasons {sorted(skip)} in the evidence")
+    return stalls.dominant_item(kept, include_selected=True)[1] / total
+
+
 @register_derivation("source")
 def source(evidence: Any) -> str:
     """Where an Evidence came from: ``'live'`` or ``'recorded'`` (its provenance source)."""

@@ -1,7 +1,7 @@
 """Evidence the grader marks derived questions against, rebuilt in the grader's own process.
 
 A bank question with ``"derive"`` names one of these functions in its ``"evidence"`` field
-(``"infralens_lab.quiz.grading_evidence:lab04_stride8_stalls"``). Each one repeats, step for
+(``"infralens_lab.quiz.grading_evidence:lab01_idle_by_cause"``). Each one repeats, step for
 step, what its lab's notebook does to build the table the question is about, so the grader
 computes the right answer from the same evidence the notebook shows on the same machine:
 the recorded reference set on a CPU machine, live measurements where the lab measures live
@@ -10,7 +10,9 @@ returns None when the evidence is not there (no recording); the row then says so
 
 This module belongs to the grader (an app, like ``record`` and ``site``), above the labs:
 it imports ``labs_support`` lazily, inside each function, so ``quiz``'s own modules never do.
-A new lab adds its provider here or in its own ``labs_support`` module and names it in its bank.
+A new lab adds its provider here or in its own ``labs_support`` module and names it in its bank. Labs
+rewritten in round 2 keep theirs in :mod:`infralens_lab.quiz.keys` (lab 04: ``quiz/keys/lab04.py``), built
+from the evidence store and ``analysis`` alone.
 """
 from __future__ import annotations
 
@@ -152,47 +154,6 @@ def lab03_scaling():
     return lab03.scaling()
 
 
-def _lab04_store():
-    from infralens_lab.labs_support import lab04
-
-    return lab04, lab04.store()
-
-
-def lab04_stride8_stalls():
-    """Lab 04: the stride-8 copy's stall breakdown (recorded)."""
-    lab04, st = _lab04_store()
-    fam = lab04.recorded_copy_family(st) if st is not None else None
-    if fam is None or fam.breakdown is None:
-        return None
-    return fam.stalls_for("stride 8")
-
-
-def lab04_copy_family():
-    """Lab 04: the copy-family table (recorded)."""
-    lab04, st = _lab04_store()
-    fam = lab04.recorded_copy_family(st) if st is not None else None
-    return fam.table if fam is not None else None
-
-
-def lab04_attention_variants():
-    """Lab 04: DRAM traffic per attention variant (recorded)."""
-    lab04, st = _lab04_store()
-    att = lab04.recorded_attention(st) if st is not None else None
-    return att.variants if att is not None else None
-
-
-def lab04_stall_shift():
-    """Lab 04: each stall reason's share at the coalesced copy and at the largest stride, and the change (recorded)."""
-    lab04, st = _lab04_store()
-    fam = lab04.recorded_copy_family(st) if st is not None else None
-    return lab04.shift_table(fam) if fam is not None else None
-
-
-def lab04_sol_pairs():
-    """Lab 04: per attention variant, SM % and memory % of peak and the larger of the two (recorded)."""
-    lab04, st = _lab04_store()
-    att = lab04.recorded_attention(st) if st is not None else None
-    return lab04.sol_evidence(att) if att is not None else None
 
 
 # ---------------------------------------------------------------- lab 06

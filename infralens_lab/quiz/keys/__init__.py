@@ -1,1 +1,1 @@
-"""Grading keys: per lab, the evidence its derived questions are marked against, rebuilt from the evidence store, parse, analysis and measure (never a lab's glue)."""
+"""The grader's evidence providers, one module per lab: each rebuilds, from the recorded set and the analysis layer alone, the table a derived question is marked against."""
