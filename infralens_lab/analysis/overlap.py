@@ -24,10 +24,15 @@ runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measur
   still runs), whichever binds.
 * :func:`elementwise_chain_traffic`: a model (not a measurement) of the DRAM bytes an elementwise
   chain moves eagerly (every op reads and writes the whole tensor) and fused (read once, write once).
+* :func:`graph_refusals`: what a CUDA graph refused in :func:`~infralens_lab.measure.overlap.graph_limits`
+  (the recorded ``graph_limits``), one line per case: what was done and why capture or replay refuses it,
+  with the raw error kept for whoever asks.
 """
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # noqa: F401  (re-exported)
 from .intervals import hidden as _hidden
@@ -271,3 +276,72 @@ def elementwise_chain_traffic(n: int, elem_bytes: int, ops: int, fused: bool) ->
                    bytes_written=k * size, flops=n * ops,
                    assumptions=f"{'one kernel' if fused else f'{ops} kernels'}, each reading and writing {n} "
                                f"elements of {elem_bytes} B from DRAM (no L2 reuse between kernels)")
+
+
+# ---------------------------------------------------------------- what a CUDA graph refuses
+@dataclass(frozen=True)
+class GraphRefusal:
+    """One case of :func:`~infralens_lab.measure.overlap.graph_limits` in words: what was done (``done``),
+    whether CUDA graphs refused it, why (``why``), and the raw error text as recorded (``raw``; its first
+    line), shown only on demand."""
+
+    case: str
+    done: str
+    refused: bool
+    why: str
+    raw: str
+
+    @property
+    def line(self) -> str:
+        """What was done, refused or not, and why: one line."""
+        return f"{self.done}: {'refused' if self.refused else 'no error'}. {self.why}"
+
+    def __str__(self) -> str:
+        return self.line
+
+
+# graph_limits' wording when a case did not fail (see measure.overlap.graph_limits)
+_NO_ERROR = ("captured without error", "copied a larger input into the static buffer without error")
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _host_sync(raw: str, refused: bool) -> tuple[str, str]:
+    done = "Captured a step that calls .item() (it reads a GPU value back to the host)"
+    if not refused:
+        return done, "This GPU's CUDA and torch captured it without complaint, so the host read was not checked here."
+    return done, ("While a stream is captured its work is only recorded, not run, so there is no value to read yet: "
+                  "the host read is not allowed, it invalidates the capture, and CUDA reports that at the next call "
+                  "of the capture.")
+
+
+def _new_shape(raw: str, refused: bool) -> tuple[str, str]:
+    m = _SIZES.search(raw)
+    sizes = f" ({m.group(2)} elements into its {m.group(1)}-element static input)" if m else ""
+    done = f"Fed a captured graph an input of another shape{sizes}"
+    if not refused:
+        return done, "The copy went through here; the graph would still replay its recorded shapes."
+    return done, ("A graph replays the kernels it recorded on the buffers and shapes it recorded; new data is "
+                  "copied into the static input, whose shape is fixed, so another shape needs another capture "
+                  "(torch.compile's reduce-overhead mode records one graph per shape).")
+
+
+GRAPH_CASES = {"host_sync_in_capture": _host_sync, "new_shape": _new_shape}
+
+
+def graph_refusals(values: dict) -> list[GraphRefusal]:
+    """Each case of a ``graph_limits`` record (``{case: raw error or what happened}``) as a
+    :class:`GraphRefusal`, in the record's order. An unknown case or a non-text value raises ValueError
+    naming what was seen and what is known."""
+    if not isinstance(values, dict) or not values:
+        raise ValueError(f"graph_limits values {values!r}: expected a non-empty dict {{case: error text}} "
+                         f"with cases among {sorted(GRAPH_CASES)}")
+    out = []
+    for case, raw in values.items():
+        if case not in GRAPH_CASES:
+            raise ValueError(f"graph_limits case {case!r} is not one this package explains; known: {sorted(GRAPH_CASES)}")
+        if not isinstance(raw, str) or not raw.strip():
+            raise ValueError(f"graph_limits case {case!r} holds {raw!r}; expected the error text it recorded")
+        refused = raw.strip() not in _NO_ERROR
+        done, why = GRAPH_CASES[case](raw, refused)
+        out.append(GraphRefusal(case, done, refused, why, raw.strip()))
+    return out

@@ -21,7 +21,7 @@
 {"tolerance": fraction, "k": runs}}}``. Missing or malformed files, unknown workloads and unknown
 metrics raise :class:`ThresholdError` saying what was seen and what was expected.
 
-**Time ratios** (:func:`ratio_samples`, GPU only; :func:`infralens_lab.analysis.gates.check_ratios` runs them): for each ratio the bench
+**Time ratios** (:func:`ratio_samples`, GPU only; :func:`infralens_lab.gates_cli.check_ratios` runs them): for each ratio the bench
 reports, candidate and reference are timed alternately ``k`` times in this process (CUDA events,
 medians, L2 flushed as the bench does), giving ``k`` ratios ``t_reference / t_candidate``; their
 median is held against the committed reference set's ``bench`` ratio with the file's tolerance

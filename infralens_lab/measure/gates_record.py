@@ -188,7 +188,7 @@ def aa_pairs(device: str, sizes: dict, rounds: int, steps: int = STEPS_PER_TIMIN
     return out
 
 
-def aa_processes(device: str, sizes: dict, processes: int, rounds: int, timeout_s: float = 300.0) -> list[dict]:
+def aa_processes(device: str, sizes: dict, processes: int, rounds: int, timeout_s: float = 120.0) -> list[dict]:
     """:func:`aa_pairs` in ``processes`` fresh Python processes, one after the other (each its own CUDA context,
     allocator, clocks and neighbours): the drift between processes that samples from one process cannot show.
     A child that fails or runs past ``timeout_s`` raises RuntimeError with its stderr tail."""
