@@ -42,3 +42,9 @@ def test_clock_control_flag(cmd, want):
     assert clocks.clock_control(cmd) == want
     with pytest.raises(TypeError):
         clocks.clock_control(3)
+
+
+def test_has_clock_says_whether_the_csv_recorded_the_clock():
+    st = evidence.reference()
+    df = N.parse_raw_csv(st.text("ncu_attention.csv"))
+    assert clocks.has_clock(df) and not clocks.has_clock(df[df["metric"] != clocks.CLOCK_METRIC])

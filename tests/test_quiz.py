@@ -591,7 +591,7 @@ def test_encode_to_an_unwritable_path_is_a_clear_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("provider, ok", [
-    ("infralens_lab.quiz.grading_evidence:lab00_vector_add", True),
+    ("infralens_lab.quiz.keys.lab00:vector_add", True),
     ("os:system", False), ("infralens_lab.quiz.grading_evidence", False), ("", False)])
 def test_bank_evidence_provider_must_name_a_package_function(provider, ok):
     plain = {"id": "lab98.d", "kind": "number", "prompt": "p", "hint": "h", "explanation": "e",
@@ -605,7 +605,7 @@ def test_bank_evidence_provider_must_name_a_package_function(provider, ok):
 
 def test_evidence_provider_only_on_derived_questions():
     plain = {"id": "lab98.n", "kind": "number", "prompt": "p", "hint": "h", "explanation": "e",
-             "tolerance": {"abs": 0}, "answer": 1, "evidence": "infralens_lab.quiz.grading_evidence:lab00_vector_add"}
+             "tolerance": {"abs": 0}, "answer": 1, "evidence": "infralens_lab.quiz.keys.lab00:vector_add"}
     with pytest.raises(BankError, match="only on a question with 'derive'"):
         bank_mod.question_from_plain(plain)
 

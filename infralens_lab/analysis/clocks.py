@@ -36,6 +36,11 @@ def kernel_clock_ghz(ncu_df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def has_clock(ncu_df: pd.DataFrame) -> bool:
+    """True when the tidy ncu frame holds the SM clock of its launches (a CSV recorded with parse.ncu.CLOCK)."""
+    return bool((ncu_df["metric"] == CLOCK_METRIC).any())
+
+
 def clock_control(command: str | None) -> str | None:
     """The ``--clock-control`` setting of an ncu command line (``'none'``, ``'base'``, ``'reset'``), ncu's
     default ``'base'`` when the command has no such flag, and None when there is no command to read."""

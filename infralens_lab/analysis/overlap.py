@@ -19,7 +19,10 @@ runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measur
 * :func:`compiled_regions`: per profiled step, the compiled graphs torch.compile ran (its ``Torch-Compiled
   Region: frame/compile`` ranges) and how many distinct compiled graphs they were.
 * :func:`amdahl`: the best speedup of a whole when a fraction ``f`` of it gets ``s`` times faster.
-* :func:`step_bound`: the best speedup of a step when part of it is *hidden* under the rest (overlap, not
+* :func:`step_bound`: the best speedup of a training step when part of its GPU work gets faster, held by
+  both floors: the GPU work that remains and the CPU's own time per step (a step cannot finish before the
+  CPU has launched it). Amdahl on the GPU side alone forgets the second floor.
+* :func:`overlap_bound`: the best speedup of a step when part of it is *hidden* under the rest (overlap, not
   removal): Amdahl's ``1 / (1 - f)`` and the overlap floor (the period cannot drop below the longest part that
   still runs), whichever binds.
 * :func:`elementwise_chain_traffic`: a model (not a measurement) of the DRAM bytes an elementwise
@@ -173,11 +176,55 @@ def amdahl(fraction: float, speedup: float = math.inf) -> float:
         raise ValueError(f"fraction={fraction!r}; expected a share between 0 and 1")
     if not s >= 1.0:
         raise ValueError(f"speedup={speedup!r}; expected a number >= 1 (the part gets faster, not slower)")
-    rest = (1.0 - f) + (0.0 if math.isinf(s) else f / s)
+    rest = amdahl_rest(f, s)
     return math.inf if rest == 0 else 1.0 / rest
 
 
-def step_bound(period: float, hidden: float, floors) -> dict:
+@dataclass(frozen=True)
+class StepBound:
+    """What :func:`step_bound` found: ``bound`` (old period / the larger floor), ``gpu_floor_ms`` (the GPU work
+    left after the fix), ``cpu_floor_ms`` (the CPU's time per step), ``limited_by`` (``'gpu'`` or ``'cpu'``:
+    the larger floor; ``'gpu'`` on a tie) and ``gpu_only`` (the bound with the GPU floor alone, Amdahl's)."""
+
+    bound: float
+    gpu_floor_ms: float
+    cpu_floor_ms: float
+    limited_by: str
+    gpu_only: float
+
+
+def step_bound(period_ms: float, gpu_ms: float, cpu_ms: float, fraction: float = 0.0,
+               speedup: float = math.inf) -> StepBound:
+    """The most a fix can speed up a step of ``period_ms`` (ms), bounded by both floors. The GPU is busy
+    ``gpu_ms`` per step; the fix makes a share ``fraction`` (0..1) of that GPU work ``speedup`` times faster
+    (``fraction=0``: a fix that only removes idle time, such as an input-pipeline fix). After it a step lasts at
+    least ``max(gpu_floor, cpu_floor)``: the GPU work left, ``gpu_ms * ((1 - f) + f / s)``, and ``cpu_ms``, the
+    CPU's own time per step (launching the work; a CPU that waits on the GPU inside the step must not be
+    counted here). Returns a :class:`StepBound`; ``bound`` is ``period_ms / max(floors)``."""
+    for name, v in (("period_ms", period_ms), ("gpu_ms", gpu_ms), ("cpu_ms", cpu_ms)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name}={v!r}; expected a finite number of milliseconds >= 0")
+    if gpu_ms > period_ms * (1 + 1e-9):
+        raise ValueError(f"gpu_ms={gpu_ms!r} is more than the period {period_ms!r}: the GPU cannot be busy longer "
+                         "than the step lasts (expected the merged busy time per step, not summed kernel times)")
+    amdahl(fraction, speedup)  # the same checks on the share and the factor (0..1, >= 1)
+    gpu_floor = gpu_ms * amdahl_rest(fraction, speedup)
+    cpu_floor = float(cpu_ms)
+    floor = max(gpu_floor, cpu_floor)
+
+    def ratio(over: float) -> float:
+        return math.inf if over == 0 else period_ms / over
+
+    return StepBound(bound=ratio(floor), gpu_floor_ms=gpu_floor, cpu_floor_ms=cpu_floor,
+                     limited_by="gpu" if gpu_floor >= cpu_floor else "cpu", gpu_only=ratio(gpu_floor))
+
+
+def amdahl_rest(fraction: float, speedup: float = math.inf) -> float:
+    """The share of a whole left after a share ``fraction`` of it gets ``speedup`` times faster:
+    ``(1 - f) + f / s`` (``inf``: that part removed); :func:`amdahl` is its reciprocal."""
+    f, s = float(fraction), float(speedup)
+    return (1.0 - f) + (0.0 if math.isinf(s) else f / s)
+def overlap_bound(period: float, hidden: float, floors) -> dict:
     """The best speedup of a step of ``period`` (any time unit) when ``hidden`` of it is taken off its critical
     path by running it under the rest (a copy on a second stream, a stage with a spare buffer, idle time
     filled by a graph), with two floors: Amdahl's, the rest of the step (``period - hidden``, so at most

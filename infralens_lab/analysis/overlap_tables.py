@@ -1,7 +1,7 @@
 """Tables of copies, pipelines, launches, compilation and each fix's bound, from recorded values and traces.
 
 Every number comes through :mod:`infralens_lab.analysis.overlap` (overlap, engines, launches, compiled
-regions, :func:`~infralens_lab.analysis.overlap.step_bound`) or the series' step rules
+regions, :func:`~infralens_lab.analysis.overlap.overlap_bound`) or the series' step rules
 (:func:`~infralens_lab.analysis.joins.idle_budget`: one steady period per step). Lab 05 shows these tables and
 the grader (``quiz/keys/lab05.py``) computes its keys from the same functions. Traces are
 :class:`~infralens_lab.parse.trace.Trace` objects; times ``_ms`` milliseconds, ``_us`` microseconds.
@@ -130,11 +130,11 @@ def fusion_table(values: dict, traces: dict | None = None) -> pd.DataFrame:
 
 def fix_row(fix: str, before: float, after: float, hidden: float, floors, what: str) -> dict:
     """One fix, one change: the share of the ``before`` step it attacks (``hidden``, same unit), its bound
-    (:func:`~infralens_lab.analysis.overlap.step_bound`: Amdahl's ``1 / (1 - f)``, the overlap floor
+    (:func:`~infralens_lab.analysis.overlap.overlap_bound`: Amdahl's ``1 / (1 - f)``, the overlap floor
     ``before / max(floors)``, which binds), and the measured speedup ``before / after``; ``within_bound`` is
     False when the measurement beats the bound by more than :data:`BOUND_SLACK` (then the share was measured
     wrongly, or something else changed too)."""
-    b = A.step_bound(before, hidden, floors)
+    b = A.overlap_bound(before, hidden, floors)
     got = before / after
     return {"fix": fix, "removes": what, "f": hidden / before, "amdahl": b["amdahl"], "floor": b["overlap_floor"],
             "binds": b["binds"], "measured": got, "within_bound": bool(got <= b["bound"] * BOUND_SLACK)}

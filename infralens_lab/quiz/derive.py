@@ -22,7 +22,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ..analysis import gates as _gates
 from ..analysis import stalls
+from ..analysis.overlap import overlap_bound as _overlap_bound
+from ..analysis.overlap import step_bound as _step_bound
 
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
 
@@ -263,18 +266,75 @@ def masked_lanes(evidence: Any, n: str = "n", block: str = "block_size", where: 
     return -(-elements // size) * size - elements
 
 
-@register_derivation("step_bound")
-def step_bound(evidence: Any, period: str, hidden: str, floors: list[str] | tuple[str, ...], where: dict | None = None,
-               key: str | None = None) -> float:
-    """Lab 05: the best speedup of a step when ``hidden`` of it runs under the rest, with both floors (Amdahl's
-    and the overlap floor), from one row's columns (:func:`infralens_lab.analysis.overlap.step_bound`)."""
-    from ..analysis.overlap import step_bound as bound
+@register_derivation("programs")
+def programs(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
+    """Lab 00: programs in a 1-D launch that covers ``n`` elements ``block`` at a time, ``ceil(n/B)``."""
+    elements = int(_number(value(evidence, column=n, where=where), f"column {n!r}"))
+    size = int(_number(value(evidence, column=block, where=where), f"column {block!r}"))
+    if elements < 1 or size < 1:
+        raise DerivationError(f"programs needs n >= 1 and block >= 1, got n={elements}, block={size}")
+    return -(-elements // size)
 
+
+def _trace(evidence: Any, what: str):
+    """The evidence as a parsed trace (anything with ``summary``, ``steady_window`` and ``kernels``)."""
+    if not all(hasattr(evidence, a) for a in ("summary", "steady_window", "kernels")):
+        raise DerivationError(f"{what} needs a parsed trace (infralens_lab.parse.trace.Trace), got "
+                              f"{type(evidence).__name__}")
+    return evidence
+
+
+@register_derivation("trace_idle_share")
+def trace_idle_share(evidence: Any) -> float:
+    """Lab 01: the share (0..1) of the steady window (:meth:`Trace.steady_window`, whole periods) in which the GPU
+    ran none of the work the profiled steps launched: ``1 - summary()['gpu_utilization']``."""
+    util = _trace(evidence, "trace_idle_share").summary().get("gpu_utilization")
+    if util is None:
+        raise DerivationError("the trace has no GPU work in its profiled steps, so no idle share")
+    return 1.0 - util
+
+
+@register_derivation("trace_period_ms")
+def trace_period_ms(evidence: Any) -> float:
+    """Lab 01: the steady period (ms): from the end of the first profiled step's GPU work to the end of the last
+    one's, over the steps between (:meth:`Trace.steady_window`)."""
+    sw = _trace(evidence, "trace_period_ms").steady_window()
+    if sw is None:
+        raise DerivationError("the trace has fewer than two profiled steps that launched GPU work")
+    a, b, periods = sw
+    return (b - a) / periods / 1e3
+
+
+@register_derivation("hot_kernel_pct")
+def hot_kernel_pct(evidence: Any) -> float:
+    """Lab 01: the hottest kernel's share (%) of the kernel time the profiled steps launched (:meth:`Trace.kernels`)."""
+    k = _trace(evidence, "hot_kernel_pct").kernels()
+    if k.empty:
+        raise DerivationError("the trace has no kernels launched in its profiled steps")
+    return float(k["pct"].iloc[0])
+
+
+@register_derivation("step_bound")
+def step_bound(evidence: Any) -> float:
+    """Lab 01: the bound of a fix with both floors, :func:`infralens_lab.analysis.overlap.step_bound` on the
+    evidence's ``period_ms, gpu_ms, cpu_ms, fraction, speedup`` (a dict)."""
+    keys = ("period_ms", "gpu_ms", "cpu_ms", "fraction", "speedup")
+    if not isinstance(evidence, dict) or not set(keys) <= set(evidence):
+        seen = sorted(evidence) if isinstance(evidence, dict) else type(evidence).__name__
+        raise DerivationError(f"step_bound needs a dict with {list(keys)}; got {seen}")
+    return _step_bound(**{k: float(evidence[k]) for k in keys}).bound
+
+
+@register_derivation("overlap_bound")
+def overlap_bound(evidence: Any, period: str, hidden: str, floors: list[str] | tuple[str, ...],
+                  where: dict | None = None, key: str | None = None) -> float:
+    """Lab 05: the best speedup of a step when ``hidden`` of it runs under the rest, with both floors (Amdahl's
+    and the overlap floor), from one row's columns (:func:`infralens_lab.analysis.overlap.overlap_bound`)."""
     def col(c):
         return _number(value(evidence, column=c, where=where, key=key), f"column {c!r}")
 
     try:
-        return bound(col(period), col(hidden), [col(c) for c in floors])["bound"]
+        return _overlap_bound(col(period), col(hidden), [col(c) for c in floors])["bound"]
     except ValueError as exc:
         raise DerivationError(str(exc)) from None
 
@@ -283,13 +343,11 @@ def step_bound(evidence: Any, period: str, hidden: str, floors: list[str] | tupl
 def smallest_k(evidence: Any, max_false_alarm_pct: float = 1.0, key: str | None = None) -> int:
     """Lab 07: the smallest k of a k table (:func:`infralens_lab.analysis.gates.k_table`) whose false-alarm rate
     is at most ``max_false_alarm_pct`` (:func:`infralens_lab.analysis.gates.smallest_k`)."""
-    from ..analysis.gates import smallest_k as pick
-
     df = as_frame(evidence, key)
     for c in ("k", "false_alarm_pct"):
         if c not in df.columns:
             raise DerivationError(f"not a k table: no column {c!r}; columns: {list(df.columns)}")
-    k = pick(df, max_false_alarm_pct)
+    k = _gates.smallest_k(df, max_false_alarm_pct)
     if k is None:
         raise DerivationError(f"no k in the table keeps false alarms at or under {max_false_alarm_pct}%")
     return k
@@ -299,10 +357,8 @@ def smallest_k(evidence: Any, max_false_alarm_pct: float = 1.0, key: str | None 
 def gates_tripped(evidence: Any, base: str = "intended", key: str | None = None) -> int:
     """Lab 07: how many (regression, count gate) pairs trip when each gate is set at the ``base`` step's count
     (:func:`infralens_lab.analysis.gates.gates_tripped`, the project's count rule)."""
-    from ..analysis.gates import COUNT_METRICS, gates_tripped as tripped
-
     try:
-        t = tripped(as_frame(evidence, key), base=base)
+        t = _gates.gates_tripped(as_frame(evidence, key), base=base)
     except (KeyError, ValueError) as exc:
         raise DerivationError(f"cannot hold the counts to the {base!r} step: {exc}") from None
-    return int(t[list(COUNT_METRICS)].to_numpy().sum())
+    return int(t[list(_gates.COUNT_METRICS)].to_numpy().sum())
