@@ -122,7 +122,7 @@ class Recorder:
         memory.record_into(self.w)
 
     def step_gates(self):
-        return _optional("infralens_lab.measure.gates", "record_into").record_into(self.w, quick=self.quick)
+        return _optional("infralens_lab.measure.gates_record", "record_into").record_into(self.w, quick=self.quick)
 
     def step_traces(self):
         summary, sizes = {}, []

@@ -78,3 +78,56 @@ def test_absolute_flake_rate():
     assert A.absolute_flake_rate([1, 2, 3, 4], 2.5) == 0.5
     with pytest.raises(ValueError, match="no times"):
         A.absolute_flake_rate([], 1)
+
+
+def test_k_table_and_smallest_k():
+    ratios = [0.98, 0.99, 1.0, 1.0, 1.0, 1.01, 1.02]
+    t = A.k_table(ratios, tolerance=0.05, slowdown=0.10)
+    assert list(t["k"]) == list(A.KS) and (t["false_alarm_pct"] == 0).all()  # every ratio within 2%: nothing fails at 5%
+    assert (t["caught_pct"] == 100).all() and t.attrs == {"tolerance": 0.05, "slowdown": 0.10}
+    assert A.smallest_k(t) == 1 and A.smallest_k(t.assign(false_alarm_pct=50.0)) is None
+    tight = A.k_table(ratios, tolerance=0.015)  # the 0.98 sample fails a lone run; medians of 5 or more rarely do
+    assert tight.loc[0, "false_alarm_pct"] > 1 and A.smallest_k(tight) > 1
+
+
+def test_noise_and_drift_tables_by_hand():
+    a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 1.0, 1.0, 1.0, 1.0]
+    t = A.noise_table(a, b).set_index("what")
+    assert t.loc["a (ms)", "median"] == 3.0 and t.loc["b (ms)", "spread_pct"] == 0.0
+    assert t.loc["a / b", "median"] == 3.0
+    assert not A.ratio_helped(t.reset_index())  # a's own noise, none of it shared: the ratio carries it all
+    shared = A.noise_table([1.0, 2.0, 3.0, 4.0, 5.0], [1.1, 2.0, 3.1, 4.0, 5.1])
+    assert A.ratio_helped(shared)  # both moved alike: the ratio cancels it
+    with pytest.raises(ValueError, match="two equal lists"):
+        A.noise_table([1.0], [1.0])
+    # a shared slowdown: every time doubles in the second group, the ratios stay at 1
+    d = A.drift_table({"as is": ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]), "slowed": ([2.0, 2.0, 2.0], [2.0, 2.0, 2.0])})
+    assert d.attrs["between_pct"] == {"absolute": pytest.approx(100 * 1.0 / 1.5), "ratio": 0.0}
+    assert list(d["group"]) == ["as is", "slowed", "between groups"]
+    with pytest.raises(ValueError, match="at least 2"):
+        A.drift_table({"one": ([1.0], [1.0])})
+
+
+def test_gates_tripped_is_the_count_rule():
+    import pandas as pd
+
+    t = pd.DataFrame([
+        {"regression": "intended", "aten_ops_per_step": 6, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1000},
+        {"regression": "item", "aten_ops_per_step": 8, "syncs_per_step": 1, "graph_breaks": 0, "peak_bytes": 1000},
+        {"regression": "fp32_matmul", "aten_ops_per_step": 6, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1040},
+        {"regression": "noncontig", "aten_ops_per_step": 7, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1060},
+    ])
+    c = A.gates_tripped(t).set_index("regression")
+    assert c.loc["item", "caught_by"] == "aten_ops_per_step, syncs_per_step"
+    assert c.loc["fp32_matmul", "caught_by"] == "none"  # 4% more bytes is inside the 5% slack
+    assert c.loc["noncontig", "caught_by"] == "aten_ops_per_step, peak_bytes"
+    with pytest.raises(ValueError, match="no 'base' row"):
+        A.gates_tripped(t, base="base")
+
+
+def test_ratio_gate_table_by_hand():
+    t = A.ratio_gate_table({"g": [1.0, 1.01, 0.99, 1.0, 1.0], "absent": []}, {"g": {"tolerance": 0.05, "k": 7},
+                                                                           "other": {"tolerance": 0.05, "k": 3}},
+                           {"g": 0.98})
+    assert list(t["ratio"]) == ["g"] and t.loc[0, "gate_reference"] == 1.0
+    assert t.loc[0, "procedure_gap_pct"] == pytest.approx(100 * (1 / 0.98 - 1)) and t.loc[0, "k_needed"] >= 1

@@ -10,6 +10,7 @@ import pytest
 from infralens_lab.device import is_gpu
 from infralens_lab import gates_cli as A
 from infralens_lab.measure import gates as G
+from infralens_lab.measure import gates_record as GR
 from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated
 
 pytestmark = pytest.mark.gates
@@ -135,7 +136,7 @@ def test_ratio_gates_refuse_without_gpu(capsys):
 def test_recorder_regressions_dry_run_on_cpu():
     """The recorder's regression part, run on a CPU at tiny sizes with k=1 (compiled rows use dynamo's
     eager backend there): every row is present and the counts match the live table's story."""
-    rows = G._regressions(1, "cpu", dict(batch=2, seq=8, width=16))
+    rows = GR._regressions(1, "cpu", dict(batch=2, seq=8, width=16))
     assert [(r["regression"], r["compiled"]) for r in rows] == \
         [(r, c) for c in (False, True) for r in ("intended",) + REGRESSIONS]
     eager = {r["regression"]: r for r in rows if not r["compiled"]}

@@ -67,3 +67,33 @@ def test_cpu_only_trace_has_a_note():
     out = innermost_ops(tr)
     assert out.empty and "self_cpu_us" in out.attrs["note"]
     assert kernel_families(tr).empty
+
+
+def test_self_and_inclusive_times_by_hand():
+    """conv_trace's ops (no ProfilerStep: one forward): conv2d keeps 10 of its 100 µs, convolution 10 of 90,
+    cudnn_convolution 70 of 80 (two 5 µs launch calls inside), add 15 of 20."""
+    from infralens_lab.measure.top_ops import op_calls, op_times
+
+    c = op_calls(conv_trace()).set_index("name")
+    assert c.loc["aten::cudnn_convolution", "dur_us"] == 80 and c.loc["aten::cudnn_convolution", "children_us"] == 10
+    t = op_times(conv_trace()).set_index("name")
+    assert t.loc["aten::cudnn_convolution", "self_ms"] == pytest.approx(0.07) and t.loc["aten::cudnn_convolution", "rank_self"] == 1
+    assert t.loc["aten::conv2d", "rank_inclusive"] == 1 and t.loc["aten::conv2d", "self_ms"] == pytest.approx(0.01)
+    assert t.loc["aten::add", "self_ms"] == pytest.approx(0.015) and t.loc["aten::add", "rank_self"] == 2
+
+
+def test_outermost_ops_and_forward_busy_by_hand():
+    from infralens_lab.measure.top_ops import format_gain, forward_busy, outermost_ops
+
+    tr = Trace({"traceEvents": [X("ProfilerStep#0", "user_annotation", 0, 200)] + conv_trace().data["traceEvents"]})
+    o = outermost_ops(tr).set_index("op")
+    assert list(o.index) == ["aten::conv2d", "aten::add"]  # the ops the Python called, not what runs inside them
+    assert o.loc["aten::conv2d", "cpu_ms"] == pytest.approx(0.1) and o.loc["aten::conv2d", "pct"] == pytest.approx(50.0)
+    b = forward_busy(tr, forward_ms=0.5)
+    # kernels 30-40, 50-150, 150-155: 115 µs of a forward from its CPU start (0) to its last kernel's end (155)
+    assert b["kernels"] == 3 and b["kernel_ms"] == pytest.approx(0.115) and b["profiled_ms"] == pytest.approx(0.155)
+    assert b["busy_pct"] == pytest.approx(100 * 115 / 155) and b["busy_pct_unprofiled"] == pytest.approx(23.0)
+    g = format_gain({"channels_first": 3.0, "channels_last": 2.0}, {"channels_first": 9.0, "channels_last": 8.5})
+    assert g["share"] == pytest.approx(0.5) and g["wall_saved_pct"] == pytest.approx(100 * 0.5 / 9)
+    with pytest.raises(ValueError, match="saved none"):
+        format_gain({"channels_first": 2.0, "channels_last": 2.0}, {"channels_first": 9.0, "channels_last": 8.5})

@@ -1,10 +1,11 @@
-"""labs_support.lab05 (glue) and measure.overlap on the CPU: tables from synthetic traces checked by
-hand, clear notes instead of crashes, the recorder step refusing without a GPU, and the compile study's
-counts with a code-generation-free backend."""
+"""Lab 05's tables (analysis.overlap_tables), glue (labs_support.lab05), grading keys (quiz.keys.lab05) and
+measure.overlap on the CPU: tables from synthetic traces checked by hand, clear notes instead of crashes, the
+recorder step refusing without a GPU, and the compile study's counts with a code-generation-free backend."""
 import pandas as pd
 import pytest
 
 from infralens_lab.device import is_gpu
+from infralens_lab.analysis import overlap_tables as T
 from infralens_lab.labs_support import lab05
 from infralens_lab.measure import overlap as M
 from infralens_lab.parse.trace import Trace
@@ -31,13 +32,34 @@ def _copy_steps(hidden: bool):
 
 
 def test_copy_table_by_hand():
-    t = lab05.copy_table({"exposed": (_copy_steps(False), None), "hidden": (_copy_steps(True), None)}).set_index("mode")
+    t = T.copy_table({"exposed": _copy_steps(False), "hidden": _copy_steps(True)}, copy_bytes=2e6).set_index("mode")
     assert t.loc["exposed", "hidden_fraction"] == 0.0
-    assert t.loc["exposed", "exposed_copy_ms_per_step"] == pytest.approx(0.2)
+    assert t.loc["exposed", "exposed_copy_ms"] == pytest.approx(0.2)
     assert t.loc["hidden", "hidden_fraction"] == 1.0
-    assert t.loc["hidden", "exposed_copy_ms_per_step"] == 0.0
+    assert t.loc["hidden", "exposed_copy_ms"] == 0.0
     assert t.loc["exposed", "period_ms"] == pytest.approx(1.0)  # GPU-work ends 810 and 1810 µs apart by 1 ms
-    assert t.loc["hidden", "copy_ms_per_step"] == pytest.approx(0.2)
+    assert t.loc["hidden", "copy_ms"] == pytest.approx(0.2) and t.loc["hidden", "kernel_ms"] == pytest.approx(0.6)
+    assert t.loc["hidden", "copy_gb_per_s"] == pytest.approx(2e6 / 200e-6 / 1e9)  # 2 MB in 200 µs: 10 GB/s
+    # the steady window (810 -> 1810 µs) holds the second step's copy (1010-1210) and kernel (1210-1810) in turn
+    assert t.loc["exposed", "copy_engine_pct"] == pytest.approx(20.0) and t.loc["exposed", "sm_pct"] == pytest.approx(60.0)
+    assert t.loc["exposed", "busy_pct"] == pytest.approx(80.0)
+
+
+def test_memcpy_call_share_reads_the_copy_calls():
+    # every copy call in _copy_steps lasts 1 µs against a 200 µs copy: the call only queued it
+    assert T.memcpy_call_share(_copy_steps(False)) == pytest.approx(2 / 400)
+
+
+def test_pageable_rates_old_and_new_records():
+    copies = pd.DataFrame({"mode": ["pageable"], "copy_gb_per_s": [8.0]})
+    old = [{"memory": "pageable", "mib": 256, "gb_per_s": 18.0}, {"memory": "pinned", "mib": 256, "gb_per_s": 55.0}]
+    r = T.pageable_rates(copies, old, 32)
+    assert r == {"trace_gb_per_s": 8.0, "table_gb_per_s": 18.0, "written_gb_per_s": None, "written_matches_trace": None}
+    new = old[:1] + [{"memory": "pageable", "written": True, "mib": 32, "gb_per_s": 9.0},
+                     {"memory": "pageable", "written": False, "mib": 32, "gb_per_s": 17.0}]
+    r = T.pageable_rates(copies, new, 32)
+    assert r["table_gb_per_s"] == 18.0 and r["written_gb_per_s"] == 9.0 and r["written_matches_trace"]  # 12% apart
+    assert not T.pageable_rates(copies, new[:1] + [dict(new[1], gb_per_s=16.0)], 32)["written_matches_trace"]
 
 
 def _pipe_trace(s0, s1, period, n=5):
@@ -50,33 +72,59 @@ def _pipe_trace(s0, s1, period, n=5):
 
 
 def test_pipeline_table_by_hand():
-    t = lab05.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3000)}).set_index("depth")
+    t = T.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3000)}).set_index("depth")
     assert t.loc[1, "period_ms"] == pytest.approx(5.0) and t.loc[1, "verdict"] == "serialised"
     assert t.loc[2, "period_ms"] == pytest.approx(3.0) and t.loc[2, "overlap_score"] == 1.0
     assert (t["sum_ms"] == 5.0).all() and (t["max_ms"] == 3.0).all()
 
 
-def test_amdahl_table_by_hand():
-    copies = pd.DataFrame({"mode": ["pinned", "double_buffered"], "period_ms": [2.0, 1.5],
-                           "exposed_copy_ms_per_step": [0.5, 0.0]})
+def test_fix_table_by_hand():
+    copies = pd.DataFrame({"mode": ["pinned", "double_buffered"], "period_ms": [2.0, 1.5], "exposed_copy_ms": [0.5, 0.0],
+                           "copy_ms": [0.5, 0.5], "kernel_ms": [1.4, 1.4]})
     pipe = pd.DataFrame({"depth": [1, 2], "stage0_ms": [2.0, 2.0], "stage1_ms": [3.0, 3.0], "period_ms": [5.0, 2.0]})
-    launches = pd.DataFrame({"variant": ["eager", "graph"], "step_ms": [4.0, 1.0], "gpu_busy_ms_per_step": [1.0, 0.9]})
-    t = lab05.amdahl_table(copies, pipe, launches, None).set_index("fix")
-    assert t.loc["side stream + 2nd buffer", "amdahl_bound"] == pytest.approx(1 / (1 - 0.25))
-    assert t.loc["side stream + 2nd buffer", "measured_speedup"] == pytest.approx(2.0 / 1.5)
-    assert bool(t.loc["side stream + 2nd buffer", "within_bound"])
-    # pipeline: 2 of 5 ms are off the slower stage -> bound 5/3; measured 2.5x is above it
-    assert t.loc["second pipeline buffer", "amdahl_bound"] == pytest.approx(5 / 3)
-    assert not bool(t.loc["second pipeline buffer", "within_bound"])
-    assert t.loc["CUDA graph", "attacked_share"] == pytest.approx(0.75)
-    assert t.loc["CUDA graph", "amdahl_bound"] == pytest.approx(4.0)
-    assert lab05.amdahl_table(None, None, None, None) is None
+    launches = pd.DataFrame({"variant": ["eager", "graph"], "step_ms": [4.0, 1.0], "gpu_busy_ms": [1.0, 0.9],
+                             "cpu_issue_ms": [3.9, 0.05]})
+    t = T.fix_table(copies, pipe, launches).set_index("fix")
+    side = t.loc["side stream + 2nd buffer"]
+    assert side["amdahl"] == pytest.approx(2.0 / 1.5) and side["floor"] == pytest.approx(2.0 / 1.4)
+    assert side["binds"] == "amdahl" and side["measured"] == pytest.approx(2.0 / 1.5) and bool(side["within_bound"])
+    # pipeline: all but the slower stage goes -> both floors are 3 ms: 5/3; measured 2.5x breaks the bound
+    p = t.loc["second pipeline buffer"]
+    assert p["amdahl"] == pytest.approx(5 / 3) == p["floor"] and p["binds"] == "both" and not bool(p["within_bound"])
+    # CUDA graph: 3 of 4 ms idle -> Amdahl 4x; the graphed step still runs 0.9 ms of kernels -> floor 4/0.9
+    g = t.loc["CUDA graph"]
+    assert g["f"] == pytest.approx(0.75) and g["amdahl"] == pytest.approx(4.0) and g["floor"] == pytest.approx(4 / 0.9)
+    assert g["binds"] == "amdahl"
+    assert T.fix_table().empty
 
 
-def test_amdahl_evidence_matches_q7_formula():
-    copies = pd.DataFrame({"mode": ["pinned"], "period_ms": [4.0], "exposed_copy_ms_per_step": [1.0]})
-    assert lab05.amdahl_evidence(copies) == {"f": 0.25, "bound": pytest.approx(4 / 3)}
-    assert lab05.amdahl_evidence(None) is None
+def test_fix_table_remove_breaks_counts_only_the_idle_the_breaks_add():
+    """Broken forward: 2 steps of 1000 µs, 100 µs of kernel each; whole forward: steps of 400 µs with 100 µs of
+    kernel. The breaks add 900 - 300 = 600 µs of idle per forward: f = 0.6, not the broken forward's 0.9."""
+    def steps(period):
+        ev = []
+        for s in range(3):
+            t0 = s * period
+            ev += [X(f"ProfilerStep#{s}", "user_annotation", t0, period), X("cudaLaunchKernel", "cuda_runtime", t0 + 1, 1, correlation=s + 1),
+                   X("k", "kernel", t0 + period - 100, 100, pid=0, tid=7, correlation=s + 1)]
+        return Trace({"traceEvents": ev})
+
+    comp = pd.DataFrame({"variant": ["compiled", "compiled_breaks"], "median_ms": [0.5, 1.0]})
+    assert T.breaks_idle_ms(steps(1000), steps(400)) == pytest.approx((1.0, 0.6))
+    r = T.fix_table(comp=comp, compile_traces={"breaks": steps(1000), "whole": steps(400)}).iloc[0]
+    assert r["fix"] == "remove graph breaks" and r["f"] == pytest.approx(0.6) and r["amdahl"] == pytest.approx(2.5)
+    assert r["floor"] == pytest.approx(10.0) and r["binds"] == "amdahl" and r["measured"] == pytest.approx(2.0)
+
+
+def test_issue_split_by_hand():
+    """One step of 100 µs: two ops of 30 µs each with a 10 µs launch call inside: per op 10 µs launching,
+    20 µs dispatching, 20 µs of Python between ops."""
+    ev = [X("ProfilerStep#0", "user_annotation", 0, 100)]
+    for i, t0 in enumerate((10, 60)):
+        ev += [X("aten::mul", "cpu_op", t0, 30), X("cudaLaunchKernel", "cuda_runtime", t0 + 5, 10, correlation=i + 1),
+               X("k", "kernel", t0 + 20, 1, pid=0, tid=7, correlation=i + 1)]
+    s = T.issue_split(Trace({"traceEvents": ev}))
+    assert s == {"ops": 2.0, "launch_us": 10.0, "dispatch_us": 20.0, "python_us": 20.0, "total_us": 50.0}
 
 
 def test_explain_error_prints_instead_of_raising(capsys):
@@ -103,14 +151,19 @@ def test_missing_records_print_a_note(capsys):
     assert lab05.recorded(_Store(), "fusion") is None
     assert "`fusion`: not in the recorded set (Test GPU) yet" in capsys.readouterr().out
     assert lab05.copy_traces(_Store()) is None
+    assert lab05.recorded_traces(_Store(), {"ro": "trace_launch_reduce_overhead"}) is None
 
 
-def test_ask_prints_the_question(capsys):
-    lab05.ask("lab05.q2")  # derived, evidence not at hand: the text only
-    out = capsys.readouterr().out
-    assert out.startswith("lab05.q2") and "hidden under kernels" in out
-    lab05.ask("lab05.q1")
-    assert "B) Copy, then matmuls" in capsys.readouterr().out
+def test_h2d_table_says_when_the_record_predates_written_pages():
+    from types import SimpleNamespace
+
+    old = SimpleNamespace(values={"rows": [{"memory": "pageable", "mib": 256, "median_ms": 15.0, "gb_per_s": 17.9,
+                                            "p10_ms": 14.0, "p90_ms": 16.0}]})
+    t = lab05.h2d_table(old)
+    assert list(t.columns) == ["memory", "mib", "median_ms", "gb_per_s"]
+    assert "256 MiB buffer from torch.empty that nothing had written" in t.attrs["note"]
+    new = SimpleNamespace(values={"rows": [dict(old.values["rows"][0], written=True, cpu_ms=15.5)]})
+    assert "written" in lab05.h2d_table(new).columns and "note" not in lab05.h2d_table(new).attrs
 
 
 def test_live_cpu_paths():
@@ -118,19 +171,17 @@ def test_live_cpu_paths():
     assert (d["cpu_ops"] == 10).all()
     if not is_gpu():
         assert (d["launch_calls"] == 0).all() and lab05.live_copies() is None and lab05.live_launches() is None
-    trs = lab05.live_pipeline(items=3, stage_ms=(2.0, 3.0))
-    assert set(trs) == {1, 2}
-    for tr in trs.values():  # structure only: tests never assert speed
-        assert len(lab05.A.range_intervals(tr, "stage0")) == 3 == len(lab05.A.range_intervals(tr, "stage1"))
 
 
 def test_compile_study_counts_with_eager_backend():
     v = M.compile_study("cpu", width=8, blocks=3, batch=2, repeats=2, backend="eager")
-    c = lab05.compile_counts(v).set_index("variant")
+    c = T.compile_counts(v).set_index("variant")
     assert c.loc["compiled", "graph_calls_per_forward"] == 1
     assert c.loc["compiled_breaks", "graph_calls_per_forward"] == 3  # one graph per block
+    # explain counts graphs compiled, less one: the block's graph is compiled once and reused for every block
+    assert c.loc["compiled_breaks", "explain_graphs"] == 1 and c.loc["compiled_breaks", "explain_breaks"] == 0
+    assert v["explain_breaks"].get("break_reasons")
     assert v["new_shape"]["batch"] == 3
-    assert v["explain_breaks"].get("break_reasons") or "error" in v["explain_breaks"]
     with pytest.raises(ValueError, match="inner backend"):
         M.CountingBackend("cudagraphs")
 
@@ -163,38 +214,50 @@ def test_recorder_knows_the_overlap_step():
     from infralens_lab import record
 
     assert "overlap" in record.STEPS and hasattr(record.Recorder, "step_overlap")
-    assert set(M.RECORDS) >= {"overlap_h2d", "trace_pipeline_d2", "compile_study", "fusion"}
+    assert set(M.RECORDS) >= {"overlap_h2d", "trace_pipeline_d2", "compile_study", "fusion", "trace_launch_reduce_overhead"}
 
 
 def test_derived_questions_mark_against_the_notebooks_evidence():
     from infralens_lab.quiz import check
 
-    copies = lab05.copy_table({"exposed": (_copy_steps(False), None), "double_buffered": (_copy_steps(True), None)})
-    assert check("lab05.q2", 1.0, evidence=copies).correct
-    assert not check("lab05.q2", 0.5, evidence=copies).correct
-    pipe = lab05.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3500)})
+    copies = T.copy_table({"pinned": _copy_steps(False), "double_buffered": _copy_steps(True)}, 1e6)
+    assert check("lab05.ex1", 1.0, evidence=copies).correct
+    assert not check("lab05.ex1", 0.5, evidence=copies).correct
+    pipe = T.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3500)})
     assert check("lab05.q4", 0.75, evidence=pipe).correct  # (5 - 3.5) / 2
     assert not check("lab05.q4", 0.2, evidence=pipe).correct
-    counts = pd.DataFrame({"variant": ["compiled", "compiled_breaks"], "graph_calls_per_forward": [1, 6]})
-    assert check("lab05.q6", 6, evidence=counts).correct and not check("lab05.q6", 1, evidence=counts).correct
-    ev = lab05.amdahl_evidence(pd.DataFrame({"mode": ["pinned"], "period_ms": [1.0], "exposed_copy_ms_per_step": [0.6]}))
-    assert check("lab05.q7", 2.5, evidence=ev).correct and not check("lab05.q7", 1.6, evidence=ev).correct
+    # q7: pinned period 1 ms, exposed copy 0.2 ms -> 1 / (1 - 0.2) = 1.25
+    fixes = T.fix_table(copies=copies)
+    assert check("lab05.q7", 1.25, evidence=fixes).correct and not check("lab05.q7", 1.6, evidence=fixes).correct
+    # ex2 on a pageable row: period 5, exposed 4, copy 4, kernels 0.7 -> Amdahl 5x, overlap floor 1.25x
+    pg = pd.DataFrame({"mode": ["pageable"], "period_ms": [5.0], "exposed_copy_ms": [4.0], "copy_ms": [4.0],
+                       "kernel_ms": [0.7]})
+    assert check("lab05.ex2", 1.25, evidence=pg).correct and not check("lab05.ex2", 5.0, evidence=pg).correct
+    launches = pd.DataFrame({"variant": ["eager", "graph"], "cpu_issue_ms": [3.0, 0.1], "gpu_busy_ms": [0.2, 0.2]})
+    assert check("lab05.ex3", 15.0, evidence=launches).correct and not check("lab05.ex3", 1 / 15, evidence=launches).correct
 
 
-def test_grader_rebuilds_the_notebooks_copy_evidence(monkeypatch):
-    """The grader's providers for q2 and q7 (quiz.grading_evidence) build the notebook's copy table and
-    Amdahl evidence from the recorded copy traces (here synthetic ones, in place of the recorded set)."""
+def test_grader_keys_use_the_recorded_set(monkeypatch):
+    """quiz.keys.lab05 builds the notebook's tables from the recorded set by the same functions (here the
+    committed default set): the grader's key for ex1/ex2/q7/ex3 is what the notebook's cells compute."""
+    from infralens_lab.parse.trace import load_trace
     from infralens_lab.quiz import grader as G
     from infralens_lab.quiz import question
+    from infralens_lab.quiz.keys import lab05 as K
 
-    trs = {"exposed": (_copy_steps(False), None), "double_buffered": (_copy_steps(True), None),
-           "pinned": (_copy_steps(False), None)}
-    monkeypatch.setattr(lab05, "store", lambda: _Store())
-    monkeypatch.setattr(lab05, "copy_traces", lambda st: trs)
+    st = lab05.store()
+    if st is None or "trace_copy_pinned" not in st.names():
+        pytest.skip("no recorded copy traces")
+    copies = T.copy_table({m: load_trace(st.load(f"trace_copy_{m}")) for m in ("pageable", "pinned", "double_buffered")},
+                          lab05.COPY_BYTES)
+    pd.testing.assert_frame_equal(K.copies(), copies)
     G.grader_evidence.cache_clear()
     try:
-        assert G.expected_for_grading(question("lab05.q2")) == pytest.approx(1.0)  # every copy under a kernel
-        f = lab05.amdahl_evidence(lab05.copy_table(trs))["f"]
-        assert 0 < f < 1 and G.expected_for_grading(question("lab05.q7")) == pytest.approx(1 / (1 - f))
+        db = copies.set_index("mode").loc["double_buffered", "hidden_fraction"]
+        assert G.expected_for_grading(question("lab05.ex1")) == pytest.approx(db)
+        p = copies.set_index("mode").loc["pinned"]
+        assert G.expected_for_grading(question("lab05.q7")) == pytest.approx(1 / (1 - p["exposed_copy_ms"] / p["period_ms"]))
+        assert 1 < G.expected_for_grading(question("lab05.ex2")) < G.expected_for_grading(question("lab05.q7")) * 10
+        assert G.expected_for_grading(question("lab05.ex3")) > 1  # launch-bound: the CPU takes longer
     finally:
         G.grader_evidence.cache_clear()

@@ -1,10 +1,12 @@
-"""labs_support.lab07 on a hand-made recorded set (traces and a gates_gpu record with known answers):
-the family comparison, forward times, the k table, the regression tables, the quiz evidence, and the
-notes printed when a record is missing."""
+"""labs_support.lab07 on a hand-made recorded set (traces and a gates_gpu record with known answers): the
+family comparison, the GPU busy share, forward times and variants, the regression tables, the derived questions
+against the notebook's evidence, the grading keys (quiz.keys.lab07) on the committed set, and the notes printed
+when a record is missing."""
 from __future__ import annotations
 
 import pytest
 
+from infralens_lab.analysis import gates as A
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
 from infralens_lab.labs_support import lab07
 from infralens_lab.quiz import check
@@ -18,15 +20,17 @@ def X(name, cat, start, end, tid=1, pid=1, **args):
 
 
 def trace(layout: bool) -> dict:
-    """One convolution (100 µs kernel), with a 30 µs NCHW->NHWC transform before it when ``layout``."""
-    cpu = [X("aten::conv2d", "cpu_op", 0, 100), X("aten::cudnn_convolution", "cpu_op", 5, 95),
+    """One profiled forward (a 300 µs step): one convolution (100 µs kernel), with a 30 µs NCHW->NHWC transform
+    before it when ``layout``."""
+    cpu = [X("ProfilerStep#0", "user_annotation", 0, 300), X("aten::conv2d", "cpu_op", 0, 100),
+           X("aten::cudnn_convolution", "cpu_op", 5, 95),
            X("cudaLaunchKernel", "cuda_runtime", 20, 25, correlation=1),
            X("cudaLaunchKernel", "cuda_runtime", 40, 45, correlation=2)]
     gpu = [X("sm90_xmma_fprop_implicit_gemm_bf16", "kernel", 60, 160, tid=7, pid=0, correlation=2)]
     if layout:
         gpu.append(X("nchwToNhwcKernel", "kernel", 26, 56, tid=7, pid=0, correlation=1))
     else:
-        cpu.pop(2)
+        cpu.pop(3)
     return {"traceEvents": cpu + gpu}
 
 
@@ -60,61 +64,47 @@ def store(tmp_path_factory):
     return RecordedStore(d)
 
 
-def test_formats_compared_and_q5_evidence(store):
+def test_formats_compared_and_busy_share(store):
     rec = lab07.recorded_resnet(store)
     cmp = lab07.format_compare(rec).set_index("family")
     assert cmp.loc["layout transform", "channels_first_us"] == 30 and cmp.loc["layout transform", "channels_last_us"] == 0
     assert cmp.loc["all kernels", "channels_first_us"] == 130 and cmp.loc["all kernels", "channels_last_us"] == 100
-    ch = lab07.change_by_family(cmp.reset_index())
-    assert "all kernels" not in set(ch["family"])
-    assert check("lab07.q5", "layout transform", evidence=ch).status == "correct"
-    assert check("lab07.q5", "convolution", evidence=ch).status == "wrong"
-    fam_first = lab07.kernel_families(rec["channels_first"][0])
-    assert check("lab07.q4", "convolution", evidence=fam_first).status == "correct"
-    top = lab07.top_kernels(rec["channels_first"][0])
-    assert list(top["family"]) == ["convolution", "layout transform"]
+    busy = lab07.busy_table(rec, lab07.recorded_gates(store)).set_index("format")
+    # channels_first: kernels 26-56 and 60-160 (130 µs) of a forward profiled from 0 to 160 µs; 12 ms unprofiled
+    assert busy.loc["channels_first", "kernels"] == 2 and busy.loc["channels_first", "kernel_ms"] == pytest.approx(0.13)
+    assert busy.loc["channels_first", "busy_profiled_pct"] == pytest.approx(100 * 130 / 160)
+    assert busy.loc["channels_first", "busy_pct"] == pytest.approx(100 * 0.13 / 12.0)
+    assert lab07.busy_table(rec, None)["busy_pct"].isna().all()
 
 
-def test_forward_times_and_k_table(store):
+def test_forward_times_and_variants(store, capsys):
     ev = lab07.recorded_gates(store)
-    ft = lab07.forward_times(ev).set_index("memory_format")
+    ft = lab07.forward_times(ev).set_index("format")
     assert ft.loc["channels_last", "median_ms"] == 9.0
-    kt = lab07.k_table(ev.values["aa_ratios"], tolerance=0.05)
-    assert list(kt["k"]) == list(lab07.KS)
-    assert (kt["false_alarm_pct"] == 0).all()  # every A/A ratio is within 2% of the median: nothing fails at 5%
-    assert lab07.smallest_k(kt) == 1
-    assert check("lab07.q7", 1, evidence={"smallest_k": lab07.smallest_k(kt)}).status == "correct"
-    assert lab07.smallest_k(kt.assign(false_alarm_pct=50.0)) is None
+    assert lab07.variants_table(ev) is None and "not in this recording yet" in capsys.readouterr().out
+    from types import SimpleNamespace
+
+    rows = [{"variant": "eager", "median_ms": 8.0, "kernels": [282, 282], "kernel_us": 2400.0, "gpu_busy_us": 2400.0},
+            {"variant": "cuda_graph", "median_ms": 3.0, "kernels": [282, 282], "kernel_us": 2400.0, "gpu_busy_us": 2400.0}]
+    v = lab07.variants_table(SimpleNamespace(values={"resnet_variants": {"rows": rows}})).set_index("variant")
+    assert v.loc["cuda_graph", "vs_eager"] == pytest.approx(8 / 3) and v.loc["cuda_graph", "busy_pct"] == pytest.approx(80.0)
 
 
 def test_regression_tables(store):
     ev = lab07.recorded_gates(store)
-    t = lab07.regression_times(ev).set_index("regression")
-    # tolerance = A/A spread: p10 0.986, p90 1.014 -> 2.8%
-    assert t.attrs["tolerance"] == pytest.approx(0.028)
-    assert bool(t.loc["fp32_matmul", "caught_by_time"]) and bool(t.loc["noncontig", "caught_by_time"])
-    assert not t.loc["item", "caught_by_time"] and not t.loc["lost_fusion", "caught_by_time"]
-    assert "intended" not in t.index
+    t = lab07.regression_times(ev, tolerance=0.028).set_index("regression")
+    assert bool(t.loc["fp32_matmul", "caught"]) and bool(t.loc["noncontig", "caught"])
+    assert not t.loc["item", "caught"] and not t.loc["lost_fusion", "caught"]
+    assert "intended" not in t.index and list(t.columns) == ["mode", "launches", "ratio", "p10", "p90", "caught"]
     mk = lab07.matmul_kernels(ev)
     assert set(mk["step"]) == {"intended", "fp32_matmul"} and mk["kernel"].str.contains("tf32").sum() == 1
-    assert len(lab07.gpu_counts(ev)) == 6
-    rg = lab07.ratio_gate_table(ev, {"ratios": {"coalesced / copy_ (float32)": {"tolerance": 0.05, "k": 7}}})
-    assert rg["gate_reference"].iloc[0] == 1.0 and rg["k_needed"].iloc[0] >= 1
-    b = rg["bench_ratio"].iloc[0]  # the committed reference's bench ratio of the same pair
-    assert rg["procedure_gap_pct"].iloc[0] == pytest.approx(100 * (1.0 / b - 1))
+    assert "per_step" not in mk.columns and "warm-up" in mk.attrs["note"]  # this record predates whole counts
+    assert mk.set_index("step").loc["fp32_matmul", "us_per_launch"] == pytest.approx(700.0)
+    new = ev.values["regressions"][0] | {"per_step": {"kernels": [2, 2]}}
+    from types import SimpleNamespace
 
-
-def test_caught_by_counts():
-    import pandas as pd
-
-    t = pd.DataFrame([
-        {"regression": "intended", "aten_ops_per_step": 6, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1000},
-        {"regression": "item", "aten_ops_per_step": 8, "syncs_per_step": 1, "graph_breaks": 0, "peak_bytes": 1000},
-        {"regression": "fp32_matmul", "aten_ops_per_step": 6, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1040},
-    ])
-    c = lab07.caught(t).set_index("regression")
-    assert c.loc["item", "caught_by"] == "aten_ops_per_step, syncs_per_step"
-    assert c.loc["fp32_matmul", "caught_by"] == "none"  # 4% more bytes is inside the 5% slack
+    mk2 = lab07.matmul_kernels(SimpleNamespace(values={"regressions": [new]}))
+    assert list(mk2["per_step"]) == [2] and "note" not in mk2.attrs
 
 
 def test_missing_records_print_a_note(tmp_path, capsys):
@@ -125,33 +115,53 @@ def test_missing_records_print_a_note(tmp_path, capsys):
     assert lab07.recorded_resnet(st) is None and lab07.recorded_gates(st) is None
     out = capsys.readouterr().out
     assert "resnet_trace_channels_first" in out and "gates_gpu" in out and "--only gates" in out
-    assert lab07.regression_times(None) is None and lab07.ratio_gate_table(None, {}) is None
-    lab07.show_question("lab07.q7", None)
-    assert "cannot be checked now" in capsys.readouterr().out
+    assert lab07.regression_times(None, 0.03) is None and lab07.matmul_kernels(None) is None
 
 
-def test_live_noise_shape():
-    df = lab07.live_noise(runs=3, steps=1)
-    assert list(df.columns) == ["run", "a_ms", "b_ms", "ratio"] and len(df) == 3 and (df["ratio"] > 0).all()
-    s = lab07.noise_summary(df)
-    assert list(s["what"]) == ["absolute time a (ms)", "ratio a / b"]
+def test_live_op_counts():
+    tr, ev = lab07.live_resnet()
+    c = lab07.op_counts(tr).set_index("op")
+    assert c.loc["aten::conv2d", "calls_per_step"] == 53 and c.loc["aten::batch_norm", "calls_per_step"] == 53
+    assert ev.provenance.source == "live"
 
 
-def test_grader_rebuilds_the_notebooks_recorded_evidence(store, monkeypatch):
-    """The grader's providers for q4, q5 and q7 (quiz.grading_evidence) build the same evidence as the
-    notebook's cells from the same recorded set, so the grader's right answer is the notebook's."""
-    from infralens_lab.quiz import question
+def test_derived_questions_mark_against_the_notebooks_evidence(store):
+    from infralens_lab.measure.top_ops import format_gain, op_times
+
+    rec = lab07.recorded_resnet(store)
+    ot = op_times(rec["channels_first"][0])  # conv2d keeps 100 - 90 = 10 µs, cudnn_convolution 90 - 5 - 5 = 80 µs
+    assert check("lab07.ex1", 0.08, evidence=ot).correct and not check("lab07.ex1", 0.09, evidence=ot).correct
+    g = format_gain({"channels_first": 4.0, "channels_last": 2.0}, {"channels_first": 10.0, "channels_last": 9.0})
+    assert check("lab07.q5", 0.5, evidence=g).correct and not check("lab07.q5", 2.0, evidence=g).correct
+    kt = A.k_table(lab07.recorded_gates(store).values["aa_ratios"], 0.05)
+    assert check("lab07.ex2", 1, evidence=kt).correct and not check("lab07.ex2", 3, evidence=kt).correct
+    import pandas as pd
+
+    rc = pd.DataFrame([
+        {"regression": "intended", "aten_ops_per_step": 6, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1000},
+        {"regression": "item", "aten_ops_per_step": 8, "syncs_per_step": 1, "graph_breaks": 0, "peak_bytes": 1000},
+        {"regression": "noncontig", "aten_ops_per_step": 7, "syncs_per_step": 0, "graph_breaks": 0, "peak_bytes": 1100}])
+    assert check("lab07.ex3", 4, evidence=rc).correct and not check("lab07.ex3", 3, evidence=rc).correct
+
+
+def test_grader_keys_use_the_recorded_set():
+    """quiz.keys.lab07 builds the notebook's evidence from the committed default set by the same functions:
+    the grader's keys for ex1, q5 and ex2 are what the notebook's cells compute."""
+    from infralens_lab.measure.top_ops import format_gain, forward_busy, op_times
     from infralens_lab.quiz import grader as G
+    from infralens_lab.quiz import question
 
-    monkeypatch.setattr(lab07, "store", lambda: store)
+    st = lab07.store()
+    rec, gev = lab07.recorded_resnet(st), lab07.recorded_gates(st)
+    if rec is None or gev is None:
+        pytest.skip("no recorded lab 07 evidence")
     G.grader_evidence.cache_clear()
     try:
-        k = lab07.smallest_k(lab07.k_table(lab07.recorded_gates(store).values["aa_ratios"], tolerance=0.05))
-        def status(qid, answer):
-            return G.judge_question(question(qid), G.Answer(value=answer))[0]
-
-        assert status("lab07.q4", "convolution") == "correct" and status("lab07.q4", "elementwise") == "wrong"
-        assert status("lab07.q5", "layout transform") == "correct" and status("lab07.q5", "convolution") == "wrong"
-        assert k is not None and status("lab07.q7", k) == "correct" and status("lab07.q7", k + 2) == "wrong"
+        top = op_times(rec["channels_first"][0]).iloc[0]["self_ms"]
+        assert G.expected_for_grading(question("lab07.ex1")) == pytest.approx(top)
+        k = {f: forward_busy(tr)["kernel_ms"] for f, (tr, _) in rec.items()}
+        share = format_gain(k, {f: gev.values["resnet"][f]["median_ms"] for f in rec})["share"]
+        assert G.expected_for_grading(question("lab07.q5")) == pytest.approx(share)
+        assert G.expected_for_grading(question("lab07.ex2")) == A.smallest_k(A.k_table(gev.values["aa_ratios"], A.LAB_TOLERANCE))
     finally:
         G.grader_evidence.cache_clear()

@@ -142,6 +142,8 @@ def test_launches_per_step_by_hand():
     assert list(t["cpu_ops"]) == [2, 2, 0]
     assert list(t["gpu_busy_us"]) == [10.0, 10.0, 6.0]
     assert list(t["cpu_us"]) == [500.0, 500.0, 100.0]
+    # the CPU's time: two 100 µs top-level ops (the second's launch call is not inside the first), 10 µs per launch
+    assert list(t["op_cpu_us"]) == [200.0, 200.0, 0.0] and list(t["launch_cpu_us"]) == [20.0, 20.0, 10.0]
 
 
 def test_launches_per_step_needs_steps():
@@ -159,6 +161,26 @@ def test_amdahl_by_hand():
         A.amdahl(1.2)
     with pytest.raises(ValueError, match=">= 1"):
         A.amdahl(0.3, 0.5)
+
+
+def test_overlap_bound_by_hand():
+    # hiding a 4 ms copy of a 5 ms step under 0.7 ms of kernels: Amdahl says 5x, the copy itself floors it at 1.25x
+    b = A.overlap_bound(5.0, 4.0, (4.0, 0.7))
+    assert b["amdahl"] == pytest.approx(5.0) and b["overlap_floor"] == pytest.approx(1.25)
+    assert b["bound"] == pytest.approx(1.25) and b["best_period"] == 4.0 and b["binds"] == "overlap floor"
+    # a short copy under long kernels: the rest of the step binds
+    b = A.overlap_bound(2.0, 0.5, (0.5, 1.2))
+    assert b["bound"] == pytest.approx(2.0 / 1.5) and b["binds"] == "amdahl"
+    # a pipeline stage hidden entirely: the rest is the slower stage, the same floor twice
+    assert A.overlap_bound(5.0, 2.0, (2.0, 3.0))["binds"] == "both"
+    assert A.overlap_bound(1.0, 1.0, (0.5,))["amdahl"] == math.inf
+
+
+@pytest.mark.parametrize("args, match", [((0.0, 0.0, (1.0,)), "period"), ((1.0, 2.0, (0.5,)), "hidden"),
+                                         ((1.0, 0.5, ()), "floors"), ((1.0, 0.5, (2.0,)), "floors")])
+def test_overlap_bound_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        A.overlap_bound(*args)
 
 
 def test_step_bound_holds_both_floors_by_hand():
@@ -185,6 +207,45 @@ def test_step_bound_holds_both_floors_by_hand():
 def test_step_bound_refuses_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         A.step_bound(*args)
+
+
+def _engines_trace():
+    """Three 100 µs steps; each launches a 40 µs copy then a 30 µs kernel, back to back."""
+    ev, c = [], 0
+    for s in range(3):
+        t0 = 100.0 * s
+        ev.append(X(f"ProfilerStep#{s}", "user_annotation", t0, 100))
+        for name, cat, start, dur in (("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", t0 + 10, 40), ("k", "kernel", t0 + 50, 30)):
+            c += 1
+            ev += [X("cudaLaunchKernel", "cuda_runtime", t0 + c % 2, 1, correlation=c),
+                   X(name, cat, start, dur, pid=0, tid=7, correlation=c)]
+    return Trace({"traceEvents": ev})
+
+
+def test_engine_busy_by_hand():
+    e = A.engine_busy(_engines_trace())
+    # steady window: from the first step's work end (80) to the last's (280), two periods of 100 µs
+    assert e["period_us"] == pytest.approx(100.0)
+    assert e["copy_us"] == pytest.approx(40.0) and e["kernel_us"] == pytest.approx(30.0) and e["any_us"] == pytest.approx(70.0)
+    assert (e["copy_pct"], e["kernel_pct"], e["any_pct"]) == pytest.approx((40.0, 30.0, 70.0))
+    with pytest.raises(ValueError, match="two profiled steps"):
+        A.engine_busy(Trace({"traceEvents": [X("k", "kernel", 0, 10, pid=0, tid=7)]}))
+
+
+def test_compiled_regions_count_calls_and_distinct_graphs():
+    ev = [X("ProfilerStep#0", "user_annotation", 0, 100), X("ProfilerStep#1", "user_annotation", 100, 100)]
+    ev += [X("Torch-Compiled Region: 1/0", "cpu_op", t, 5) for t in (10, 30, 50, 110, 130)]
+    ev += [X("Torch-Compiled Region: 2/0", "cpu_op", 170, 5)]
+    r = A.compiled_regions(Trace({"traceEvents": ev}))
+    assert list(r["regions"]) == [3, 3] and list(r["distinct"]) == [1, 2] and list(r["ids"]) == ["1/0", "1/0, 2/0"]
+    with pytest.raises(ValueError, match="ProfilerStep"):
+        A.compiled_regions(Trace({"traceEvents": [X("Torch-Compiled Region: 0/0", "cpu_op", 0, 5)]}))
+
+
+def test_host_bound_rule():
+    assert A.host_bound(0.3) and not A.host_bound(0.5) and not A.host_bound(0.9)
+    with pytest.raises(ValueError, match="fraction"):
+        A.host_bound(42.0)
 
 
 def test_elementwise_chain_traffic():

@@ -11,7 +11,7 @@ import pytest
 
 from infralens_lab import evidence
 from infralens_lab.analysis import overlap as A
-from infralens_lab.labs_support import lab05
+from infralens_lab.analysis import overlap_tables as T
 from infralens_lab.parse.trace import step_gpu_work
 from infralens_lab.parse.trace import load_trace
 
@@ -87,11 +87,11 @@ def test_launches_per_step_on_recorded_trace(name):
 
 
 def test_fusion_table_on_h200_record():
-    t = lab05.fusion_table(_record("fusion")).set_index("variant")
+    t = T.fusion_table(_record("fusion").values).set_index("variant")
     v = _record("fusion").values
     eager_bytes = 2 * 8 * v["numel"] * 4  # 8 ops, each reading and writing every fp32 element
-    assert t.loc["eager", "model_bytes_mb"] == pytest.approx(eager_bytes / 1e6)
-    assert t.loc["compiled", "model_bytes_mb"] == pytest.approx(eager_bytes / 8 / 1e6)
+    assert t.loc["eager", "model_mb"] == pytest.approx(eager_bytes / 1e6)
+    assert t.loc["compiled", "model_mb"] == pytest.approx(eager_bytes / 8 / 1e6)
     ms = {r["variant"]: r["median_ms"] for r in v["rows"]}
     assert t.loc["eager", "implied_tb_per_s"] == pytest.approx(eager_bytes / (ms["eager"] * 1e-3) / 1e12)
     assert t["kernels_per_call"].isna().all()  # no traces passed: counts are unknown, not invented
@@ -99,11 +99,11 @@ def test_fusion_table_on_h200_record():
 
 def test_compile_tables_on_h200_record():
     v = _record("compile_study").values
-    counts = lab05.compile_counts(v).set_index("variant")
+    counts = T.compile_counts(v).set_index("variant")
     assert counts.loc["compiled_breaks", "graph_calls_per_forward"] == v["blocks"]  # one graph per block
     assert counts.loc["compiled", "graph_calls_per_forward"] == 1
     assert counts.loc["eager", "graphs_compiled"] == 0
-    times = lab05.compile_times(v).set_index("variant")
+    times = T.compile_times(v).set_index("variant")
     assert times.loc["eager", "vs_eager"] == 1.0
     med = {r["variant"]: r["median_ms"] for r in v["rows"]}
     assert times.loc["compiled_breaks", "vs_eager"] == pytest.approx(med["compiled_breaks"] / med["eager"])
@@ -119,8 +119,22 @@ def test_graph_limits_record_names_the_errors():
 def test_launch_table_joins_trace_counts():
     ev = _record("launch_overhead")
     tr = load_trace(str(DATA / "trace_bubble_excerpt.json"))  # any real trace with ProfilerSteps stands in
-    t = lab05.launch_table(ev, {"eager": (tr, None)}).set_index("variant")
+    t = T.launch_table(ev.values, {"eager": tr}).set_index("variant")
     s = A.launches_per_step(tr)
-    assert t.loc["eager", "launch_calls_per_step"] == s["launch_calls"].mean()
-    assert pd.isna(t.loc["graph", "launch_calls_per_step"])  # no trace given for it
+    assert t.loc["eager", "launch_calls"] == s["launch_calls"].mean()
+    assert pd.isna(t.loc["graph", "launch_calls"])  # no trace given for it
     assert t.loc["eager", "gpu_busy_pct"] == pytest.approx(100 * s["gpu_busy_us"].mean() / 1e3 / t.loc["eager", "step_ms"])
+
+
+def test_engines_and_compiled_regions_on_the_recorded_traces():
+    """The copy step's engines add up (either engine busy is at most copy + kernels, at least the larger), and the
+    compiled BlockNet with a break per block runs one compiled graph per block, one distinct graph."""
+    for mode in ("pageable", "pinned", "double_buffered"):
+        e = A.engine_busy(_ref_trace(f"trace_copy_{mode}"))
+        assert max(e["copy_us"], e["kernel_us"]) - 1e-6 <= e["any_us"] <= e["copy_us"] + e["kernel_us"] + 1e-6
+        assert e["any_us"] <= e["period_us"] + 1e-6
+    st = evidence.reference()
+    blocks = st.load("compile_study").values["blocks"]
+    r = A.compiled_regions(_ref_trace("trace_compile_breaks"))
+    assert (r["regions"] == blocks).all() and (r["distinct"] == 1).all()
+    assert (A.compiled_regions(_ref_trace("trace_compile_whole"))["regions"] == 1).all()

@@ -351,6 +351,25 @@ def test_lab01_q6_premise_pinned_alone_is_clearly_the_smallest_gain():
     assert one.drop("bubble+pinned").min() - one["bubble+pinned"] > 0.1, "the smallest gain is no longer clear: re-word lab01.q6"
 
 
+def test_lab05_q5_q6_premises_launch_bound_step_and_one_graph_run_per_block():
+    """lab05.q5: the recorded eager small-ops step is host-bound (its GPU busy for less than half the step: a
+    faster GPU would only wait longer). lab05.q6: on the recorded GPU, explain reports 1 graph and 0 breaks for the
+    BlockNet with a break per block, with a break reason, while the trace runs one compiled graph per block."""
+    from infralens_lab.analysis import overlap as A
+    from infralens_lab.analysis import overlap_tables as T
+    from infralens_lab.parse.trace import load_trace
+
+    st = evidence.reference()
+    lo = st.load("launch_overhead").values
+    t = T.launch_table(lo, {v: load_trace(st.load(f"trace_launch_{v}")) for v in ("eager", "graph")}).set_index("variant")
+    assert A.host_bound(t.loc["eager", "gpu_busy_pct"] / 100), "the eager step is no longer host-bound: re-word lab05.q5"
+    cs = st.load("compile_study").values
+    ex = cs["explain_breaks"]
+    assert (ex["graphs"], ex["graph_breaks"]) == (1, 0) and ex["break_reasons"], f"explain now says {ex}: re-word lab05.q6"
+    r = A.compiled_regions(load_trace(st.load("trace_compile_breaks")))
+    assert (r["regions"] == cs["blocks"]).all() and (r["distinct"] == 1).all(), "re-word lab05.q6's explanation"
+
+
 def test_lab04_q10_premise_the_coalesced_copy_is_at_the_ceiling_with_nothing_wasted():
     """lab04.q10's prompt and answer B: the coalesced copy runs at high achieved occupancy, long_scoreboard is most
     of its samples, 16 sectors per request, DRAM bytes read equal the useful bytes, and its DRAM rate is at the

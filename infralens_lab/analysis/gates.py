@@ -226,3 +226,127 @@ def absolute_flake_rate(times: Sequence[float], threshold: float) -> float:
     if not times:
         raise ValueError("no times; expected at least one")
     return sum(float(t) > threshold for t in times) / len(times)
+
+
+# ---------------------------------------------------------------- tables a lab reads
+KS = (1, 3, 5, 9, 15, 31)  # the k a table of the median of k runs shows
+
+
+def k_table(ratios: Sequence[float], tolerance: float, slowdown: float = 0.03, ks: Sequence[int] = KS):
+    """For each k in ``ks``: the p10-p90 band of the median of k ``ratios`` (:func:`median_band`) in percent
+    of its middle, how often a gate at ``tolerance`` fails an unchanged candidate (:func:`false_alarm_rate`)
+    and how often it catches one ``slowdown`` slower (:func:`detection_rate`), both in percent. Columns
+    ``k, median_p10, median_p90, band_pct, false_alarm_pct, caught_pct`` (``attrs``: tolerance, slowdown)."""
+    import pandas as pd  # local: the verdict functions above stay free of pandas
+
+    rows = []
+    for k in ks:
+        lo, med, hi = median_band(ratios, k)
+        rows.append({"k": k, "median_p10": lo, "median_p90": hi, "band_pct": 100 * (hi - lo) / med,
+                     "false_alarm_pct": 100 * false_alarm_rate(ratios, k, tolerance),
+                     "caught_pct": 100 * detection_rate(ratios, k, tolerance, slowdown)})
+    out = pd.DataFrame(rows)
+    out.attrs.update(tolerance=tolerance, slowdown=slowdown)
+    return out
+
+
+def smallest_k(table, max_false_alarm_pct: float = 1.0) -> int | None:
+    """The smallest k of a :func:`k_table` whose false-alarm rate is at most ``max_false_alarm_pct``; None if
+    no k in the table gets there."""
+    ok = table[table["false_alarm_pct"] <= max_false_alarm_pct]
+    return None if ok.empty else int(ok["k"].min())
+
+
+def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
+    """Spread of two identical steps timed alternately (an A/A run): per quantity (``a``, ``b``, ``a / b``)
+    its median, p10, p90 and ``spread_pct`` (:func:`spread`). Two independent noisy timings make a ratio that
+    spreads about sqrt(2) times as much as either alone; only what both share cancels in it."""
+    import pandas as pd
+
+    if len(a_ms) != len(b_ms) or len(a_ms) < 2:
+        raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
+    series = {"a (ms)": list(a_ms), "b (ms)": list(b_ms), "a / b": [x / y for x, y in zip(a_ms, b_ms)]}
+    return pd.DataFrame([{"what": w, "median": percentile(x, 50), "p10": percentile(x, 10), "p90": percentile(x, 90),
+                          "spread_pct": 100 * spread(x)} for w, x in series.items()])
+
+
+def ratio_helped(noise) -> bool:
+    """From a :func:`noise_table`: True when the ratio ``a / b`` spread less than ``a`` alone did, i.e. most of the
+    run's noise moved a and b alike (load from other processes, clocks); False when the two timings' noises were
+    mostly their own, which a ratio adds up."""
+    s = noise.set_index("what")["spread_pct"]
+    return bool(s["a / b"] < s["a (ms)"])
+
+
+def drift_table(groups: dict):
+    """A/A timings in several groups (``{group: (a_ms, b_ms)}``: processes, machines, load states): per group
+    the median of ``a`` and of ``a / b``, then a row ``between groups``: how far the group medians are apart,
+    ``(max - min) / median`` in percent, for the absolute time and for the ratio. A ratio wins when something
+    slows a and b alike between groups (the absolute medians move, the ratio's do not); inside one group it
+    loses (its spread is about sqrt(2) times a single timing's)."""
+    import pandas as pd
+
+    if len(groups) < 2:
+        raise ValueError(f"{len(groups)} group(s); expected at least 2 to compare")
+    rows = []
+    for g, (a, b) in groups.items():
+        r = [x / y for x, y in zip(a, b)]
+        rows.append({"group": str(g), "a_median_ms": percentile(a, 50), "ratio_median": percentile(r, 50),
+                     "a_spread_pct": 100 * spread(a), "ratio_spread_pct": 100 * spread(r)})
+    t = pd.DataFrame(rows)
+
+    def apart(x):
+        return 100 * (x.max() - x.min()) / x.median()
+
+    rows.append({"group": "between groups", "a_median_ms": apart(t["a_median_ms"]),
+                 "ratio_median": apart(t["ratio_median"]), "a_spread_pct": None, "ratio_spread_pct": None})
+    out = pd.DataFrame(rows)
+    out.attrs["between_pct"] = {"absolute": rows[-1]["a_median_ms"], "ratio": rows[-1]["ratio_median"]}
+    return out
+
+
+BYTES_SLACK = 0.05  # peak bytes may rise 5% before a count gate calls it a regression (allocator rounding)
+COUNT_METRICS = ("aten_ops_per_step", "syncs_per_step", "graph_breaks", "peak_bytes")
+
+
+def gates_tripped(table, base: str = "intended", metrics: Sequence[str] = COUNT_METRICS):
+    """Which count gate each row of ``table`` (one row per step, ``regression`` naming it, one column per
+    metric) trips when every gate is set at the ``base`` row's value with :func:`count_verdict`'s ``max`` rule
+    (peak bytes with :data:`BYTES_SLACK`): ``True`` per tripped gate and ``caught_by`` (the gates, or
+    ``none``), one row per step other than ``base``."""
+    import pandas as pd
+
+    t = table.set_index("regression")
+    if base not in t.index:
+        raise ValueError(f"no {base!r} row to set the gates at; rows: {list(t.index)}")
+    rows = []
+    for reg, r in t.drop(index=base).iterrows():
+        row = {"regression": reg}
+        for m in metrics:
+            rule = {"max": float(t.loc[base, m]), **({"slack": BYTES_SLACK} if m == "peak_bytes" else {})}
+            row[m] = not count_verdict(str(reg), m, float(r[m]), rule).passed
+        row["caught_by"] = ", ".join(m for m in metrics if row[m]) or "none"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+LAB_TOLERANCE = 0.01  # lab 07's k table: at 5% every k of the recorded A/A runs passed and caught all; at 1% k matters
+
+
+def ratio_gate_table(samples: dict, rules: dict, bench: dict):
+    """Per ratio gate of the threshold file (``rules``: ``{name: {"tolerance", "k"}}``) with recorded
+    ``samples`` (``{name: [ratios]}``): the samples' median (what the gate is held to) and spread, the bench's
+    ratio of the same pair (``bench``) and how far the two procedures are apart (``procedure_gap_pct``), the
+    file's tolerance and k, and the k :func:`runs_needed` asks for at that tolerance."""
+    import pandas as pd
+
+    rows = []
+    for name, rule in rules.items():
+        x = samples.get(name)
+        if not x:
+            continue
+        s, med, b = spread(x), percentile(x, 50), bench.get(name)
+        rows.append({"ratio": name, "gate_reference": med, "bench_ratio": b,
+                     "procedure_gap_pct": 100 * (med / b - 1) if b else None, "n": len(x), "spread_pct": 100 * s,
+                     "tolerance_pct": 100 * rule["tolerance"], "k": rule["k"], "k_needed": runs_needed(s, rule["tolerance"])})
+    return pd.DataFrame(rows)

@@ -14,10 +14,17 @@ runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measur
   prediction the period is closer to.
 * :func:`launches_per_step`: per ``ProfilerStep`` range, the kernel launch calls the CPU made, the GPU
   events they produced, the CPU ops dispatched, the CPU time of the step and the GPU busy time.
+* :func:`engine_busy`: per steady period, how long the copy engine (memcpys) and the SMs (kernels) were busy,
+  apart and together: one "GPU busy" share hides which engine did the work.
+* :func:`compiled_regions`: per profiled step, the compiled graphs torch.compile ran (its ``Torch-Compiled
+  Region: frame/compile`` ranges) and how many distinct compiled graphs they were.
 * :func:`amdahl`: the best speedup of a whole when a fraction ``f`` of it gets ``s`` times faster.
 * :func:`step_bound`: the best speedup of a training step when part of its GPU work gets faster, held by
   both floors: the GPU work that remains and the CPU's own time per step (a step cannot finish before the
   CPU has launched it). Amdahl on the GPU side alone forgets the second floor.
+* :func:`overlap_bound`: the best speedup of a step when part of it is *hidden* under the rest (overlap, not
+  removal): Amdahl's ``1 / (1 - f)`` and the overlap floor (the period cannot drop below the longest part that
+  still runs), whichever binds.
 * :func:`elementwise_chain_traffic`: a model (not a measurement) of the DRAM bytes an elementwise
   chain moves eagerly (every op reads and writes the whole tensor) and fused (read once, write once).
 * :func:`graph_refusals`: what a CUDA graph refused in :func:`~infralens_lab.measure.overlap.graph_limits`
@@ -125,9 +132,12 @@ def launches_per_step(trace):
     """One row per ``ProfilerStep`` range: ``launch_calls`` (CPU calls that launch GPU work, from
     :data:`LAUNCH_CALLS`; a CUDA graph replay is one), ``graph_launches``, ``gpu_events`` (kernels,
     memcpys, memsets the step launched: the series' attribution rule, :func:`~infralens_lab.parse.trace.step_gpu_work`),
-    ``cpu_ops`` (top-level aten ops on the step's thread), ``cpu_us`` (the step range's CPU time) and
-    ``gpu_busy_us`` (merged time of the step's GPU events). On a CPU-only trace the launch and GPU columns
-    are 0 and ``cpu_ops`` still counts the dispatches."""
+    ``cpu_ops`` (top-level aten ops on the step's thread), ``cpu_us`` (the step range's CPU time),
+    ``op_cpu_us`` (the top-level ops' CPU time, launch calls inside them included), ``launch_cpu_us`` (CPU
+    time inside the step's launch calls) and ``gpu_busy_us`` (merged time of the step's GPU events). So per
+    op, ``launch_cpu_us`` is the driver's share, ``op_cpu_us - launch_cpu_us`` the dispatcher's (torch's C++
+    between Python and the driver) and ``cpu_us - op_cpu_us`` the Python between ops. On a CPU-only trace the
+    launch and GPU columns are 0 and ``cpu_ops`` still counts the dispatches."""
     import pandas as pd
 
     w = step_gpu_work(trace)  # raises for a trace without ProfilerStep ranges
@@ -135,6 +145,7 @@ def launches_per_step(trace):
     steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
     rt = ev[ev["cat"].isin(RUNTIME_CATS)]
     graphs = rt[rt["name"].isin(GRAPH_LAUNCH_CALLS)]
+    calls = rt[rt["name"].isin(LAUNCH_CALLS)]
     ops = ev[ev["cat"] == "cpu_op"].sort_values(["pid", "tid", "start_us"])
     top = []  # top-level ops: not nested inside another op of the same thread
     end, key = -math.inf, None
@@ -149,8 +160,10 @@ def launches_per_step(trace):
     for s, wr in zip(steps.itertuples(), w.itertuples(index=False)):
         inside = (graphs["start_us"] >= s.start_us) & (graphs["start_us"] < s.end_us) & (graphs["pid"] == s.pid)
         mine = top_ops[(top_ops["tid"] == s.tid) & (top_ops["start_us"] >= s.start_us) & (top_ops["end_us"] <= s.end_us)]
+        lc = calls[(calls["start_us"] >= s.start_us) & (calls["start_us"] < s.end_us) & (calls["pid"] == s.pid)]
         rows.append({"step": s.name, "launch_calls": int(wr.launch_calls), "graph_launches": int(inside.sum()),
                      "gpu_events": int(wr.gpu_ops), "cpu_ops": int(len(mine)), "cpu_us": float(s.dur),
+                     "op_cpu_us": float(mine["dur"].sum()), "launch_cpu_us": float(lc["dur"].sum()),
                      "gpu_busy_us": float(wr.gpu_busy_us)})
     return pd.DataFrame(rows)
 
@@ -211,6 +224,89 @@ def amdahl_rest(fraction: float, speedup: float = math.inf) -> float:
     ``(1 - f) + f / s`` (``inf``: that part removed); :func:`amdahl` is its reciprocal."""
     f, s = float(fraction), float(speedup)
     return (1.0 - f) + (0.0 if math.isinf(s) else f / s)
+def overlap_bound(period: float, hidden: float, floors) -> dict:
+    """The best speedup of a step of ``period`` (any time unit) when ``hidden`` of it is taken off its critical
+    path by running it under the rest (a copy on a second stream, a stage with a spare buffer, idle time
+    filled by a graph), with two floors: Amdahl's, the rest of the step (``period - hidden``, so at most
+    ``1 / (1 - f)`` with ``f = hidden / period``), and the overlap floor, the longest part that must still run
+    (``max(floors)``: each engine or stage still does its own work, so hiding a copy cannot take the period
+    below ``max(copy, compute)``). Returns ``amdahl`` (``period / (period - hidden)``, inf when nothing is
+    left), ``overlap_floor`` (``period / max(floors)``), ``bound`` (the smaller), ``best_period`` and
+    ``binds``: ``'amdahl'``, ``'overlap floor'``, or ``'both'`` when the two floors agree within
+    :data:`BOUND_TIE` of the larger."""
+    p, h = float(period), float(hidden)
+    fl = [float(x) for x in floors]
+    if not (math.isfinite(p) and p > 0):
+        raise ValueError(f"period={period!r}; expected a positive time")
+    if not 0.0 <= h <= p:
+        raise ValueError(f"hidden={hidden!r}; expected a time between 0 and the period {p:g}")
+    if not fl or any(not (math.isfinite(x) and 0 < x <= p) for x in fl):
+        raise ValueError(f"floors={floors!r}; expected one or more positive times, none above the period {p:g}")
+    rest, floor = p - h, max(fl)
+    best = max(rest, floor)
+    binds = "both" if abs(rest - floor) <= BOUND_TIE * best else "amdahl" if rest > floor else "overlap floor"
+    return {"amdahl": math.inf if rest == 0 else p / rest, "overlap_floor": p / floor, "bound": p / best,
+            "best_period": best, "binds": binds}
+
+
+BOUND_TIE = 0.01  # two floors within 1% of each other both bind: the timings behind them are not finer than that
+
+
+def engine_busy(trace) -> dict:
+    """Per steady period (:meth:`~infralens_lab.parse.trace.Trace.steady_window`), the time the copy engine
+    was busy (``copy_us``: merged memcpys), the SMs were (``kernel_us``: merged kernels), and either was
+    (``any_us``), over the work the profiled steps launched, with ``period_us`` and the shares ``copy_pct``,
+    ``kernel_pct``, ``any_pct``. Memsets (a few µs here) are left out of both engines. Raises ValueError for a
+    trace with fewer than two profiled steps of GPU work."""
+    sw = trace.steady_window()
+    if sw is None:
+        raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(trace.steps())} steps")
+    a, b, n = sw
+    g = trace.gpu_events(scope="steps")
+    out = {"period_us": (b - a) / n}
+    for key, sel in (("copy_us", g["cat"] == "gpu_memcpy"), ("kernel_us", g["cat"] == "kernel"),
+                     ("any_us", g["cat"].isin(("gpu_memcpy", "kernel")))):
+        iv = [(max(s, a), min(e, b)) for s, e in zip(g.loc[sel, "start_us"], g.loc[sel, "end_us"]) if e > a and s < b]
+        out[key] = _hidden(iv, [(a, b)])[0] / n
+    for k in ("copy", "kernel", "any"):
+        out[f"{k}_pct"] = 100 * out[f"{k}_us"] / out["period_us"]
+    return out
+
+
+HOST_BOUND_BELOW = 0.5  # a step whose GPU is busy less than half of it waits on the host more than it works
+
+
+def host_bound(busy_share: float) -> bool:
+    """The series' rule for a whole step: True when the GPU ran work for less than :data:`HOST_BOUND_BELOW` of
+    it (it spent more time waiting for the host to launch the next piece of work than working: faster kernels
+    then shorten the wait, not the step). ``busy_share``: a fraction 0..1."""
+    b = float(busy_share)
+    if not 0.0 <= b <= 1.0:
+        raise ValueError(f"busy_share={busy_share!r}; expected a fraction between 0 and 1")
+    return b < HOST_BOUND_BELOW
+
+
+COMPILED_REGION = "Torch-Compiled Region"  # torch.compile's range around each call of a compiled graph
+
+
+def compiled_regions(trace):
+    """Per profiled step: ``regions`` (calls of compiled graphs, the ``Torch-Compiled Region: f/c`` ranges
+    torch.compile opens around each, f = frame, c = compile of that frame) and ``distinct`` (how many
+    different compiled graphs those calls ran). A graph compiled once and run many times shows as many
+    regions of one id. CPU ops of each step's thread, inside its ``ProfilerStep`` range."""
+    import pandas as pd
+
+    st = trace.steps()
+    if st.empty:
+        raise ValueError("trace has no ProfilerStep ranges; expected a trace taken with a profiler schedule")
+    ev = trace.events
+    reg = ev[(ev["cat"].isin(("cpu_op", "user_annotation"))) & ev["name"].str.startswith(COMPILED_REGION)]
+    rows = []
+    for s in st.itertuples(index=False):
+        mine = reg[(reg["start_us"] >= s.cpu_start_us) & (reg["start_us"] < s.cpu_end_us) & (reg["pid"] == s.pid)]
+        rows.append({"step": s.name, "regions": int(len(mine)), "distinct": int(mine["name"].nunique()),
+                     "ids": ", ".join(sorted(n.split(":", 1)[-1].strip() for n in set(mine["name"])))})
+    return pd.DataFrame(rows)
 
 
 def elementwise_chain_traffic(n: int, elem_bytes: int, ops: int, fused: bool) -> Traffic:

@@ -21,7 +21,7 @@
 {"tolerance": fraction, "k": runs}}}``. Missing or malformed files, unknown workloads and unknown
 metrics raise :class:`ThresholdError` saying what was seen and what was expected.
 
-**Time ratios** (:func:`ratio_samples`, GPU only; :func:`infralens_lab.analysis.gates.check_ratios` runs them): for each ratio the bench
+**Time ratios** (:func:`ratio_samples`, GPU only; :func:`infralens_lab.gates_cli.check_ratios` runs them): for each ratio the bench
 reports, candidate and reference are timed alternately ``k`` times in this process (CUDA events,
 medians, L2 flushed as the bench does), giving ``k`` ratios ``t_reference / t_candidate``; their
 median is held against the committed reference set's ``bench`` ratio with the file's tolerance
@@ -30,7 +30,6 @@ median is held against the committed reference set's ``bench`` ratio with the fi
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -332,146 +331,58 @@ def ratio_samples(candidate: Callable, reference: Callable, k: int, repeats: int
     return out
 
 
-# ---------------------------------------------------------------- the recorder (GPU)
-RESNET_BATCH, RESNET_SIZE = 32, 224
-GPU_MLP = dict(batch=8, seq=512, width=1024)  # x (4096, 1024) @ (1024, 4096): 34 GFLOP per matmul
-STEPS_PER_TIMING = 10
+def regression_counts(**sizes) -> Any:
+    """Counts per step of the intended :class:`~infralens_lab.workloads.gated.MLPStep` and each regression on this
+    machine (``sizes``: its batch, seq, width): aten ops, syncs, peak bytes (:func:`count_step`) and the graph
+    breaks of its compiled chain (:func:`graph_breaks`), one row each (``regression``: ``intended`` or the name).
+    Counts: the same on every run of the same build."""
+    import pandas as pd
 
-
-def _synced_block(step, n: int = STEPS_PER_TIMING):
-    """``n`` steps back to back, then one synchronize: wall time of this is what a user waits for."""
-    from ..device import synchronize
-
-    def run():
-        for _ in range(n):
-            step()
-        synchronize()
-    return run
-
-
-def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> dict:
-    """Trace and time one ResNet-50 forward per memory format; writes ``resnet_trace_<format>``."""
-    from ..workloads.resnet import MEMORY_FORMATS, inference_step
-    from .timing import time_fn
-    from .top_ops import innermost_ops, kernel_families
-    from ..parse.trace import trim
-    from .torch_trace import profile
-
-    out = {}
-    for fmt in MEMORY_FORMATS:
-        step = inference_step(batch, size, fmt, dtype=dtype, device=device)
-        tr = profile(step, wait=1, warmup=2, active=1)
-        for depth in (None, 6, 4, 3):  # keep each trace under ~2.5 MB of JSON
-            data = trim(tr.data, max_depth=depth)
-            if len(json.dumps(data)) < 2_500_000:
-                break
-        dt = str(dtype).replace("torch.", "")
-        writer.write(f"resnet_trace_{fmt}", data, units={"ts": "us", "dur": "us"},
-                     notes=f"torch.profiler chrome trace of one ResNet-50 inference forward (infralens_lab.workloads."
-                           f"resnet, random weights), batch {batch}x3x{size}x{size} {dt}, {fmt}, "
-                           f"trimmed by torch_trace.trim(max_depth={depth})")
-        t = time_fn(step, warmup=3, repeats=repeats, clock="auto" if device == "cuda" else "cpu")
-        out[fmt] = {"batch": batch, "size": size, "dtype": dt, "op_depth": depth, **t.as_dict(),
-                    "top_ops": innermost_ops(tr, top=8).to_dict(orient="records"),
-                    "families": kernel_families(tr).to_dict(orient="records")}
-        del step
-        if device == "cuda":
-            torch.cuda.empty_cache()
-    return out
-
-
-def _regressions(k: int, device: str, sizes: dict) -> list[dict]:
-    """Per regression (and the intended step), eager then compiled: counts, GPU counts (on a GPU) and
-    ``k`` wall-clock ratios ``t_intended / t_regressed``."""
     from ..workloads.gated import REGRESSIONS, MLPStep
 
-    gpu = device == "cuda"
     rows = []
-    breaks = {}  # counted once, before anything is compiled (explain resets dynamo's caches)
-    for reg in (None,) + REGRESSIONS:
-        probe = MLPStep(reg, device=device, **sizes)
-        breaks[reg or "intended"] = graph_breaks(probe.chain, *probe.chain_args()).breaks
-    backend = "inductor" if gpu else "eager"  # a CPU dry run only traces: inductor's C++ build takes minutes there
-    for compiled in (False, True):
-        intended = MLPStep(None, compiled=compiled, device=device, backend=backend, **sizes)
-        for reg in (None,) + REGRESSIONS:
-            step = intended if reg is None else MLPStep(reg, compiled=compiled, device=device, backend=backend,
-                                                        **sizes)
-            row = {"regression": reg or "intended", "compiled": compiled, "graph_breaks": breaks[reg or "intended"]}
-            if not compiled:  # a dispatch mode around a compiled function would change what it measures
-                c = count_step(step, steps=2, warmup=1, peak=True)
-                row.update(aten_ops_per_step=c.aten_ops_per_step, syncs_per_step=c.syncs_per_step,
-                           peak_bytes=c.peak_bytes)
-            if gpu:
-                row["cuda_syncs_per_step"] = cuda_syncs(step)
-                row.update(cuda_launches(step))
-            row["ratio_samples"] = ratio_samples(_synced_block(step), _synced_block(intended), k, repeats=5,
-                                                 warmup=1, clock="cpu")
-            rows.append(row)
-    return rows
+    for reg in (None, *REGRESSIONS):
+        s = MLPStep(reg, **sizes)
+        c = count_step(s)
+        rows.append({"regression": reg or "intended", "aten_ops_per_step": c.aten_ops_per_step,
+                     "syncs_per_step": c.syncs_per_step, "graph_breaks": graph_breaks(s.chain, *s.chain_args()).breaks,
+                     "peak_bytes": c.peak_bytes})
+    return pd.DataFrame(rows)
 
 
-def record_into(writer, quick: bool = False, device: str | None = None) -> str:
-    """Record lab 07's GPU evidence: ``resnet_trace_channels_first`` and ``resnet_trace_channels_last``
-    (trimmed traces of one bf16 ResNet-50 forward, batch 32 at 224x224), and ``gates_gpu``: ResNet
-    forward times and leaf-op/family tables per memory format; per regression of
-    :class:`workloads.gated.MLPStep` (eager and compiled) its counts on the GPU (dispatch-level ops and
-    syncs, ``set_sync_debug_mode`` syncs, CUDA launches and kernels, graph breaks, peak bytes) and ``k``
-    wall-clock ratios against the intended step; an A/A run (intended vs itself) for the noise; and
-    ``k`` samples of every ratio gate, from which the threshold file's tolerances were chosen. Each
-    part that fails is logged in ``errors`` and the others go on. ``device='cpu'`` is a dry run of the
-    same code at tiny sizes (tests use it; the ratio gates are left out there)."""
+def aa_timings(a: Callable[[], Any], b: Callable[[], Any], rounds: int, steps: int = 5, slow_every: int | None = None,
+               stall_ms: float = 0.0) -> "Any":
+    """An A/A run on the host clock: ``rounds`` rounds, each timing ``steps`` calls of ``a`` and of ``b`` (the
+    order alternates between rounds; one untimed warm-up round first). With ``slow_every`` = n, the rounds of
+    every second block of n rounds run slowed: each call of ``a`` and of ``b`` is followed by ``stall_ms`` of
+    sleep, a stand-in for what slows both alike between runs (a neighbour on the runner, a throttled clock, a
+    slower machine). Returns ``round, state ('as is' | 'slowed'), a_ms, b_ms, ratio`` (``a / b``)."""
     import time
-    import traceback
 
-    from ..device import is_gpu
-    from ..workloads.gated import MLPStep
+    import pandas as pd
 
-    device = device or ("cuda" if is_gpu() else None)
-    if device is None:
-        raise RuntimeError("gates.record_into records GPU evidence; this machine runs in interpreter mode")
-    gpu = device == "cuda"
-    sizes = GPU_MLP if gpu else dict(batch=2, seq=16, width=32)
-    k = 5 if quick or not gpu else 15
-    values: dict[str, Any] = {"errors": {}}
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
+    for name, v in (("rounds", rounds), ("steps", steps)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r}; expected a positive int")
+    if slow_every is not None and (not isinstance(slow_every, int) or slow_every < 1 or stall_ms <= 0):
+        raise ValueError(f"slow_every={slow_every!r}, stall_ms={stall_ms!r}; expected a positive int and a positive stall")
 
-    def part(name, fn):
-        t = time.perf_counter()
-        try:
-            values[name] = fn()
-        except Exception as exc:  # one failed part must not lose the others
-            values["errors"][name] = f"{type(exc).__name__}: {exc}"[:1500]
-            traceback.print_exc()
-        seconds[name] = round(time.perf_counter() - t, 1)
+    def timed(fn, stall: float) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+            if stall:
+                time.sleep(stall / 1e3)
+        return (time.perf_counter() - t0) * 1e3
 
-    part("resnet", lambda: _resnet(writer, (8 if quick else RESNET_BATCH) if gpu else 1, RESNET_SIZE if gpu else 64,
-                                   torch.bfloat16 if gpu else torch.float32, device, 10 if quick or not gpu else 30))
-    part("regressions", lambda: _regressions(k, device, sizes))
-    a = MLPStep(None, device=device, **sizes)
-    part("aa_ratios", lambda: ratio_samples(_synced_block(a), _synced_block(a), 10 if quick or not gpu else 40,
-                                            repeats=5, warmup=1, clock="cpu"))
-
-    def gates():
-        out = {}
-        for name, make in RATIO_GATES.items():
-            cand, refn = make()
-            out[name] = ratio_samples(cand, refn, k)
-            del cand, refn
-            torch.cuda.empty_cache()
-        return out
-
-    if gpu:
-        part("ratio_gates", gates)
-    seconds["total"] = round(time.perf_counter() - t0, 1)
-    values["meta"] = {"quick": quick, "device": device, "mlp": sizes, "steps_per_timing": STEPS_PER_TIMING, "k": k,
-                      "seconds": seconds}
-    writer.write("gates_gpu", values,
-                 units={"_ms": "ms", "_us": "us", "peak_bytes": "byte", "ratio_samples": "t_intended / t_regressed",
-                        "aa_ratios": "t_a / t_a (same step twice)", "ratio_gates": "t_reference / t_candidate"},
-                 notes="regression ratios: wall clock of 10 steps back to back + one synchronize, median of 5, "
-                       "k rounds alternating order; ratio gates: CUDA-event medians of 20, L2 flushed")
-    if values["errors"]:
-        raise RuntimeError(f"gates_gpu written, but these parts failed: {values['errors']}")
-    return ", ".join(f"{n} {v:.1f} s" for n, v in seconds.items())
+    timed(a, 0.0), timed(b, 0.0)
+    rows = []
+    for i in range(rounds):
+        slowed = slow_every is not None and (i // slow_every) % 2 == 1
+        stall = stall_ms if slowed else 0.0
+        if i % 2 == 0:
+            ta, tb = timed(a, stall), timed(b, stall)
+        else:
+            tb, ta = timed(b, stall), timed(a, stall)
+        rows.append({"round": i, "state": "slowed" if slowed else "as is", "a_ms": ta, "b_ms": tb, "ratio": ta / tb})
+    return pd.DataFrame(rows)

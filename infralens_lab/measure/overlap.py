@@ -21,8 +21,9 @@ from .torch_trace import chrome_trace_of, profile
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
            "trace_pipeline_d1", "trace_pipeline_d2", "trace_launch_eager", "trace_launch_graph",
            "launch_overhead", "trace_compile_breaks", "trace_compile_whole", "compile_study", "fusion",
-           "trace_fusion_eager", "trace_fusion_compiled", "graph_limits")
+           "trace_fusion_eager", "trace_fusion_compiled", "graph_limits", "trace_launch_reduce_overhead")
 PIPELINE_ITEMS = 10
+CPU_STAGE_MS, CPU_ITEMS = (20.0, 30.0), 8  # the CPU pipeline's stand-in stages (sleeps) and items, lab 05 and its key
 LAUNCH_OPS, LAUNCH_NUMEL = 200, 1024
 BLOCKNET_GPU = {"width": 1024, "blocks": 8, "batch": 256}
 BLOCKNET_CPU = {"width": 32, "blocks": 6, "batch": 8}
@@ -73,22 +74,39 @@ def back_to_back_ms(fn: Callable[[], object], calls: int = 50, warmup: int = 5) 
 
 
 # ---------------------------------------------------------------- copies
-def h2d_bandwidth(mib: int = 256, repeats: int = 10) -> list[dict]:
-    """Host-to-device copy bandwidth from pageable and from pinned memory (CUDA events around
-    ``dst.copy_(src)``), one row each: ``memory, mib, median_ms, gb_per_s`` (10⁹ bytes/s)."""
+def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = None) -> list[dict]:
+    """Host-to-device copy bandwidth (CUDA events around ``dst.copy_(src, non_blocking=True)``), one row per
+    source: ``memory`` (``pageable`` or ``pinned``), ``written`` (whether the host pages were written before
+    the copy: a buffer from ``torch.empty`` that nothing wrote is not yet backed by its own memory, and a
+    pageable copy of it reads the kernel's shared zero page, which stays in the CPU's caches), ``mib``,
+    ``median_ms``, ``p10_ms``, ``p90_ms``, ``gb_per_s`` (10⁹ bytes/s) and ``cpu_ms`` (host wall clock of one
+    copy call: a pageable copy keeps the CPU in the call while it stages the data through a pinned buffer).
+    Sizes ``mib`` and ``small_mib`` (the recorder passes the copy step's batch; None: one size)."""
+    import time as _time
+
     import torch
 
     from ..workloads.overlap import pinned, require_gpu
     from .timing import time_fn
 
     require_gpu("h2d_bandwidth", "It times host-to-device copies over the GPU's host link.")
-    src = torch.empty(mib * 2**20, dtype=torch.uint8)
-    dst = torch.empty_like(src, device="cuda")
     rows = []
-    for name, s in (("pageable", src), ("pinned", pinned(src))):
-        t = time_fn(lambda: dst.copy_(s, non_blocking=True), warmup=2, repeats=repeats)
-        rows.append({"memory": name, "mib": mib, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
-                     "gb_per_s": mib * 2**20 / (t.median_ms * 1e-3) / 1e9})
+    for size in [mib] + ([small_mib] if small_mib and small_mib != mib else []):
+        fresh = torch.empty(size * 2**20, dtype=torch.uint8)  # never written: its pages are not yet backed
+        written = torch.randint(0, 255, (size * 2**20,), dtype=torch.uint8)  # every page written
+        dst = torch.empty_like(fresh, device="cuda")
+        for name, was_written, s in (("pageable", False, fresh), ("pageable", True, written),
+                                     ("pinned", True, pinned(written))):
+            t = time_fn(lambda s=s, d=dst: d.copy_(s, non_blocking=True), warmup=2, repeats=repeats)
+            torch.cuda.synchronize()
+            t0 = _time.perf_counter()
+            dst.copy_(s, non_blocking=True)
+            cpu = (_time.perf_counter() - t0) * 1e3
+            torch.cuda.synchronize()
+            rows.append({"memory": name, "written": was_written, "mib": size, "median_ms": t.median_ms,
+                         "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "gb_per_s": size * 2**20 / (t.median_ms * 1e-3) / 1e9,
+                         "cpu_ms": cpu})
+        del fresh, written, dst
     return rows
 
 
@@ -192,8 +210,12 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
         torch.cuda.synchronize()
         rows.append({"variant": name, "cpu_issue_ms": issue, "step_ms": back_to_back_ms(fn, calls=100)})
     vals["rows"] = rows
-    traces = {"eager": profile(variants["eager"], wait=1, warmup=2, active=3),
-              "graph": profile(variants["graph"], wait=1, warmup=2, active=3)}
+    traces = {v: profile(variants[v], wait=1, warmup=2, active=3) for v in ("eager", "graph")}
+    if "reduce_overhead" in variants:  # its trace only counts its kernels: a failure here must not lose the others
+        try:
+            traces["reduce_overhead"] = profile(variants["reduce_overhead"], wait=1, warmup=2, active=3)
+        except Exception as exc:  # recorded, not raised: the timings above stand without it
+            vals["reduce_overhead_trace_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return vals, traces
 
 
@@ -353,10 +375,14 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
             log(f"[record]   overlap/{name} FAILED: {type(exc).__name__}: {exc}")
 
     def h2d():
-        rows = h2d_bandwidth(64 if quick else 256, repeats=5 if quick else 10)
-        writer.write("overlap_h2d", {"rows": rows}, units={"median_ms": "ms", "gb_per_s": "1e9 byte/s", "mib": "MiB"},
-                     notes="CUDA events around dst.copy_(src, non_blocking=True) from pageable and pinned host memory")
-        return ", ".join(f"{r['memory']} {r['gb_per_s']:.1f} GB/s" for r in rows)
+        from ..workloads.overlap import COPY_BATCH_MIB
+
+        rows = h2d_bandwidth(64 if quick else 256, repeats=5 if quick else 10, small_mib=COPY_BATCH_MIB)
+        writer.write("overlap_h2d", {"rows": rows}, units={"_ms": "ms", "gb_per_s": "1e9 byte/s", "mib": "MiB"},
+                     notes="CUDA events around dst.copy_(src, non_blocking=True) from pageable (never written, and "
+                           "written) and pinned host memory, at two sizes; cpu_ms: host wall clock of one copy call")
+        return ", ".join(f"{r['memory']}{'' if r['written'] else ' (unwritten)'} {r['mib']} MiB "
+                         f"{r['gb_per_s']:.1f} GB/s" for r in rows)
 
     def copies():
         trs = copy_traces()
@@ -378,8 +404,9 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
         writer.write("launch_overhead", vals, units={"_ms": "ms", "_s": "s"},
                      notes="small_ops_step eager, CUDA graph, torch.compile(mode='reduce-overhead'); cpu_issue_ms: "
                            "time for the CPU to issue 20 steps / 20 without syncing; step_ms: 100 steps back to back")
-        return "; ".join([_write_trace(writer, "trace_launch_eager", trs["eager"], "small_ops_step eager"),
-                          _write_trace(writer, "trace_launch_graph", trs["graph"], "small_ops_step as a CUDA graph")])
+        what = {"eager": "small_ops_step eager", "graph": "small_ops_step as a CUDA graph",
+                "reduce_overhead": "small_ops_step under torch.compile(mode='reduce-overhead')"}
+        return "; ".join(_write_trace(writer, f"trace_launch_{v}", tr, what[v]) for v, tr in trs.items())
 
     def compiled():
         cfg = BLOCKNET_GPU

@@ -75,3 +75,91 @@ def kernel_families(tr: Trace) -> pd.DataFrame:
                                 total_us=("total_us", "sum")).reset_index()
     g["pct"] = 100 * g["total_us"] / g["total_us"].sum()
     return g.sort_values(["total_us", "family"], ascending=[False, True]).reset_index(drop=True)
+
+
+def op_calls(tr: Trace) -> pd.DataFrame:
+    """Every aten op call of the profiled steps: ``name``, ``dur_us`` (inclusive: its whole CPU time) and
+    ``children_us`` (the time of the events directly inside it on its thread: inner ops and launch calls),
+    so that ``dur_us - children_us`` is its self time (the trace's own rule, ``Trace.self_us``)."""
+    ev = tr.events
+    st = tr.steps()
+    ops = ev[ev["cat"] == "cpu_op"]
+    if not st.empty:
+        ops = ops[(ops["start_us"] >= st["cpu_start_us"].min()) & (ops["start_us"] < st["cpu_end_us"].max())]
+    self_us = pd.Series([tr.self_us.get(i, 0.0) for i in ops.index], index=ops.index, dtype=float)
+    return pd.DataFrame({"name": ops["name"], "dur_us": ops["dur"], "children_us": ops["dur"] - self_us}).reset_index(drop=True)
+
+
+def op_times(tr: Trace, top: int | None = None) -> pd.DataFrame:
+    """aten ops per profiled step: ``name``, ``calls``, ``inclusive_ms`` and ``self_ms`` (CPU, from :func:`op_calls`),
+    ``rank_inclusive`` and ``rank_self`` (1 = largest; ties by name), sorted by self time."""
+    c = op_calls(tr)
+    n = max(1, len(tr.steps()))
+    g = c.assign(self_us=c["dur_us"] - c["children_us"]).groupby("name").agg(
+        calls=("dur_us", "count"), inclusive_us=("dur_us", "sum"), self_us=("self_us", "sum")).reset_index()
+    out = pd.DataFrame({"name": g["name"], "calls": g["calls"] / n, "inclusive_ms": g["inclusive_us"] / n / 1e3,
+                        "self_ms": g["self_us"] / n / 1e3})
+    for col, rank in (("inclusive_ms", "rank_inclusive"), ("self_ms", "rank_self")):
+        order = out.sort_values([col, "name"], ascending=[False, True]).index
+        out.loc[order, rank] = range(1, len(out) + 1)
+    out = out.astype({"rank_inclusive": int, "rank_self": int}).sort_values("rank_self").reset_index(drop=True)
+    return out.head(top) if top else out
+
+
+def outermost_ops(tr: Trace, top: int | None = None) -> pd.DataFrame:
+    """The ops the model's Python called (aten ops not inside another aten op), by their CPU time per profiled
+    step (inclusive: dispatch, inner ops, launch calls): ``op, calls, cpu_ms, pct`` (of the step's CPU time).
+    When the GPU waits on the CPU (a launch-bound step) this is where the wall time goes, op by op."""
+    ev = tr.events
+    st = tr.steps()
+    ops = ev[ev["cat"] == "cpu_op"].sort_values(["pid", "tid", "start_us", "end_us"], ascending=[True, True, True, False])
+    keep, end, key = [], -1.0, None
+    for r in ops.itertuples():
+        if (r.pid, r.tid) != key:
+            key, end = (r.pid, r.tid), -1.0
+        if r.start_us >= end:
+            keep.append(r.Index)
+            end = r.end_us
+    top_ops = ops.loc[keep]
+    n = max(1, len(st))
+    if not st.empty:
+        top_ops = top_ops[(top_ops["start_us"] >= st["cpu_start_us"].min()) & (top_ops["start_us"] < st["cpu_end_us"].max())]
+    g = top_ops.groupby("name")["dur"].agg(calls="count", cpu_us="sum").reset_index()
+    step_us = float((st["cpu_end_us"] - st["cpu_start_us"]).sum()) if not st.empty else float(g["cpu_us"].sum())
+    out = pd.DataFrame({"op": g["name"], "calls": g["calls"] / n, "cpu_ms": g["cpu_us"] / n / 1e3,
+                        "pct": 100 * g["cpu_us"] / step_us})
+    out = out.sort_values(["cpu_ms", "op"], ascending=[False, True]).reset_index(drop=True)
+    return out.head(top) if top else out
+
+
+def forward_busy(tr: Trace, forward_ms: float | None = None) -> dict:
+    """How much of a profiled forward the GPU spent running kernels, per profiled step (the attribution rule):
+    ``kernels``, ``kernel_ms`` (their summed time), ``busy_ms`` (merged), ``profiled_ms`` (from the step's CPU
+    start to the end of its last GPU work: the forward as profiled, the profiler's own CPU cost included),
+    ``busy_pct`` of that, and, with ``forward_ms`` (the same forward timed without the profiler),
+    ``busy_pct_unprofiled`` = busy / forward_ms."""
+    from ..parse.trace import step_gpu_work
+
+    w = step_gpu_work(tr)
+    if w["gpu_end_us"].isna().any():
+        raise ValueError("a profiled step launched no GPU work: expected a GPU trace of a forward")
+    span = (w["gpu_end_us"] - w["cpu_start_us"]).mean()
+    out = {"kernels": float(w["kernels"].mean()), "kernel_ms": float(w["gpu_work_us"].mean()) / 1e3,
+           "busy_ms": float(w["gpu_busy_us"].mean()) / 1e3, "profiled_ms": float(span) / 1e3}
+    out["busy_pct"] = 100 * out["busy_ms"] / out["profiled_ms"]
+    if forward_ms is not None:
+        out["forward_ms"] = float(forward_ms)
+        out["busy_pct_unprofiled"] = 100 * out["busy_ms"] / float(forward_ms)
+    return out
+
+
+def format_gain(kernel_ms: dict, wall_ms: dict, before: str = "channels_first", after: str = "channels_last") -> dict:
+    """What a change saved in kernel time and in wall time (``{variant: ms}`` each): ``kernel_saved_ms``,
+    ``wall_saved_ms``, their shares of the ``before`` values (``kernel_saved_pct``, ``wall_saved_pct``) and
+    ``share``: the part of the kernel time saved that shows in the wall time (1: all of it, as when the GPU is
+    the bottleneck; near 0 when the CPU sets the pace and the GPU only idles longer)."""
+    ks, ws = kernel_ms[before] - kernel_ms[after], wall_ms[before] - wall_ms[after]
+    if ks <= 0:
+        raise ValueError(f"kernel time {kernel_ms}: {after!r} saved none over {before!r}; the share is undefined")
+    return {"kernel_saved_ms": ks, "wall_saved_ms": ws, "kernel_saved_pct": 100 * ks / kernel_ms[before],
+            "wall_saved_pct": 100 * ws / wall_ms[before], "share": ws / ks}

@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from ..analysis import gates as _gates
 from ..analysis import stalls
+from ..analysis.overlap import overlap_bound as _overlap_bound
 from ..analysis.overlap import step_bound as _step_bound
 
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
@@ -321,3 +323,42 @@ def step_bound(evidence: Any) -> float:
         seen = sorted(evidence) if isinstance(evidence, dict) else type(evidence).__name__
         raise DerivationError(f"step_bound needs a dict with {list(keys)}; got {seen}")
     return _step_bound(**{k: float(evidence[k]) for k in keys}).bound
+
+
+@register_derivation("overlap_bound")
+def overlap_bound(evidence: Any, period: str, hidden: str, floors: list[str] | tuple[str, ...],
+                  where: dict | None = None, key: str | None = None) -> float:
+    """Lab 05: the best speedup of a step when ``hidden`` of it runs under the rest, with both floors (Amdahl's
+    and the overlap floor), from one row's columns (:func:`infralens_lab.analysis.overlap.overlap_bound`)."""
+    def col(c):
+        return _number(value(evidence, column=c, where=where, key=key), f"column {c!r}")
+
+    try:
+        return _overlap_bound(col(period), col(hidden), [col(c) for c in floors])["bound"]
+    except ValueError as exc:
+        raise DerivationError(str(exc)) from None
+
+
+@register_derivation("smallest_k")
+def smallest_k(evidence: Any, max_false_alarm_pct: float = 1.0, key: str | None = None) -> int:
+    """Lab 07: the smallest k of a k table (:func:`infralens_lab.analysis.gates.k_table`) whose false-alarm rate
+    is at most ``max_false_alarm_pct`` (:func:`infralens_lab.analysis.gates.smallest_k`)."""
+    df = as_frame(evidence, key)
+    for c in ("k", "false_alarm_pct"):
+        if c not in df.columns:
+            raise DerivationError(f"not a k table: no column {c!r}; columns: {list(df.columns)}")
+    k = _gates.smallest_k(df, max_false_alarm_pct)
+    if k is None:
+        raise DerivationError(f"no k in the table keeps false alarms at or under {max_false_alarm_pct}%")
+    return k
+
+
+@register_derivation("gates_tripped")
+def gates_tripped(evidence: Any, base: str = "intended", key: str | None = None) -> int:
+    """Lab 07: how many (regression, count gate) pairs trip when each gate is set at the ``base`` step's count
+    (:func:`infralens_lab.analysis.gates.gates_tripped`, the project's count rule)."""
+    try:
+        t = _gates.gates_tripped(as_frame(evidence, key), base=base)
+    except (KeyError, ValueError) as exc:
+        raise DerivationError(f"cannot hold the counts to the {base!r} step: {exc}") from None
+    return int(t[list(_gates.COUNT_METRICS)].to_numpy().sum())

@@ -2,7 +2,7 @@
 
 :data:`GATED` names each workload the threshold file (``data/gates.json``) speaks of; each entry
 builds a step (a callable, one step per call). On a CPU they are small enough for CI: the TinyGPT
-training step (the fixed pipeline, no ``.item()``), the copies and the attention kernels (one
+training step (the fixed step's own work: no ``.item()``, batches tokenized in the step), the copies and the attention kernels (one
 launch each of ``copy_coalesced`` and ``copy_strided``; naive attention's three kernels or the
 tiled kernel's one, in Triton's interpreter on a CPU).
 
@@ -33,14 +33,24 @@ REGRESSIONS = ("item", "noncontig", "lost_fusion", "fp32_matmul")
 INTENDED_PRECISION = "high"  # TF32 matmuls on a GPU (ignored by CPU matmuls)
 
 
+GATED_TINYGPT = {"fixed": "bubble+no_sync", "bubble": "bubble"}  # gate name -> pipeline variant it counts
+
+
 def tinygpt_step(version: str = "fixed") -> Callable[[], None]:
-    """A TinyGPT training step on the CPU at CI sizes (``version`` as in :mod:`.pipeline`).
+    """A TinyGPT training step on the CPU at CI sizes. ``"bubble"`` is :mod:`.pipeline`'s bubble step (a
+    ``loss.item()`` every step); ``"fixed"`` counts the fixed step's own work: no host sync, batches tokenized in
+    the step (the ``bubble+no_sync`` variant). The fixed pipeline's DataLoader workers are left out on purpose:
+    where the main process unpickles a prefetched batch (an ``aten::empty`` and an ``aten::set_``) depends on when
+    the worker delivered it, so its aten ops per step came out 322, 323 or 324 run to run, and a count gate must
+    not flake. On a CPU ``pinned``, the fixed step's third edit, changes nothing.
 
     ``.compile_target()`` returns ``(model, (idx, targets))``: the forward whose graph breaks count (a
     whole training step always breaks at ``backward`` and the optimizer)."""
-    from .pipeline import make_step
+    from .pipeline import make_variant
 
-    step = make_step(version, device="cpu", config=CI_CONFIG, batch=CI_BATCH)
+    if version not in GATED_TINYGPT:
+        raise ValueError(f"TinyGPT gate version {version!r}; expected one of {sorted(GATED_TINYGPT)}")
+    step = make_variant(GATED_TINYGPT[version], device="cpu", config=CI_CONFIG, batch=CI_BATCH)
     idx = torch.randint(0, CI_CONFIG.vocab, (CI_BATCH, CI_CONFIG.block_size), generator=torch.Generator().manual_seed(0))
     step.compile_target = lambda: (step.model, (idx, idx))  # the forward torch.compile would see
     return step

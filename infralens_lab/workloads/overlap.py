@@ -30,6 +30,7 @@ import torch
 from ..annotate import annotate
 
 COPY_MODES = ("pageable", "pinned", "double_buffered")
+COPY_BATCH_MIB = 32  # the host batch CopyComputeStep and gpu_stages move per step (fp16)
 CHAIN_OPS = 8
 
 
@@ -67,7 +68,7 @@ class CopyComputeStep:
     and ``matmuls`` matmuls with a ``(width, width)`` weight run on it. ``mode``: see module doc.
     Batches cycle over ``host_batches`` prepared host tensors. Ranges: ``h2d`` and ``compute``."""
 
-    def __init__(self, mode: str, batch_mib: int = 32, width: int = 4096, matmuls: int = 4, host_batches: int = 4):
+    def __init__(self, mode: str, batch_mib: int = COPY_BATCH_MIB, width: int = 4096, matmuls: int = 4, host_batches: int = 4):
         if mode not in COPY_MODES:
             raise ValueError(f"copy mode {mode!r}; expected one of {COPY_MODES}")
         for name, v in (("batch_mib", batch_mib), ("width", width), ("matmuls", matmuls), ("host_batches", host_batches)):
@@ -167,7 +168,7 @@ def sleep_stages(stage0_ms: float, stage1_ms: float):
     return (lambda i: time.sleep(stage0_ms / 1e3) or i), (lambda item: time.sleep(stage1_ms / 1e3))
 
 
-def gpu_stages(batch_mib: int = 32, width: int = 4096, matmuls: int = 4, buffers: int = 2):
+def gpu_stages(batch_mib: int = COPY_BATCH_MIB, width: int = 4096, matmuls: int = 4, buffers: int = 2):
     """Stage 0 copies a pinned host batch to the GPU on its own stream; stage 1 runs ``matmuls``
     matmuls on it on another stream; each stage waits for its own stream only (``synchronize`` releases
     the GIL), so the two can overlap on the GPU: copy engine and SMs."""

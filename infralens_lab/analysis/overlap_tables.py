@@ -1,0 +1,200 @@
+"""Tables of copies, pipelines, launches, compilation and each fix's bound, from recorded values and traces.
+
+Every number comes through :mod:`infralens_lab.analysis.overlap` (overlap, engines, launches, compiled
+regions, :func:`~infralens_lab.analysis.overlap.overlap_bound`) or the series' step rules
+(:func:`~infralens_lab.analysis.joins.idle_budget`: one steady period per step). Lab 05 shows these tables and
+the grader (``quiz/keys/lab05.py``) computes its keys from the same functions. Traces are
+:class:`~infralens_lab.parse.trace.Trace` objects; times ``_ms`` milliseconds, ``_us`` microseconds.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import overlap as A
+from .joins import idle_budget
+
+BOUND_SLACK = 1.05  # a measured speedup within 5% above its bound is run-to-run noise, not a broken premise
+
+
+def copy_table(traces: dict, copy_bytes: float) -> pd.DataFrame:
+    """One row per copy mode (``{mode: Trace}``): ``period_ms`` (one steady period, :func:`idle_budget`), the
+    host-to-device copy time per step and its rate (``copy_bytes`` per step over it, GB/s), the kernel time per
+    step, the share of copy time hidden under kernels (:func:`~infralens_lab.analysis.overlap.copy_overlap`),
+    the exposed copy time per step, and the busy shares of the period by engine
+    (:func:`~infralens_lab.analysis.overlap.engine_busy`): copy engine, SMs, either."""
+    rows = []
+    for mode, tr in traces.items():
+        c, e = A.copy_overlap(tr), A.engine_busy(tr)
+        n = c["steps"]
+        rows.append({"mode": mode, "period_ms": idle_budget(tr)["period_ms"], "copy_ms": c["copy_us"] / n / 1e3,
+                     "copy_gb_per_s": copy_bytes / (c["copy_us"] / n * 1e-6) / 1e9 if c["copy_us"] else None,
+                     "kernel_ms": e["kernel_us"] / 1e3, "hidden_fraction": c["fraction"],
+                     "exposed_copy_ms": c["exposed_us"] / n / 1e3, "copy_engine_pct": e["copy_pct"],
+                     "sm_pct": e["kernel_pct"], "busy_pct": e["any_pct"]})
+    return pd.DataFrame(rows)
+
+
+def memcpy_call_share(tr) -> float:
+    """CPU time inside the host-to-device copy calls (``cudaMemcpyAsync``) over the GPU's time copying, both
+    summed over the profiled steps: about 1 or more when the CPU stays in the call for the whole copy (a
+    pageable copy, staged by the CPU through a pinned buffer), near 0 when the call only queues it (pinned)."""
+    ev = tr.events
+    st = tr.steps()
+    calls = ev[ev["name"].str.startswith(("cudaMemcpy", "cuMemcpy")) & ev["cat"].isin(A.RUNTIME_CATS)]
+    inside = calls[(calls["start_us"] >= st["cpu_start_us"].min()) & (calls["start_us"] < st["cpu_end_us"].max())]
+    c = A.copy_overlap(tr)
+    if not c["copy_us"]:
+        raise ValueError("no host-to-device copies launched by the profiled steps")
+    return float(inside["dur"].sum()) / c["copy_us"]
+
+
+def pipeline_table(traces: dict) -> pd.DataFrame:
+    """One row per depth (``{depth: Trace}``): :func:`~infralens_lab.analysis.overlap.pipeline_metrics` on the
+    ``stage0``/``stage1`` ranges, in milliseconds."""
+    rows = []
+    for d, tr in traces.items():
+        m = A.pipeline_metrics(A.range_intervals(tr, "stage0"), A.range_intervals(tr, "stage1"))
+        rows.append({"depth": d, "stage0_ms": m["stage0_us"] / 1e3, "stage1_ms": m["stage1_us"] / 1e3,
+                     "period_ms": m["period_us"] / 1e3, "sum_ms": m["serial_us"] / 1e3,
+                     "max_ms": m["overlapped_us"] / 1e3, "overlap_score": m["overlap_score"], "verdict": m["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def launch_table(values: dict, traces: dict) -> pd.DataFrame:
+    """The launch-bound step per variant: CPU issue time and step time (the ``launch_overhead`` record's
+    ``rows``), and from the traces (``{variant: Trace}``) launch calls, GPU events and GPU busy time per step,
+    and the GPU busy share of the step."""
+    t = pd.DataFrame(values["rows"])
+    per = {}
+    for v, tr in traces.items():
+        s = A.launches_per_step(tr)
+        per[v] = {"launch_calls": s["launch_calls"].mean(), "gpu_events": s["gpu_events"].mean(),
+                  "gpu_busy_ms": s["gpu_busy_us"].mean() / 1e3}
+    t = t.join(pd.DataFrame.from_dict(per, orient="index"), on="variant")
+    t["gpu_busy_pct"] = 100 * t["gpu_busy_ms"] / t["step_ms"]
+    return t
+
+
+def issue_split(tr) -> dict:
+    """Where the CPU's time per launched op goes in a profiled eager step (µs per op, profiler on):
+    ``launch_us`` (in the driver's launch call), ``dispatch_us`` (in the aten op around it, outside the launch
+    call: argument checks, dtype and device dispatch, allocation), ``python_us`` (between ops: the Python
+    loop and the profiler's own bookkeeping), ``total_us`` their sum, over ``ops`` ops per step
+    (:func:`~infralens_lab.analysis.overlap.launches_per_step`)."""
+    s = A.launches_per_step(tr)
+    ops = float(s["cpu_ops"].mean())
+    if ops <= 0:
+        raise ValueError("no top-level aten ops in the profiled steps; expected an eager step")
+    launch, op, cpu = (float(s[c].mean()) for c in ("launch_cpu_us", "op_cpu_us", "cpu_us"))
+    return {"ops": ops, "launch_us": launch / ops, "dispatch_us": (op - launch) / ops, "python_us": (cpu - op) / ops,
+            "total_us": cpu / ops}
+
+
+def compile_counts(values: dict, traces: dict | None = None) -> pd.DataFrame:
+    """Counts only (stable on any machine), per variant of a ``compile_study`` record: graphs compiled,
+    compiled graphs run per forward (the counting backend), ``explain``'s graph and break counts, and, from
+    traces (``{variant: Trace}``) when given, the compiled regions per forward and how many distinct graphs
+    they ran (:func:`~infralens_lab.analysis.overlap.compiled_regions`)."""
+    t = pd.DataFrame(values["rows"])[["variant", "graphs_compiled", "graph_calls_per_forward"]]
+    ex = {"compiled": values["explain_whole"], "compiled_breaks": values["explain_breaks"]}
+    t["explain_graphs"] = [ex.get(v, {}).get("graphs", 0) for v in t["variant"]]
+    t["explain_breaks"] = [ex.get(v, {}).get("graph_breaks", 0) for v in t["variant"]]
+    if traces:
+        regions = {v: A.compiled_regions(tr) for v, tr in traces.items()}
+        t["regions_per_forward"] = [regions[v]["regions"].mean() if v in regions else None for v in t["variant"]]
+        t["distinct_graphs_run"] = [regions[v]["distinct"].max() if v in regions else None for v in t["variant"]]
+    return t
+
+
+def compile_times(values: dict) -> pd.DataFrame:
+    """First call against steady state per variant, in milliseconds, and the steady-state ratio to eager."""
+    t = pd.DataFrame(values["rows"])[["variant", "first_ms", "median_ms", "p10_ms", "p90_ms"]]
+    t["vs_eager"] = t["median_ms"] / float(t.loc[t["variant"] == "eager", "median_ms"].iloc[0])
+    return t
+
+
+def fusion_table(values: dict, traces: dict | None = None) -> pd.DataFrame:
+    """The elementwise chain eager vs compiled (a ``fusion`` record's values): time, kernels per call (from
+    ``{variant: Trace}`` when given), the byte model
+    (:func:`~infralens_lab.analysis.overlap.elementwise_chain_traffic`) and the bandwidth it implies."""
+    rows = []
+    for r in values["rows"]:
+        m = A.elementwise_chain_traffic(values["numel"], values["elem_bytes"], values["ops"],
+                                        fused=r["variant"] == "compiled")
+        t = (traces or {}).get(r["variant"])
+        k = float(A.launches_per_step(t)["gpu_events"].mean()) if t is not None else float("nan")
+        rows.append({"variant": r["variant"], "median_ms": r["median_ms"], "kernels_per_call": k,
+                     "model_mb": m.bytes / 1e6, "implied_tb_per_s": m.bytes / (r["median_ms"] * 1e-3) / 1e12})
+    return pd.DataFrame(rows)
+
+
+def fix_row(fix: str, before: float, after: float, hidden: float, floors, what: str) -> dict:
+    """One fix, one change: the share of the ``before`` step it attacks (``hidden``, same unit), its bound
+    (:func:`~infralens_lab.analysis.overlap.overlap_bound`: Amdahl's ``1 / (1 - f)``, the overlap floor
+    ``before / max(floors)``, which binds), and the measured speedup ``before / after``; ``within_bound`` is
+    False when the measurement beats the bound by more than :data:`BOUND_SLACK` (then the share was measured
+    wrongly, or something else changed too)."""
+    b = A.overlap_bound(before, hidden, floors)
+    got = before / after
+    return {"fix": fix, "removes": what, "f": hidden / before, "amdahl": b["amdahl"], "floor": b["overlap_floor"],
+            "binds": b["binds"], "measured": got, "within_bound": bool(got <= b["bound"] * BOUND_SLACK)}
+
+
+def breaks_idle_ms(breaks, whole) -> tuple[float, float]:
+    """``(period_ms, extra_idle_ms)`` of a forward with graph breaks (``breaks``, a trace) against the same
+    model compiled whole (``whole``): the idle time per forward the breaks add, what removing them can save
+    (the whole graph still idles between its kernels)."""
+    b, w = idle_budget(breaks), idle_budget(whole)
+    idle = (b["period_ms"] - b["busy_ms"]) - (w["period_ms"] - w["busy_ms"])
+    return b["period_ms"], max(0.0, idle)
+
+
+def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = None,
+              launches: pd.DataFrame | None = None, comp: pd.DataFrame | None = None, compile_traces=None) -> pd.DataFrame:
+    """One row per fix whose evidence is given (:func:`fix_row`): a side stream and a second buffer for the
+    pinned step (hides its exposed copy; floors: its copy and its kernels), a second pipeline buffer (hides all
+    but the slower stage; floors: the two stages), a CUDA graph (removes the eager step's GPU idle time;
+    floors: the graphed step's GPU busy time and its CPU issue time), and removing the graph breaks (the idle
+    time the breaks add over the whole graph's own, :func:`breaks_idle_ms`, as a share of the broken forward;
+    floor: its GPU busy time). ``compile_traces``: ``{'whole': Trace, 'breaks': Trace}``."""
+    rows = []
+    if copies is not None:
+        p = copies.set_index("mode").loc["pinned"]
+        after = copies.set_index("mode").loc["double_buffered", "period_ms"]
+        rows.append(fix_row("side stream + 2nd buffer", p["period_ms"], after, p["exposed_copy_ms"],
+                            (p["copy_ms"], p["kernel_ms"]), "exposed copy"))
+    if pipe is not None:
+        d1, d2 = pipe.set_index("depth").loc[1], pipe.set_index("depth").loc[2]
+        rows.append(fix_row("second pipeline buffer", d1["period_ms"], d2["period_ms"],
+                            d1["period_ms"] - max(d1["stage0_ms"], d1["stage1_ms"]), (d1["stage0_ms"], d1["stage1_ms"]),
+                            "all but the slower stage"))
+    if launches is not None:
+        e, g = launches.set_index("variant").loc["eager"], launches.set_index("variant").loc["graph"]
+        rows.append(fix_row("CUDA graph", e["step_ms"], g["step_ms"], e["step_ms"] - e["gpu_busy_ms"],
+                            (g["gpu_busy_ms"], g["cpu_issue_ms"]), "GPU idle time"))
+    if comp is not None and compile_traces is not None:
+        t = comp.set_index("variant")
+        period, extra = breaks_idle_ms(compile_traces["breaks"], compile_traces["whole"])
+        before = t.loc["compiled_breaks", "median_ms"]
+        busy = idle_budget(compile_traces["breaks"])["busy_ms"]
+        rows.append(fix_row("remove graph breaks", before, t.loc["compiled", "median_ms"], before * extra / period,
+                            (busy,), "idle the breaks add"))
+    return pd.DataFrame(rows)
+
+
+RATE_AGREEMENT = 0.25  # two copy rates within 25% of each other tell the same story (copy timings of one size vary ~10%)
+
+
+def pageable_rates(copies: pd.DataFrame, h2d_rows: list[dict], batch_mib: float) -> dict:
+    """The pageable copy's rate in the copy step's trace against the bandwidth record's pageable rows:
+    ``trace_gb_per_s``, ``table_gb_per_s`` (the record's largest pageable copy of a never-written source, as
+    the record's first table shows), ``written_gb_per_s`` (a written source of the step's size, None when the
+    record predates it), ``written_matches_trace`` (within :data:`RATE_AGREEMENT`, None without it)."""
+    trace = float(copies.set_index("mode").loc["pageable", "copy_gb_per_s"])
+    page = [r for r in h2d_rows if r["memory"] == "pageable"]
+    fresh = [r for r in page if not r.get("written", False)]
+    table = max(fresh or page, key=lambda r: r["mib"])["gb_per_s"]
+    written = [r for r in page if r.get("written") and r["mib"] == batch_mib]
+    w = written[0]["gb_per_s"] if written else None
+    return {"trace_gb_per_s": trace, "table_gb_per_s": table, "written_gb_per_s": w,
+            "written_matches_trace": None if w is None else abs(w / trace - 1) <= RATE_AGREEMENT}

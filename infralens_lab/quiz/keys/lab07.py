@@ -1,0 +1,58 @@
+"""Lab 07's grading evidence: the recorded ResNet-50 traces and gate record of the reference set, and the live
+regression counts (deterministic on one build), built by the same functions the notebook's cells call. A provider
+returns None when the recorded set lacks what it needs."""
+from __future__ import annotations
+
+from ... import evidence
+from ...analysis import gates as A
+from ...measure import gates as G
+from ...measure import top_ops
+from ...measure.torch_trace import quiet_profiler_chatter
+from ...parse.trace import load_trace
+
+FORMATS = ("channels_first", "channels_last")
+
+
+def _store():
+    try:
+        return evidence.reference()
+    except evidence.EvidenceError:
+        return None
+
+
+def _resnet() -> tuple[dict, dict] | None:
+    st = _store()
+    if st is None or any(f"resnet_trace_{f}" not in st.names() for f in FORMATS) or "gates_gpu" not in st.names():
+        return None
+    return {f: load_trace(st.load(f"resnet_trace_{f}")) for f in FORMATS}, st.load("gates_gpu").values
+
+
+def op_times_first():
+    """aten ops of the recorded channels_first forward, with self and inclusive CPU time (lab07.ex1)."""
+    got = _resnet()
+    return None if got is None else top_ops.op_times(got[0]["channels_first"])
+
+
+def format_gain():
+    """Kernel time and wall time channels_last saves over channels_first (lab07.q5)."""
+    got = _resnet()
+    if got is None:
+        return None
+    trs, vals = got
+    kernel = {f: top_ops.forward_busy(trs[f])["kernel_ms"] for f in FORMATS}
+    return top_ops.format_gain(kernel, {f: vals["resnet"][f]["median_ms"] for f in FORMATS})
+
+
+def aa_k_table():
+    """The k table of the recorded A/A ratios at the lab's tolerance (lab07.ex2)."""
+    st = _store()
+    if st is None or "gates_gpu" not in st.names():
+        return None
+    aa = st.load("gates_gpu").values.get("aa_ratios")
+    return A.k_table(aa, A.LAB_TOLERANCE) if aa else None
+
+
+def regression_counts():
+    """Counts per step of the intended MLP step and each regression, on this machine (lab07.ex3)."""
+    with quiet_profiler_chatter():
+        return G.regression_counts()
