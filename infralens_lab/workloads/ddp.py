@@ -33,6 +33,12 @@ PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "timed out
              "NCCL communicator was aborted", "DistNetworkError")
 
 
+# what `python -m <module>` says for a module of the DDP path that has no command line (it must not exit 0 silently)
+NO_CLI = ("{module} has no command line: run under torchrun it would do nothing. To profile DDP on N ranks run\n"
+          "  torchrun --nproc_per_node=N -m infralens_lab.profile_ddp --out DIR [--model module:function]\n"
+          "(per-rank traces and provenance in DIR), or call infralens_lab.measure.distributed.run() from Python.")
+
+
 class RankFailed(RuntimeError):
     """A rank of a launched job raised, died or ran out of time; the message says which and how."""
 
@@ -299,3 +305,7 @@ def job_die(rank: int, world: int, bad_rank: int = 1, how: str = "exit") -> dict
     t = torch.ones(1)
     dist.all_reduce(t)
     return {"rank": rank}
+
+
+if __name__ == "__main__":
+    raise SystemExit(NO_CLI.format(module="infralens_lab.workloads.ddp"))
