@@ -2,7 +2,7 @@
 
 Commands: ``doctor`` (check this machine), ``bench`` (kernel benchmark, GPU),
 ``record`` (write recorded evidence, GPU), ``site`` (offline HTML edition),
-``target`` (the workload script Nsight Compute profiles). Plain python3 only: nothing here
+``target`` (the workload script Nsight Compute profiles), ``analyze`` (any torch.profiler trace), ``gates``. Plain python3 only: nothing here
 needs Jupyter or IPython.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ COMMANDS = {
     "bench": ("infralens_lab.bench", "benchmark copies and attention against torch (GPU)"),
     "record": ("infralens_lab.record", "record the evidence the labs show, with provenance (GPU)"),
     "site": ("infralens_lab.site", "build the offline HTML edition from the committed notebooks"),
+    "analyze": ("infralens_lab.analyze", "what the labs show, for your own torch.profiler trace (or rank folder)"),
     "gates": ("infralens_lab.gates_cli", "regression gates: counts (any machine), time ratios (GPU)"),
     "target": ("infralens_lab.measure.target", "run one kernel workload (what ncu/nsys profile)"),
 }
@@ -22,7 +23,7 @@ COMMANDS = {
 
 def usage() -> str:
     lines = ["usage: python -m infralens_lab <command> [options]", "", "commands:"]
-    lines += [f"  {name:<8} {desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += [f"  {name:<9} {desc}" for name, (_, desc) in COMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -20,6 +20,10 @@ correctness check on the very inputs it times:
   tiled_fast's time: the largest ``tiled_fast / naive`` ratio any bandwidth-efficient naive
   allows on this GPU.
 
+``--cases issue31`` times only what issue 31's goal is stated in: the attention shapes of the issue
+(``ATTN_CASES_ISSUE31``) with SDPA's default, flash (FA2) and cuDNN paths and tiled_fast, no copies, in
+a fraction of the full run's time (``tools/bench_three.py`` runs it in three processes).
+
 Times are medians of CUDA-event timings after warm-up (``triton.testing.do_bench``, which
 also flushes L2 between repeats). It prints ONE table, titled with the GPU name, and can
 write the result as JSON or as the recorded evidence ``bench``. In interpreter mode it
@@ -31,6 +35,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
+from typing import NamedTuple
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
@@ -47,7 +52,31 @@ ATTN_CASES = [  # (B, H, N, D), dtype name, causal
     ((4, 16, 4096, 128), "float16", True),
 ]
 ATTN_CASES_QUICK = [((2, 8, 1024, 64), "float16", False), ((2, 8, 1024, 64), "float16", True)]
+ATTN_CASES_ISSUE31 = [  # issue 31's table and goal: D = 64 at >= 1.0x SDPA default, D = 128, 16k and causal at >= 0.95x
+    ((4, 16, 4096, 64), "float16", False),
+    ((4, 16, 4096, 128), "float16", False),
+    ((1, 16, 16384, 128), "float16", False),
+    ((8, 16, 8192, 128), "float16", False),
+    ((4, 16, 4096, 64), "float16", True),
+    ((4, 16, 4096, 64), "bfloat16", False),
+    ((4, 16, 4096, 128), "bfloat16", False),  # the full set's bf16 and causal D = 128 cases, for the same goal
+    ((4, 16, 4096, 128), "float16", True),
+]
 SDPA_BACKENDS = ("flash", "efficient", "cudnn")
+
+
+class CaseSet(NamedTuple):
+    """What one bench run times: the copies or not, the attention cases, the attention variants (None: all)."""
+
+    copies: bool
+    attention: list
+    variants: tuple | None
+
+
+CASE_SETS = {
+    "full": CaseSet(True, ATTN_CASES, None),
+    "issue31": CaseSet(False, ATTN_CASES_ISSUE31, ("sdpa_default", "sdpa_flash", "sdpa_cudnn", "tiled_fast")),
+}
 TARGETS = {"coalesced / copy_": 0.97, "tiled_fast / sdpa": 0.85, "tiled_fast / naive": 8.0}
 REL_ERR_OK = {"float16": 1e-2, "bfloat16": 3e-2}  # Frobenius error vs SDPA counted as a pass
 INTERPRETER_MESSAGE = ("bench: refusing to run in interpreter mode. Kernels there run in Triton's "
@@ -128,8 +157,25 @@ def _rel_err(o, ref) -> float:
     return d / max(ref.float().norm().item(), 1e-30)
 
 
-def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
-    """Rows (and skipped variants with reasons) for every attention variant and SDPA backend."""
+def attention_variants(variants: tuple | None = None) -> list[tuple[str, object]]:
+    """(name, fn(q, k, v, causal)) in table order: SDPA default, each SDPA backend, our kernels, naive_torch;
+    only those in ``variants`` (and sdpa_default, every row's reference) when it is given."""
+    from .kernels import attention  # lazy: defines Triton kernels / models only when this runs
+
+    todo = [("sdpa_default", _sdpa(None))] + [(f"sdpa_{b}", _sdpa(b)) for b in SDPA_BACKENDS]
+    todo += [(name, fn) for name, fn in attention.VARIANTS.items()] + [("naive_torch", naive_torch)]
+    if variants is not None:
+        unknown = sorted(set(variants) - {n for n, _ in todo})
+        if unknown:
+            raise ValueError(f"bench: attention variants {unknown} are unknown, expected names from "
+                             f"{[n for n, _ in todo]}")
+        todo = [(n, f) for n, f in todo if n == "sdpa_default" or n in variants]
+    return todo
+
+
+def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[list[dict], list[dict]]:
+    """Rows (and skipped variants with reasons) for every attention variant and SDPA backend, or for the
+    ``variants`` named (``sdpa_default`` always runs: it is every row's reference)."""
     import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     from .kernels import attention, attention_fast  # lazy: defines Triton kernels / models only when this runs
@@ -141,9 +187,7 @@ def bench_attention(cases=ATTN_CASES) -> tuple[list[dict], list[dict]]:
         q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
         flops = attention_flops(B, H, N, D, causal)
         ref = _sdpa(None)(q, k, v, causal)
-        variants = [("sdpa_default", _sdpa(None))] + [(f"sdpa_{b}", _sdpa(b)) for b in SDPA_BACKENDS]
-        variants += [(name, fn) for name, fn in attention.VARIANTS.items()] + [("naive_torch", naive_torch)]
-        for name, fn in variants:
+        for name, fn in attention_variants(variants):
             case = {"shape": list(shape), "dtype": dtype_name, "causal": causal, "variant": name}
             if name in ("naive", "naive_torch"):
                 e = q.element_size()
@@ -243,17 +287,22 @@ def naive_floor(shape, dtype_name: str, causal: bool, copy_rows: list[dict]) -> 
                     f"the most any bandwidth-efficient naive allows"}
 
 
-def run_benchmark(quick: bool = False) -> dict:
-    """Run everything on the GPU and return the JSON-shaped result (see module docstring)."""
+def run_benchmark(quick: bool = False, cases: str = "full") -> dict:
+    """Run the case set ``cases`` (a key of CASE_SETS; ``quick``: small sizes) on the GPU and return the
+    JSON-shaped result (see module docstring)."""
+    if cases not in CASE_SETS:
+        raise ValueError(f"bench: cases {cases!r} is not a case set, expected one of {sorted(CASE_SETS)}")
     if not is_gpu():
         raise RuntimeError(INTERPRETER_MESSAGE)
+    chosen = CASE_SETS[cases]
     f = facts()
-    copies = bench_copies(COPY_BYTES_QUICK if quick else COPY_BYTES)
-    attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else ATTN_CASES)
+    copies = bench_copies(COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else []
+    attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else chosen.attention, chosen.variants)
     return {
         "meta": {"gpu": f.name, "driver": f.driver, "cuda": f.cuda, "torch": f.torch, "triton": f.triton,
                  "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                 "quick": quick, "copy_bytes": COPY_BYTES_QUICK if quick else COPY_BYTES,
+                 "quick": quick, "cases": cases,
+                 "copy_bytes": (COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else 0,
                  "timing": "triton.testing.do_bench median (CUDA events, L2 flushed between repeats)"},
         "copies": copies,
         "attention": attn,
@@ -324,11 +373,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not a measurement")
     ap.add_argument("--out", metavar="DIR", help="also write the result as recorded evidence into DIR")
     ap.add_argument("--json", metavar="PATH", help="also write the result as plain JSON to PATH")
+    ap.add_argument("--cases", choices=sorted(CASE_SETS), default="full",
+                    help="full: copies and every attention case and variant (what the recorder records); "
+                         "issue31: issue 31's attention shapes, SDPA default/flash/cuDNN and tiled_fast only")
     args = ap.parse_args(argv)
+    if args.out and args.cases != "full":
+        print(f"bench: --out writes the recorded evidence 'bench', which the labs read whole (copies and every "
+              f"attention case); --cases {args.cases} times a part of it. Use --json for a partial run.",
+              file=sys.stderr)
+        return 2
     if not is_gpu():
         print(INTERPRETER_MESSAGE, file=sys.stderr)
         return 2
-    result = run_benchmark(args.quick)
+    result = run_benchmark(args.quick, args.cases)
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as fh:

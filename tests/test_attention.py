@@ -116,19 +116,34 @@ def test_fast_steeply_growing_scores(causal):
 
 # The warp-specialized switch (Cand.ws): on-device per-head descriptors and one K/V loop with the masks on
 # every tile. The interpreter checks descriptors, masks and clipped stores (it runs the loop as written);
-# a GPU also checks what the compiler's producer/consumer split computes.
-WS_CONFIG = (256, 64, 4, 2, None, True) if is_gpu() else (256, 16, 4, 1, None, True)
+# a GPU also checks what the compiler's producer/consumer split computes. Only non-causal configs with
+# 2 stages are allowed (docs/kernels_notes.md, run 9: 3 stages gave NaN, causal gave wrong outputs on an
+# H100 with Triton 3.6); the interpreter ignores num_stages, so it runs the same allowed config shape.
+WS_CONFIG = (256, 64, 4, 2, None, True) if is_gpu() else (256, 16, 4, 2, None, True)
 
 
-@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [(1, 2, 300, 32), (2, 1, 512, 64), (1, 1, 1, 16)])
-def test_fast_ws_config(shape, causal):
+def test_fast_ws_config(shape):
     # N = 300: ragged query block and ragged keys; N = 512: both even (the unmasked loop); N = 1.
-    _check("tiled_fast", *_qkv(shape, torch.float16), causal, config=WS_CONFIG)
+    _check("tiled_fast", *_qkv(shape, torch.float16), False, config=WS_CONFIG)
 
 
 def test_fast_ws_config_second_dtype():
-    _check("tiled_fast", *_qkv((1, 2, 200, 64), DTYPES[1]), True, config=WS_CONFIG)
+    _check("tiled_fast", *_qkv((1, 2, 200, 64), DTYPES[1]), False, config=WS_CONFIG)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fast_ws_kernel_runs_past_the_wrapper(causal):
+    # The kernel's ws branch, causal included, as tools/attn_ws_experiment.py runs it past the refusals.
+    # The interpreter runs the loop as written, so it checks the masks and stores; on a GPU causal ws is
+    # the miscompile the refusal is for.
+    if causal and is_gpu():
+        pytest.skip("causal ws was measured wrong on an H100 with Triton 3.6 (kernels_notes run 9)")
+    q, k, v = _qkv((1, 2, 300, 32), torch.float16)
+    out = torch.full_like(q, float("nan"))
+    got = attention_fast._launch(q, k, v, causal, 32 ** -0.5, out, attention_fast.Cand(*WS_CONFIG))
+    torch.testing.assert_close(got.float(), attention_ref(q.float(), k.float(), v.float(), causal=causal),
+                               **TOL[q.dtype])
 
 
 @pytest.mark.skipif(not is_gpu(), reason="what the compiler makes of warp specialization needs a GPU")
@@ -136,8 +151,7 @@ def test_fast_ws_config_second_dtype():
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("n_ctx", [777, 1024])
 def test_fast_ws_config_gpu(n_ctx, head_dim, dtype):
-    for causal in (False, True):
-        _check("tiled_fast", *_qkv((2, 3, n_ctx, head_dim), dtype), causal, config=WS_CONFIG)
+    _check("tiled_fast", *_qkv((2, 3, n_ctx, head_dim), dtype), False, config=WS_CONFIG)
 
 
 @pytest.mark.parametrize("config, why", [((128, 64, 4, 2, None, True), "BLOCK_M = 128"),
@@ -146,6 +160,31 @@ def test_fast_refuses_ws_config_that_cannot_split(config, why):
     q, k, v = _good()
     with pytest.raises(ValueError, match=f"warp specialization with .*{why}.*expected 4 and 256"):
         attention.attention_tiled_fast(q, k, v, config=config)
+
+
+@pytest.mark.parametrize("stages", [1, 3, 4])
+def test_fast_refuses_ws_stages_other_than_two(stages):
+    # 3 stages: NaN outputs on an H100 with Triton 3.6 (kernels_notes run 9); 1 and 4 were never measured.
+    q, k, v = _good()
+    with pytest.raises(ValueError, match=rf"warp specialization with num_stages = {stages}, expected 2: "
+                                         r".*NaN.*H100 with Triton 3\.6.*kernels_notes.md, run 9"):
+        attention.attention_tiled_fast(q, k, v, config=(256, 64, 4, stages, None, True))
+    _check("tiled_fast", q, k, v, False, config=(32, 16, 4, stages))  # without ws, any number of stages runs
+
+
+def test_fast_refuses_causal_ws():
+    q, k, v = _good()
+    with pytest.raises(ValueError, match=r"warp specialization with causal=True, expected causal=False: "
+                                         r".*wrong outputs.*H100 with Triton 3\.6.*kernels_notes.md, run 9"):
+        attention.attention_tiled_fast(q, k, v, causal=True, config=WS_CONFIG)
+    _check("tiled_fast", q, k, v, False, config=WS_CONFIG)  # the same inputs and config, not causal
+
+
+def test_ws_stays_out_of_the_autotuner():
+    # The default path never picks a ws config: none is a candidate, so none is compiled for the tuner.
+    assert not any(c.ws for cs in attention_fast.GPU_CANDIDATES.values() for c in cs)
+    assert not any(c.kwargs["WS"] for c in attention_fast.CONFIGS)
+    assert attention_fast.INTERPRETER_CONFIG.ws is False
 
 
 def test_fast_config_round_trip():

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from infralens_lab.device import is_gpu
+from infralens_lab.kernels import attention_fast as af
+from infralens_lab.kernels.reference import attention_ref
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import attn_ws_experiment as exp  # noqa: E402
@@ -117,6 +119,21 @@ def test_each_family_in_the_interpreter(causal):
     for v in picks:
         res = exp.check_variant(v, 64, torch.float16, causal)
         assert res["ragged_ok"], (v.label_for(causal), res)
+
+
+@pytest.mark.skipif(is_gpu(), reason="on a GPU these are the miscompiles of run 9; the experiment checks them")
+@pytest.mark.parametrize("stages, causal", [(3, False), (2, True)])
+def test_ws_configs_the_wrapper_refuses_still_run_here(stages, causal):
+    # attention_tiled_fast refuses ws with 3 stages or causal (kernels_notes run 9); the experiment runs them
+    # past the wrapper, so that a later Triton can be checked for the same NaN and wrong outputs.
+    var = exp._v("ws", (256, 16, 4, stages), ws=True)
+    with pytest.raises(ValueError, match="docs/kernels_notes.md, run 9"):
+        af.attention_tiled_fast(*[torch.randn(1, 2, 40, 32).half() for _ in range(3)], causal=causal,
+                                config=var.cand())
+    q, k, v = (torch.randn(1, 2, 40, 32).half() for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    assert exp.run_variant(var, q, k, v, causal, out) is out
+    assert exp.matches(out, attention_ref(q.float(), k.float(), v.float(), causal=causal))
 
 
 @pytest.mark.skipif(is_gpu(), reason="the worker's own CPU path; on a GPU the experiment is the test")

@@ -122,3 +122,59 @@ def test_naive_torch_is_attention(causal):
     # fp32 inputs and fp32 math in both: only summation order differs
     torch.testing.assert_close(bench.naive_torch(q, k, v, causal), attention_ref(q, k, v, causal=causal),
                                atol=1e-5, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- --cases issue31
+def test_issue31_case_set_is_the_issue_shapes():
+    # Issue 31's table: (4,16,4096,64), (4,16,4096,128), (1,16,16384,128), (8,16,8192,128), causal and bf16
+    # (4,16,4096,64); plus the full set's bf16 and causal D = 128 cases, which the same goal covers.
+    cs = bench.CASE_SETS["issue31"]
+    assert cs.copies is False
+    assert set(cs.attention) == {((4, 16, 4096, 64), "float16", False), ((4, 16, 4096, 128), "float16", False),
+                                 ((1, 16, 16384, 128), "float16", False), ((8, 16, 8192, 128), "float16", False),
+                                 ((4, 16, 4096, 64), "float16", True), ((4, 16, 4096, 64), "bfloat16", False),
+                                 ((4, 16, 4096, 128), "bfloat16", False), ((4, 16, 4096, 128), "float16", True)}
+    assert len(cs.attention) == 8
+    assert set(bench.ATTN_CASES) <= set(cs.attention)  # every attention case of the full bench is in it
+    full = bench.CASE_SETS["full"]
+    assert full.copies and full.attention is bench.ATTN_CASES and full.variants is None
+
+
+def test_attention_variants_selection():
+    every = [n for n, _ in bench.attention_variants()]
+    assert every == ["sdpa_default", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "naive", "tiled", "tiled_fast",
+                     "naive_torch"]
+    picked = [n for n, _ in bench.attention_variants(bench.CASE_SETS["issue31"].variants)]
+    assert picked == ["sdpa_default", "sdpa_flash", "sdpa_cudnn", "tiled_fast"]  # SDPA's FA2 path beside cuDNN
+    assert [n for n, _ in bench.attention_variants(("tiled_fast",))] == ["sdpa_default", "tiled_fast"]
+    with pytest.raises(ValueError, match=r"attention variants \['flash3'\] are unknown, expected names from"):
+        bench.attention_variants(("tiled_fast", "flash3"))
+
+
+def test_issue31_result_gives_one_ratio_per_case_and_one_table():
+    # What a --cases issue31 run returns: no copies, four variants per case; the ratios are tiled_fast over
+    # SDPA default per case, nothing that needs a copy or a naive row.
+    attn = []
+    for shape, dt, causal in bench.ATTN_CASES_ISSUE31:
+        for v, t in (("sdpa_default", 500.0), ("sdpa_flash", 300.0), ("sdpa_cudnn", 510.0), ("tiled_fast", 450.0)):
+            attn.append(dict(shape=list(shape), dtype=dt, causal=causal, variant=v, median_ms=1.0, tflops=t,
+                             rel_err=1e-4, correct=True, config=None))
+    ratios = bench.compute_ratios([], attn)
+    assert len(ratios) == 8 and all(r["name"].startswith("tiled_fast / sdpa_default @ ") for r in ratios)
+    assert all(r["value"] == pytest.approx(0.9) for r in ratios)
+    assert [r["target"] for r in ratios].count(0.85) == 2  # the bench's own target: 4096, fp16, not causal
+    text = bench.format_table({"meta": {"gpu": "G", "cases": "issue31"}, "copies": [], "attention": attn,
+                               "skipped": [], "ratios": ratios})
+    assert len(text.splitlines()) == 3 + len(attn) + 8
+    assert not any(ln.startswith("copy") for ln in text.splitlines())
+
+
+def test_partial_bench_is_never_recorded(capsys, tmp_path):
+    # The recorded 'bench' is read whole by the labs and gates (copies and every case): a partial run is refused.
+    assert bench.main(["--cases", "issue31", "--out", str(tmp_path / "rec")]) == 2
+    assert "--cases issue31 times a part of it" in capsys.readouterr().err
+    assert not (tmp_path / "rec").exists()
+    with pytest.raises(ValueError, match=r"cases 'nope' is not a case set, expected one of \['full', 'issue31'\]"):
+        bench.run_benchmark(cases="nope")
+    with pytest.raises(SystemExit):
+        bench.main(["--cases", "nope"])

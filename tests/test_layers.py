@@ -22,7 +22,8 @@ LAYERS = [
     ("present", ["present"]),
     ("quiz", ["quiz"]),
     ("labs", ["labs_support"]),
-    ("apps", ["bench", "record", "doctor", "site", "gates_cli", "profile_ddp", "__main__"]),
+
+    ("apps", ["bench", "record", "doctor", "site", "gates_cli", "analyze", "profile_ddp", "__main__"]),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 # Modules whose layer is not their folder's: the grader's evidence providers rebuild each lab's tables in

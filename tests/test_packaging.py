@@ -7,7 +7,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"torch": "pytorch"}  # PyPI name -> conda-forge name where they differ
-PIP_ONLY = {"playwright"}  # comes from PyPI through the pip section's `-e .[test]`
+PIP_ONLY = {"playwright", "holistictraceanalysis"}  # from PyPI through the pip section's `-e .[test]`
 
 
 def _split(req: str) -> tuple[str, str]:

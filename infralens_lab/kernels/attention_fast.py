@@ -23,8 +23,8 @@ What it changes against the teaching kernel ``attn_fwd`` (:mod:`.attention`), ea
   with no mask at all; only the BLOCK_M/BLOCK_N on-band tiles pay for the mask.
 * **Causal, heaviest block first**: within a head, the programs take the query blocks from the
   last (which reads every key) to the first (docs/kernels_notes.md, run 8).
-* **Warp specialization, behind a switch** (``Cand.ws``; no autotuner candidate uses it until it
-  is measured, docs/kernels_notes.md run 9): the K/V loop becomes ``tl.range(...,
+* **Warp specialization, behind a switch** (``Cand.ws``; no autotuner candidate uses it,
+  docs/kernels_notes.md run 9): the K/V loop becomes ``tl.range(...,
   warp_specialize=True)`` over on-device descriptors (``tl.make_tensor_descriptor``, one per head,
   so TMA itself zero-fills reads and clips stores past N). Triton 3.6 then splits the program on
   Hopper into a producer warpgroup that only issues the TMA loads and two consumer warpgroups that
@@ -32,6 +32,9 @@ What it changes against the teaching kernel ``attn_fwd`` (:mod:`.attention`), ea
   the consumers. It needs 4 warps (with 8 the compiler ignores it) and BLOCK_M = 256 (with halves
   of 64 rows both consumers would compute the same rows), and one K/V loop per kernel: causal
   and ragged-N kernels then run their masks on every tile instead of a separate masked stage.
+  Measured on an H100 (run 9): correct only with ``num_stages = 2`` and not causal (with 3 stages
+  the outputs held NaN, causal outputs were wrong), and no faster than the default path, so the
+  wrapper refuses the rest and no autotuner candidate uses it.
 * **Autotuned** tile sizes, warps and stages per (N, D, causal, dtype). In interpreter mode
   the autotuner means nothing, so one fixed config runs instead.
 
@@ -281,7 +284,9 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
     GPU_CANDIDATES and the interpreter runs INTERPRETER_CONFIG. Same HBM traffic model as
     ``attention_tiled`` with the chosen BLOCK_M (see :func:`last_config`). A ``ws`` config
     builds its descriptors on the device, in scratch memory that Triton asks of the allocator
-    this sets (``triton.set_allocator``, torch's caching allocator: 512 bytes per program).
+    this sets (``triton.set_allocator``, torch's caching allocator: 512 bytes per program); it is
+    refused unless it has 4 warps, BLOCK_M 256 and 2 stages and is not causal (run 9 of
+    docs/kernels_notes.md measured the others wrong).
     """
     what = "attention_tiled_fast"
     B, H, N, D, scale = check_qkv(q, k, v, causal, sm_scale, what)
@@ -303,13 +308,38 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
                              f"of two >= 32 (two halves of at least 16 rows, what tl.dot needs)")
         if causal and config.block_m % config.block_n:
             raise ValueError(f"{what}: config {tuple(config)} has BLOCK_M % BLOCK_N != 0, which causal needs")
-        if config.ws and (config.num_warps, config.block_m) != (4, 256):
-            raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization with num_warps = "
-                             f"{config.num_warps} and BLOCK_M = {config.block_m}, expected 4 and 256 (Triton "
-                             f"3.6 ignores it with 8 warps; with 64-row halves both consumer warpgroups "
-                             f"would compute the same rows)")
+        _check_ws(config, causal, what)
     elif not is_gpu():
         config = INTERPRETER_CONFIG
+    return _launch(q, k, v, causal, scale, out, config)
+
+
+def _check_ws(config: Cand, causal: bool, what: str) -> None:
+    """Refuse a warp-specialized config that cannot split or that was measured wrong (run 9)."""
+    if not config.ws:
+        return
+    if (config.num_warps, config.block_m) != (4, 256):
+        raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization with num_warps = "
+                         f"{config.num_warps} and BLOCK_M = {config.block_m}, expected 4 and 256 (Triton "
+                         f"3.6 ignores it with 8 warps; with 64-row halves both consumer warpgroups "
+                         f"would compute the same rows)")
+    if config.num_stages != 2:
+        raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization with num_stages = "
+                         f"{config.num_stages}, expected 2: with 3 stages every warp-specialized kernel "
+                         f"returned NaN outputs on an H100 with Triton 3.6, and only 2 was measured correct "
+                         f"(docs/kernels_notes.md, run 9)")
+    if causal:
+        raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization with causal=True, "
+                         f"expected causal=False: the warp-specialized causal kernels returned wrong outputs "
+                         f"on an H100 with Triton 3.6 (docs/kernels_notes.md, run 9); drop ws for causal")
+
+
+def _launch(q, k, v, causal: bool, scale: float, out, config: Cand | None):
+    """Launch ``attn_fwd_fast`` on checked inputs with ``config`` (None: autotune) and no refusals of
+    the config: what :func:`attention_tiled_fast` runs after its checks, and what
+    tools/attn_ws_experiment.py calls to run the configs the wrapper refuses (to see whether a
+    later Triton still gets them wrong)."""
+    B, H, N, D = q.shape
     rows = B * H * N
 
     def desc(t, block_rows):

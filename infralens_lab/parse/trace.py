@@ -40,17 +40,59 @@ KEEP_ARGS = ("correlation", "External id", "stream", "device")
 NO_GPU_NOTE = "CPU-only trace: no kernels, memcpys or memsets were recorded, so there are no GPU idle gaps to find"
 
 
+class TraceError(ValueError):
+    """A file or object is not a chrome trace this package can read; the message says what was seen and the fix."""
+
+
+NOT_JSON_FIX = ("expected the JSON file torch.profiler writes: prof.export_chrome_trace('trace.json'), or the "
+                "tensorboard handler's *.pt.trace.json(.gz)")
+
+
+def read_trace_file(path: str | Path) -> dict:
+    """The chrome-trace dict in ``path`` (``.json`` or gzip-compressed ``.json.gz``). Raises
+    :class:`TraceError` for a file that is not JSON, a truncated one (the profiler stopped while exporting),
+    or JSON without a ``traceEvents`` list; FileNotFoundError when nothing is there."""
+    import gzip
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no trace file at {p}" + (" (it is a folder: pass one rank's file, or analyze "
+                                                           "the folder as per-rank traces)" if p.is_dir() else ""))
+    raw = p.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise TraceError(f"{p.name}: a gzip file that does not decompress ({exc}); truncated? "
+                             f"{NOT_JSON_FIX}") from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        stripped = text.rstrip()
+        starts_like_json = stripped.lstrip()[:1] in ("{", "[")
+        if starts_like_json and exc.pos >= len(stripped) - 64:  # the parse ran out of text: it was cut short
+            raise TraceError(f"{p.name}: the JSON stops at character {len(stripped)} before it closes "
+                             f"({exc.msg}): a truncated trace, e.g. a profiler stopped while it was exporting. "
+                             f"Profile again and let export_chrome_trace finish.") from None
+        head = stripped[:60].replace("\n", " ")
+        raise TraceError(f"{p.name}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}; it begins "
+                         f"{head!r}); {NOT_JSON_FIX}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
+        raise TraceError(f"{p.name}: JSON without a 'traceEvents' list (top level: {seen}); {NOT_JSON_FIX}")
+    return data
+
+
 def load_trace(source: Any) -> "Trace":
-    """A :class:`Trace` from a chrome-trace path (``.json``), a dict, or an Evidence whose values are one."""
+    """A :class:`Trace` from a chrome-trace path (``.json`` or ``.json.gz``), a dict, or an Evidence whose values
+    are one. Unreadable files raise :class:`TraceError` naming what was seen (:func:`read_trace_file`)."""
     if hasattr(source, "values") and hasattr(source, "provenance"):
         return Trace(source.values)
     if isinstance(source, dict):
         return Trace(source)
     if isinstance(source, (str, Path)):
-        p = Path(source)
-        if not p.is_file():
-            raise FileNotFoundError(f"no trace file at {p}")
-        return Trace(json.loads(p.read_text()))
+        return Trace(read_trace_file(source))
     raise TypeError(f"trace source is {type(source).__name__}; expected a path, a dict or an Evidence")
 
 
@@ -177,7 +219,7 @@ class Trace:
     def __init__(self, data: dict):
         if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
             seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
+            raise TraceError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
         self.data = data
         rows, ts3, flows = [], [], []
         for e in data["traceEvents"]:
