@@ -7,17 +7,18 @@ Each rank reads the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL
 ``MASTER_PORT``), joins the process group (NCCL on ``cuda:LOCAL_RANK`` when this node has a GPU for it, else
 gloo on the CPU; ``--backend`` overrides), wraps the model in ``DistributedDataParallel``, synchronises and
 meets the other ranks at a barrier, then profiles ``--steps`` training steps after ``--warmup`` warm-up steps
-(at least 2: DDP rebuilds its buckets at the second iteration). It writes ``DIR/rank<RANK>.json`` (the trace,
-trimmed to what the analysis reads), ``DIR/rank<RANK>.meta.json`` (DDP's buckets and gradient-ready order,
-host, device) and, from rank 0, ``DIR/provenance.json`` (world, backend, versions, the command). On several
-nodes, point ``--out`` at a shared folder or gather the files afterwards.
+(at least 2: DDP rebuilds its buckets at the second iteration). It writes one file per rank,
+``DIR/rank<RANK>.json``: the chrome trace (trimmed to what the analysis reads) with ``distributedInfo``
+(rank, world size, backend: the key torch's own distributed traces carry) and ``infralens`` (the provenance:
+versions, host, device, the command; and DDP's buckets and gradient-ready order). On several nodes, point
+``--out`` at a shared folder or gather the files afterwards.
 
 The model: the package's MLP by default (``--width``, ``--depth``, ``--batch``), or yours as
 ``--model package.module:function``: ``function(rank, device)`` returns ``(model, loss_fn)`` where
 ``loss_fn(ddp_model, step)`` runs the forward pass on this rank's batch for ``step`` and returns the loss.
 
-Read the folder with ``infralens_lab.parse.ranks.load_rank_folder`` and
-``infralens_lab.analysis.distributed.overlap_table`` / ``align`` (rank 0 prints a summary when done).
+Read the folder with ``python -m infralens_lab analyze DIR`` (or ``infralens_lab.analysis.distributed``'s
+``overlap_table`` / ``align`` on the traces); rank 0 prints a summary when every rank has written.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="torchrun --nproc_per_node=N -m infralens_lab.profile_ddp",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for rank<N>.json traces and provenance.json")
+    ap.add_argument("--out", required=True, help="folder for the rank<N>.json traces")
     ap.add_argument("--model", default="", help="package.module:function returning (model, loss_fn); default: the MLP")
     ap.add_argument("--width", type=int, default=512, help="MLP width (default model)")
     ap.add_argument("--depth", type=int, default=8, help="MLP Linear layers (default model)")
@@ -125,23 +126,19 @@ def main(argv: list[str] | None = None) -> int:
             opt.zero_grad(set_to_none=True)
 
         trace = profiled(step, args.steps, device, warmup=args.warmup)
+        cmd = "torchrun ... -m infralens_lab.profile_ddp " + " ".join(sys.argv[1:] if argv is None else argv)
+        prov = asdict(evidence.current_provenance(cmd)) | {"host": socket.gethostname(), "device": str(device),
+                                                            "local_rank": local, "bucket_cap_mb": args.bucket_cap_mb,
+                                                            "steps": args.steps, "warmup": args.warmup, **model_meta}
+        if backend == "nccl":
+            prov["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        trace["distributedInfo"] = {"backend": backend, "rank": rank, "world_size": world}
+        trace["infralens"] = {"provenance": prov, "ddp": ddp_facts(ddp)}
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank{rank}.json").write_text(json.dumps(trace))
-        meta = {"rank": rank, "local_rank": local, "world": world, "host": socket.gethostname(), "device": str(device),
-                **{k: v for k, v in ddp_facts(ddp).items()}}
-        (out / f"rank{rank}.meta.json").write_text(json.dumps(meta))
         dist.barrier()
         if rank == 0:
-            cmd = "torchrun ... -m infralens_lab.profile_ddp " + " ".join(sys.argv[1:] if argv is None else argv)
-            prov = asdict(evidence.current_provenance(cmd)) | {"world": world, "backend": backend,
-                                                                 "bucket_cap_mb": args.bucket_cap_mb,
-                                                                 "steps": args.steps, "warmup": args.warmup,
-                                                                 "nnodes_env": os.environ.get("GROUP_WORLD_SIZE"),
-                                                                 **model_meta}
-            if backend == "nccl":
-                prov["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-            (out / "provenance.json").write_text(json.dumps(prov, indent=1))
             print(summary(out))
     finally:
         dist.destroy_process_group()
@@ -151,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
 def summary(folder: Path) -> str:
     """Per rank: all-reduces per step against DDP's buckets, comm, exposed and wait per step; broken invariants."""
     from .analysis.distributed import invariant_violations, overlap_table
-    from .parse.ranks import load_rank_folder
+    from .analyze import ranks
 
-    traces, _ = load_rank_folder(folder)
+    traces, _, datas = ranks(folder, cpu_ok=True)
     t = overlap_table(traces)
-    buckets = len(json.loads((folder / "rank0.meta.json").read_text())["bucket_bytes"])
+    buckets = len(datas[0]["infralens"]["ddp"]["bucket_bytes"])
     g = t.groupby("rank")[["allreduce_calls", "step_us", "comm_us", "exposed_us", "wait_us"]].mean() / [1, 1e3, 1e3, 1e3, 1e3]
     g.columns = ["calls/step", "step ms", "comm ms", "exposed ms", "wait ms"]
     bad = invariant_violations(t, buckets)

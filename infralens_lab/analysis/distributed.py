@@ -217,7 +217,8 @@ def exposed_share(intervals: list[list[dict]] | list[dict]) -> float:
 # ---------------------------------------------------------------- ranks side by side
 def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFrame:
     """Each collective on every rank, paired per (profiled step, order within the step): one row per
-    (step, seq, rank) with the absolute ``start_us``/``end_us``, ``wait_us`` = the latest rank's start −
+    (step, seq, rank) with ``start_us``/``end_us`` on the shared clock (µs from the earliest collective start of
+    any rank, ``attrs['t0_us']`` on the absolute clock), ``wait_us`` = the latest rank's start −
     this rank's start (time spent waiting for the others), ``transfer_us`` = this rank's end − the latest
     start (the exchange itself, once everyone is in), and ``causality_gap_us`` = latest start − earliest
     end: a collective cannot finish anywhere before every rank entered it, so a gap above ``tolerance_us``
@@ -233,8 +234,9 @@ def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFram
                          f"sequence on every rank (profile the same steps on every rank)")
     rows = []
     keyed = [c[c["step"] >= 0].set_index(["step", "seq"]) for c in comms]
+    t0 = min((float(k["ts_us"].min()) for k in keyed if len(k)), default=0.0)
     for key in keyed[0].index:
-        start = np.array([float(k.at[key, "ts_us"]) for k in keyed])
+        start = np.array([float(k.at[key, "ts_us"]) for k in keyed]) - t0
         end = start + np.array([float(k.at[key, "dur_us"]) for k in keyed])
         latest = start.max()
         for r in range(len(traces)):
@@ -245,7 +247,7 @@ def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFram
                                      "causality_gap_us"])
     gaps = df.drop_duplicates(["step", "seq"])["causality_gap_us"]
     ends = df.pivot_table(index=["step", "seq"], columns="rank", values="end_us")
-    df.attrs.update(tolerance_us=tol, violations=int((gaps > tol).sum()),
+    df.attrs.update(tolerance_us=tol, t0_us=t0, violations=int((gaps > tol).sum()),
                     offset_us={r: float((ends[r] - ends[0]).median()) for r in range(1, len(traces))} if len(df) else {})
     return df
 

@@ -1,23 +1,16 @@
-"""Per-rank DDP evidence, read: the package's own DDP run (one dict per rank, live or recorded) and a folder of
-per-rank chrome traces written under torchrun (:mod:`infralens_lab.profile_ddp`, or any job that names its
-files ``rank<N>.json``).
+"""Per-rank DDP evidence, read: the package's own DDP run, one dict per rank, live or recorded.
 
 Reading only: nothing here runs a rank. :class:`RankRun` wraps the dicts
 :func:`infralens_lab.measure.distributed.job_ddp` returns (``rank``, ``world``, ``backend``, ``configs`` with
-a trimmed ``trace`` each, ``single``, ``no_sync``, ``bench``); :func:`load_rank_folder` returns the traces of a
-folder in rank order with the folder's ``provenance.json``.
+a trimmed ``trace`` each, ``single``, ``no_sync``, ``bench``). A folder of per-rank chrome traces (what
+:mod:`infralens_lab.profile_ddp` writes under torchrun) is read by ``infralens_lab.analyze.ranks``.
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .trace import Trace, load_trace
-
-RANK_FILE = re.compile(r"^rank(\d+)\.json$")
 
 
 @dataclass
@@ -66,23 +59,3 @@ class RankRun:
                 got = [load_trace(self.config(label, r)["trace"]) for r in range(self.world)]
             self._traces[label] = got
         return self._traces[label]
-
-
-def load_rank_folder(path: str | Path) -> tuple[list[Trace], dict]:
-    """The traces of a folder of per-rank chrome traces (``rank0.json``, ``rank1.json``, ...), in rank order,
-    and the folder's ``provenance.json`` (empty dict when absent). Raises naming what was found when the
-    folder has no rank files or a rank is missing."""
-    p = Path(path)
-    if not p.is_dir():
-        raise FileNotFoundError(f"no folder at {p}; expected a folder of per-rank traces rank0.json, rank1.json, ...")
-    found = {int(m.group(1)): f for f in p.iterdir() if (m := RANK_FILE.match(f.name))}
-    if not found:
-        raise ValueError(f"{p} holds no rank<N>.json traces (found {sorted(f.name for f in p.iterdir())[:8]}); "
-                         f"expected the files `torchrun ... -m infralens_lab.profile_ddp --out {p}` writes")
-    missing = sorted(set(range(max(found) + 1)) - set(found))
-    if missing:
-        raise ValueError(f"{p}: ranks {missing} have no trace (found ranks {sorted(found)}); expected rank0.json "
-                         f"to rank{max(found)}.json")
-    prov = p / "provenance.json"
-    meta = json.loads(prov.read_text()) if prov.is_file() else {}
-    return [load_trace(found[r]) for r in range(len(found))], meta
