@@ -22,7 +22,6 @@ LAYERS = [
     ("present", ["present"]),
     ("quiz", ["quiz"]),
     ("labs", ["labs_support"]),
-
     ("apps", ["bench", "record", "doctor", "site", "gates_cli", "analyze", "profile_ddp", "__main__"]),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
@@ -124,7 +123,7 @@ def test_lab_modules_stay_small():
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "labs_support").glob("lab*.py")}
     assert sizes  # the glue modules exist
     # the target is 300 lines for every lab module
-    limits = {"lab01.py": 301, "lab04.py": 300, "lab05.py": 301}  # a line each of the parse-layer import split; round 2 cuts them to 150
+    limits = {"lab01.py": 301, "lab04.py": 300, "lab05.py": 301, "lab06.py": 150}  # a line each of the parse-layer import split; round 2 cuts them to 150
     over = {n: s for n, s in sizes.items() if s > limits.get(n, 300)}
     assert not over, f"lab modules over their line budget: {over}"
 

@@ -17,6 +17,7 @@ from .buckets import bucket_plan
 from .scaling import bench_table, scaling, weak_scaling_bound
 
 PRACTICE = ("mystery", "reference")
+SCALING_CONFIG = "cap 25 MiB"  # the config the scaling table, its f and exercise 3 are measured on
 BOUND_SLACK = 1.05  # a measured speedup may exceed its own bound by 5 %: two runs of noise, not a law broken
 
 
@@ -113,7 +114,7 @@ def bench(run: RankRun) -> pd.DataFrame:
     return bench_table(run.ranks[0]["bench"], run.world)
 
 
-def scaling_table(run: RankRun, label: str = "cap 25 MiB") -> pd.DataFrame:
+def scaling_table(run: RankRun, label: str = SCALING_CONFIG) -> pd.DataFrame:
     """One rank alone vs the DDP run of ``label`` (each rank keeps its batch). ``profiled``: the DDP step time
     (mean) and f (exposed share, Σ exposed / Σ step) from the same steady profiled steps of every rank, so the
     weak-scaling bound n·(1−f) applies, against the one-rank run's median profiled step; ``timed``: the
@@ -129,6 +130,27 @@ def scaling_table(run: RankRun, label: str = "cap 25 MiB") -> pd.DataFrame:
                      "efficiency": s["efficiency"], "exposed_fraction": frac,
                      "weak_scaling_bound": weak_scaling_bound(frac, n) if frac is not None else None})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- the evidence the lab's exercises work on
+def bench_inputs(run: RankRun) -> pd.DataFrame:
+    """Rank 0's all-reduce benchmark as measured, ``bytes`` and ``seconds`` only (``attrs['ranks']``: n)."""
+    t = bench(run)[["bytes", "seconds"]].copy()
+    t.attrs["ranks"] = run.world
+    return t
+
+
+def plan_inputs(model, bucket_cap_mb: float | None) -> dict:
+    """The bucket-plan exercise's evidence for an MLP (``workloads.ddp.MLPConfig``): its fp32 gradient sizes in
+    ready order (a Linear's bias is ready before its weight, the last layer first: DDP's own order, tested) and
+    the cap, as :func:`.buckets.bucket_count`'s arguments."""
+    return {"grad_bytes_ready_order": [4 * n for n in reversed(model.param_sizes())], "bucket_cap_mb": bucket_cap_mb}
+
+
+def straggler_starts(run: RankRun, label: str = "straggler") -> pd.DataFrame:
+    """Every collective of the straggler config on every rank, on the shared clock: ``step, seq, rank, start_us,
+    end_us`` (:func:`.distributed.align` without its wait and transfer columns: the exercise computes them)."""
+    return D.align(run.traces(label))[["step", "seq", "rank", "start_us", "end_us"]].copy()
 
 
 def run_violations(ranks: list[dict] | RankRun) -> list[str]:

@@ -204,6 +204,15 @@ def overlap_table(traces: list[Trace]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def steady_step_intervals(traces: list[Trace]) -> list[list[dict]]:
+    """:func:`step_intervals` of every rank, steady steps only (after the first profiled step; all when one)."""
+    out = []
+    for t in traces:
+        iv = step_intervals(t)
+        out.append([s for s in iv if s["step"] > 0] or iv)
+    return out
+
+
 def exposed_share(intervals: list[list[dict]] | list[dict]) -> float:
     """The exposed-communication share of the profiled steps: Σ exposed / Σ step over every rank and step,
     from :func:`step_intervals` (one list per rank, or one flat list); exposed = comm time with no compute."""
@@ -268,6 +277,20 @@ def wait_per_step(al: pd.DataFrame, rank: int) -> float:
         raise ValueError(f"no collectives of rank {rank}; ranks present: {sorted(al['rank'].unique())}")
     mine = w.loc[rank]
     steady = mine[mine.index > 0] if (mine.index > 0).any() else mine
+    return float(steady.mean())
+
+
+def wait_at(al: pd.DataFrame, rank: int, seq: int = 0) -> float:
+    """How long ``rank`` waited at the ``seq``-th collective of each steady profiled step (step >= 1; all when
+    there is one), on average (µs): the latest rank's start − this rank's start, from ``start_us`` of
+    :func:`align` (its other columns are not needed)."""
+    mine = al[al["seq"] == seq]
+    if mine.empty or rank not in set(mine["rank"]):
+        raise ValueError(f"no collective #{seq} of rank {rank}; ranks {sorted(set(al['rank']))}, "
+                         f"collectives per step {sorted(set(al['seq']))}")
+    latest = mine.groupby("step")["start_us"].max()
+    waits = latest - mine[mine["rank"] == rank].set_index("step")["start_us"]
+    steady = waits[waits.index > 0] if (waits.index > 0).any() else waits
     return float(steady.mean())
 
 

@@ -124,7 +124,7 @@ FIXTURE_SPEC = RunSpec(configs=(DDPConfig("cap 0.25 MiB", 0.25, False, _SMALL), 
                                 DDPConfig("straggler", 0.25, False, _SMALL, STRAGGLE_MS),
                                 DDPConfig("mystery", 0.001, False, _SMALL_PRACTICE),
                                 DDPConfig("reference", 25, False, _SMALL_PRACTICE)),
-                       active=3, timed=2, accum=2, bench_mib=(0.25, 1), bench_reps=2)
+                       active=4, timed=2, accum=2, bench_mib=(0.25, 1), bench_reps=2)
 
 
 # ---------------------------------------------------------------- inside each rank
@@ -236,7 +236,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
         m = W.tiny_mlp(base_model).to(device)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         _, step = _stepper(m, opt, base_model, rank, device)
-        out["single"] = {"model": asdict(base_model), "trace": profiled(step, spec.active, device, barrier=False),
+        out["single"] = {"model": asdict(base_model), "trace": profiled(step, max(spec.active, 5), device, barrier=False),
                          "step_s": _timed(step, spec.timed, device, barrier=False)}
         del m, opt
     dist.barrier()
@@ -308,26 +308,28 @@ def _topology() -> str:
         return f"nvidia-smi topo -m failed: {exc}"
 
 
-def record_into(writer, check: Callable[[list[dict]], list[str]], quick: bool = False, gpus: int | None = None) -> str:
+def record_into(writer, check: Callable[[list[dict]], list[str]], quick: bool = False, gpus: int | None = None,
+                spec: RunSpec | None = None, backend: str = "nccl") -> str:
     """The recorder's ``distributed`` step: :func:`run` with NCCL on every GPU (``gpus``, default all of them,
     at least 2), checked by ``check`` (the recorder passes ``analysis.ddp_run.run_violations``: a list of broken
     invariants, empty when all hold), then written as records ``ddp_rank0`` … ``ddp_rank<N-1>`` (each rank's
     dict, traces included) and ``ddp_meta`` (world, NCCL version, topology). A run that breaks an invariant
-    raises :class:`InvariantBroken` naming each, and nothing is written. Fewer than 2 GPUs: :class:`NotEnoughGPUs`."""
+    raises :class:`InvariantBroken` naming each, and nothing is written. Fewer than 2 GPUs: :class:`NotEnoughGPUs`.
+    ``spec`` and ``backend`` (default :data:`GPU_SPEC`, NCCL) let a test drive the same path on gloo ranks."""
     gpus = W.gpu_count() if gpus is None else gpus
     if gpus < 2:
         raise NotEnoughGPUs(f"the distributed step needs 2 GPUs (NCCL, one rank per GPU) and this machine has "
                             f"{gpus}; record it on a machine with two or more GPUs (e.g. nvidia-h200-x2)")
-    spec = QUICK_GPU_SPEC if quick else GPU_SPEC
+    spec = spec or (QUICK_GPU_SPEC if quick else GPU_SPEC)
     t0 = time.perf_counter()
-    ranks = run(spec, world=gpus, backend="nccl", timeout_s=540.0)
+    ranks = run(spec, world=gpus, backend=backend, timeout_s=540.0)
     broken = check(ranks)
     if broken:
         raise InvariantBroken(f"{len(broken)} invariant(s) broken, nothing written:\n" + "\n".join(broken[:20]))
     for r in ranks:
         writer.write(f"ddp_rank{r['rank']}", r, units={"step_s": "s", "seconds": "s", "bytes": "B"},
                      notes="one rank of a DDP run (see infralens_lab.measure.distributed); traces trimmed")
-    writer.write("ddp_meta", {"world": gpus, "gpus": gpus, "backend": "nccl", "nccl": ranks[0].get("nccl_version"),
+    writer.write("ddp_meta", {"world": gpus, "gpus": gpus, "backend": backend, "nccl": ranks[0].get("nccl_version"),
                               "topology": _topology(), "spec": repr(spec), "seconds": time.perf_counter() - t0,
                               "invariants": "checked: exposed <= comm <= step, calls = buckets, speedup <= bound"},
                  notes="NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 in every rank")

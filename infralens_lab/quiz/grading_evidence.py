@@ -235,28 +235,6 @@ def lab05_compile_counts():
     return lab05.compile_counts(lab05.live_compile())
 
 
-# ---------------------------------------------------------------- lab 06
-@functools.lru_cache(maxsize=1)
-def _lab06_run():
-    from infralens_lab.labs_support import lab06
-
-    return lab06, lab06.live()
-
-
-def lab06_bucket_counts():
-    """Lab 06: buckets and all-reduce calls per step per bucket cap, from a live DDP run (two gloo ranks on a
-    CPU, NCCL on two GPUs) of the notebook's model. Counts only: the same on every run; the run (20-60 s
-    on a small CPU) is made once per grading process."""
-    lab06, run = _lab06_run()
-    return lab06.sweep_counts(run)
-
-
-def lab06_no_sync_counts():
-    """Lab 06: all-reduce calls per optimizer step with and without no_sync (counts, same live run)."""
-    lab06, run = _lab06_run()
-    return lab06.no_sync_counts(run)
-
-
 # ---------------------------------------------------------------- lab 07
 @functools.lru_cache(maxsize=1)
 def lab07_live_ops():
