@@ -280,3 +280,14 @@ def test_wait_at_the_first_collective_needs_only_the_starts():
         A.wait_at(starts, 0, seq=5)
     iv = A.steady_step_intervals([nccl_rank(skew=5)])
     assert [s["step"] for s in iv[0]] == [1, 2] and A.exposed_share(iv) == pytest.approx(19 / 100)
+
+
+def test_nccl_kernels_without_a_correlated_launch_pair_with_their_c10d_calls():
+    """A trace whose NCCL kernels lost their launch correlation (the profiler missed the driver call) still gives
+    each kernel the step whose c10d::allreduce_ call enqueued it, by order, as gloo ranges do."""
+    tr = nccl_rank(leftover=False)
+    data = {"traceEvents": [dict(e, args={k: v for k, v in e["args"].items() if k != "correlation"})
+                            if "nccl" in e["name"] else e for e in tr.data["traceEvents"]]}
+    c = A.comm_events(Trace(data))
+    assert list(c["step"]) == [0, 0, 1, 1, 2, 2] and list(c["enqueue_us"]) == [22.0, 34.0, 122.0, 134.0, 222.0, 234.0]
+    assert A.invariant_violations(A.overlap_table([Trace(data)]), buckets=2) == []

@@ -17,9 +17,11 @@ What counts as communication and as compute (the backend that made the trace dec
 
 **Which step a collective belongs to** is the series' attribution rule (``parse.trace.Trace.gpu_step``): the
 profiled step whose CPU range holds the call that enqueued it, never the step its start time falls in. An
-NCCL kernel goes by its launch call (``correlation`` id). A gloo range is paired with the ``c10d::allreduce_``
-call that enqueued it: the k-th call with the k-th range, both in start order (gloo's workers take work from
-one queue in order). **A step's window** is its CPU range on a gloo trace; on a GPU trace it is the time from
+NCCL kernel goes by its launch call (``correlation`` id; a trace whose NCCL kernels carry no correlated launch
+is paired like gloo's). A gloo range is paired with the ``c10d::allreduce_`` call that enqueued it: the k-th
+call with the k-th range, both in start order (gloo's two worker threads take work from one queue in order; two
+collectives started within microseconds of each other on a loaded machine can swap, which :func:`align`'s
+causality check then reports). **A step's window** is its CPU range on a gloo trace; on a GPU trace it is the time from
 the end of the previous step's GPU work to the end of this step's (the first step: from its first GPU work),
 because the CPU runs ahead. Communication and compute are clipped to the window, so a part never exceeds its
 whole: exposed <= comm <= step (:func:`invariant_violations` checks it, with calls per step = DDP's buckets).
@@ -73,26 +75,34 @@ def comm_events(trace: Trace) -> pd.DataFrame:
     range holds that call; -1 for none) and ``seq`` (its order within the step). See the module doc."""
     ev = trace.events
     cols = ["name", "tid", "ts_us", "start_us", "end_us", "dur_us", "enqueue_us", "step", "seq"]
+    c = ev[(ev["cat"] == "cpu_op") & ev["name"].isin(C10D_ALLREDUCE)].sort_values("start_us")
     if trace.has_gpu:
         k = ev[(ev["cat"] == "kernel") & _is_allreduce_kernel(ev["name"])].sort_values("start_us")
         rt = [trace.launcher.get(i) for i in k.index]
-        enq = np.array([ev.at[r, "start_us"] if r is not None else np.nan for r in rt], dtype=float)
-        step = trace.gpu_step().reindex(k.index).to_numpy()
-        out = k.assign(enqueue_us=enq, step=step)
+        if len(k) and all(r is None for r in rt) and len(c):  # no launch correlated: pair with the c10d calls
+            out = _paired(trace, k, c, "NCCL all-reduce kernels")
+        else:
+            enq = np.array([ev.at[r, "start_us"] if r is not None else np.nan for r in rt], dtype=float)
+            out = k.assign(enqueue_us=enq, step=trace.gpu_step().reindex(k.index).to_numpy())
     else:
         g = ev[(ev["cat"] == "user_annotation") & ev["name"].isin(GLOO_ALLREDUCE)].sort_values("start_us")
-        c = ev[(ev["cat"] == "cpu_op") & ev["name"].isin(C10D_ALLREDUCE)].sort_values("start_us")
-        if len(c):  # work enqueued before the profiler started has a range but no call: not this window's
-            g = g[g["start_us"] >= c["start_us"].iloc[0]]
-        if len(g) != len(c):
-            raise ValueError(f"{len(c)} c10d::allreduce_ calls but {len(g)} gloo:all_reduce ranges after the first "
-                             f"call; expected one range per call (a trace cut before its last collective ended?)")
-        enq = c["start_us"].to_numpy(dtype=float)
-        out = g.assign(enqueue_us=enq, step=_cpu_step_of(trace, enq, c["pid"].to_numpy()))
+        out = _paired(trace, g, c, "gloo:all_reduce ranges")
     out = out.rename(columns={"ts": "ts_us", "dur": "dur_us"})
     out["step"] = out["step"].astype("int64")
     out["seq"] = out.groupby("step").cumcount()
     return out[cols].reset_index(drop=True)
+
+
+def _paired(trace: Trace, work: pd.DataFrame, calls: pd.DataFrame, what: str) -> pd.DataFrame:
+    """``work`` (collectives in start order) with the ``c10d::allreduce_`` call that enqueued each: the k-th call
+    with the k-th collective after the first call (work enqueued before the profiler started has no call)."""
+    if len(calls):
+        work = work[work["start_us"] >= calls["start_us"].iloc[0]]
+    if len(work) != len(calls):
+        raise ValueError(f"{len(calls)} c10d::allreduce_ calls but {len(work)} {what} after the first call; expected "
+                         f"one per call (a trace cut before its last collective ended?)")
+    enq = calls["start_us"].to_numpy(dtype=float)
+    return work.assign(enqueue_us=enq, step=_cpu_step_of(trace, enq, calls["pid"].to_numpy()))
 
 
 def step_windows(trace: Trace) -> pd.DataFrame:
