@@ -19,8 +19,8 @@ def test_bandwidth_conventions():
 def test_bench_table_and_largest_busbw():
     t = S.bench_table([{"bytes": 2 ** 20, "seconds": 1e-4}, {"bytes": 2 ** 30, "seconds": 4e-3}], n=4)
     assert list(t["MiB"]) == [1.0, 1024.0] and t.attrs["ranks"] == 4
-    assert t["busbw_GBs"].iloc[1] == pytest.approx(2 ** 30 / 4e-3 / 1e9 * 1.5)
-    assert S.largest_busbw(t) == pytest.approx(t["busbw_GBs"].iloc[1])
+    assert t["busbw_GBps"].iloc[1] == pytest.approx(2 ** 30 / 4e-3 / 1e9 * 1.5)
+    assert S.largest_busbw(t) == pytest.approx(t["busbw_GBps"].iloc[1])
     with pytest.raises(ValueError, match="needs rows with 'bytes' and 'seconds'"):
         S.largest_busbw(pd.DataFrame({"MiB": [1.0]}), 2)
 
@@ -59,7 +59,7 @@ def test_ring_and_multinode_model():
 
 def test_multinode_model_takes_the_measured_busbw():
     df = S.multinode_model(0.010, 0.006, 1e9, 0.5, intra_busbw_gbs=316.0, gpus=(2, 64), busbw_source="measured, 1 GiB")
-    assert df["busbw_gbs"].iloc[0] == 316.0 and df["busbw_gbs"].iloc[1] == pytest.approx(40.0)
+    assert df["busbw_GBps"].iloc[0] == 316.0 and df["busbw_GBps"].iloc[1] == pytest.approx(40.0)
     assert "316 GB/s in a node (measured, 1 GiB)" in df.attrs["label"]
     slow = S.multinode_model(0.010, 0.006, 1e9, 0.5, intra_busbw_gbs=20.0, gpus=(64,))
-    assert slow["busbw_gbs"].iloc[0] == 20.0  # the network never beats the node's own measured rate
+    assert slow["busbw_GBps"].iloc[0] == 20.0  # the network never beats the node's own measured rate

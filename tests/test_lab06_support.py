@@ -57,7 +57,7 @@ def test_no_sync_bench_and_scaling_tables():
     assert ns.loc["plain", "allreduce_calls_per_optimizer_step"] == 2 * 8
     assert ns.loc["no_sync", "allreduce_calls_per_optimizer_step"] == 8
     bench = R.bench(RUN)
-    assert list(bench["MiB"]) == [0.25, 1.0] and (bench["busbw_GBs"] == bench["algbw_GBs"]).all()  # n = 2
+    assert list(bench["MiB"]) == [0.25, 1.0] and (bench["busbw_GBps"] == bench["algbw_GBps"]).all()  # n = 2
     s = R.scaling_table(RUN).set_index("basis")
     assert s.loc["profiled", "weak_scaling_bound"] == pytest.approx(2 * (1 - s.loc["profiled", "exposed_fraction"]))
     assert s.loc["profiled", "speedup"] <= s.loc["profiled", "weak_scaling_bound"] * R.BOUND_SLACK

@@ -32,12 +32,12 @@ def busbw(algbw_gbs: float, n: int) -> float:
 
 def bench_table(bench: list[dict], n: int) -> pd.DataFrame:
     """One row per benchmarked all-reduce (``bytes``, ``seconds`` from the measurement): ``MiB``, ``ms``,
-    ``algbw_GBs``, ``busbw_GBs`` over ``n`` ranks."""
+    ``algbw_GBps``, ``busbw_GBps`` over ``n`` ranks."""
     rows = []
     for b in bench:
         a = algbw(b["bytes"], b["seconds"])
         rows.append({"bytes": int(b["bytes"]), "seconds": float(b["seconds"]), "MiB": b["bytes"] / 2 ** 20,
-                     "ms": 1e3 * b["seconds"], "algbw_GBs": a, "busbw_GBs": busbw(a, n)})
+                     "ms": 1e3 * b["seconds"], "algbw_GBps": a, "busbw_GBps": busbw(a, n)})
     out = pd.DataFrame(rows)
     out.attrs["ranks"] = n
     return out
@@ -91,7 +91,7 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
     the in-node rate). At most ``hidden_fraction`` of it hides, and never more than ``backward_s`` (the
     backward compute it can hide under): hidden = min(fraction · comm, backward), step = compute + comm −
     hidden, so a step is never shorter than its compute nor than its communication. Returns ``gpus, link,
-    busbw_gbs, comm_ms, hidden_ms, step_ms, efficiency`` with ``attrs['label']`` saying it is a model."""
+    busbw_GBps, comm_ms, hidden_ms, step_ms, efficiency`` with ``attrs['label']`` saying it is a model."""
     if not 0 <= hidden_fraction <= 1 or not 0 < achievable <= 1:
         raise ValueError(f"hidden_fraction={hidden_fraction}, achievable={achievable}; expected fractions in [0, 1]")
     if not 0 <= backward_s <= compute_s:
@@ -104,7 +104,7 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
         comm = ring_allreduce_s(grad_bytes, n, bw, latency_s) if n > 1 else 0.0
         hid = min(hidden_fraction * comm, backward_s)
         step = compute_s + comm - hid
-        rows.append({"gpus": n, "link": link if n > 1 else "none", "busbw_gbs": bw if n > 1 else None,
+        rows.append({"gpus": n, "link": link if n > 1 else "none", "busbw_GBps": bw if n > 1 else None,
                      "comm_ms": 1e3 * comm, "hidden_ms": 1e3 * hid, "step_ms": 1e3 * step,
                      "efficiency": compute_s / step})
     df = pd.DataFrame(rows)

@@ -36,7 +36,7 @@ def busbw_figure(bench: pd.DataFrame, peak_gbs: float | None = None, peak_label:
     import matplotlib.pyplot as plt  # lazy: matplotlib only when a figure is drawn
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
-    ax.plot(bench["MiB"], bench["busbw_GBs"], marker="o", label="measured busbw")
+    ax.plot(bench["MiB"], bench["busbw_GBps"], marker="o", label="measured busbw")
     if peak_gbs:
         ax.axhline(peak_gbs, color="#c44e52", linestyle="--", label=f"{peak_label} {peak_gbs:g} GB/s")
     ax.set_xscale("log", base=2)
