@@ -22,7 +22,8 @@ def test_two_gloo_ranks_run_ddp_end_to_end():
     names = {e["name"] for e in c["trace"]["traceEvents"]}
     assert "gloo:all_reduce" in names and any(n.startswith("ProfilerStep") for n in names)
     assert ranks[0]["single"]["step_s"] > 0 and "single" not in ranks[1]
-    assert sum(e["name"].startswith("ProfilerStep") for e in ranks[0]["single"]["trace"]["traceEvents"]) == 1
+    steps = sum(e["name"].startswith("ProfilerStep") for e in ranks[0]["single"]["trace"]["traceEvents"])
+    assert steps == max(TINY.active, 5)  # the one-rank baseline: a median over at least 5 profiled steps
     assert sorted(c["grad_ready_order"]) == [0, 1, 2, 3] and c["param_bytes"] == [4 * 256 * 256, 4 * 256] * 2
     assert ranks[0]["bench"][0]["bytes"] == 2 ** 18
 
