@@ -38,17 +38,22 @@ gates-gpu: $(STAMP)
 	$(PY) -m infralens_lab gates --ratios
 
 # Grade a folder of submitted notebooks: `make grade SUBMISSIONS=path/` (see docs/instructors.md).
-# RUN=0 grades from the files alone and executes no submitted code (no sandbox needed).
+# RUN=1 (default) also executes each notebook, isolated: its own process, session and scratch copy, at most
+# TIMEOUT seconds, and whatever it leaves running is killed. RUN=0 grades from the files alone and executes
+# no submitted code (no sandbox needed). Scores and class_report.html are written once, at the end.
 SUBMISSIONS ?=
 SCORES ?= scores.csv
 RUN ?= 1
-GRADE_EXEC := $(if $(filter 0,$(RUN)),-p no:nbval,--nbval-lax --nbval-current-env)
+TIMEOUT ?= 120
+GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT))
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0]"; exit 2; }
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120]"; exit 2; }
+	@test -e "$(SUBMISSIONS)" || { echo "make grade: SUBMISSIONS=$(SUBMISSIONS) does not exist; expected a folder of submitted .ipynb notebooks" >&2; exit 2; }
+	@case "$(RUN)" in 0|1) ;; *) echo "make grade: RUN=$(RUN); expected 1 (execute the notebooks, isolated) or 0 (read the files only)" >&2; exit 2;; esac
 	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors
-	@# (an unwritable SCORES path is refused before any notebook runs). The grader, not the notebooks,
-	@# decides every score: see docs/instructors.md (and run untrusted submissions in a sandbox).
-	rc=0; $(PY) -m pytest $(GRADE_EXEC) --infralens-grade -p no:cacheprovider \
+	@# (an unwritable SCORES path or changed grader files are refused before any notebook runs). The grader,
+	@# not the notebooks, decides every score: see docs/instructors.md (and run untrusted work in a sandbox).
+	rc=0; $(PY) -m pytest --infralens-grade $(GRADE_EXEC) -p no:cacheprovider \
 	    "$(SUBMISSIONS)" --infralens-score-csv "$(SCORES)" $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -le 1 ]; then echo "scores written to $(SCORES)"; \
 	else echo "make grade: pytest stopped with status $$rc (see above); no scores written" >&2; fi; \

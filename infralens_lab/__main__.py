@@ -36,8 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in COMMANDS:
         print(f"unknown command {cmd!r}; expected one of {sorted(COMMANDS)}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[cmd][0])
-    return int(module.main(rest) or 0)
+    from .device import GpuUnavailableError, ModeSettingError
+
+    try:
+        module = importlib.import_module(COMMANDS[cmd][0])
+        return int(module.main(rest) or 0)
+    except (ModeSettingError, GpuUnavailableError) as exc:  # a mode the machine cannot give: say so, no traceback
+        print(f"{cmd}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

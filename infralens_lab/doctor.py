@@ -198,6 +198,18 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
             checks.append(Check("numpy", "problem" if f.mode != "gpu" else "note", what, fix))
 
     def ncu_check():
+        from .measure.ncu import NCU_ENV, ncu_env_problem
+
+        env = os.environ.get(NCU_ENV, "").strip()
+        if env:
+            problem = ncu_env_problem(env)
+            if problem:
+                checks.append(Check("ncu", "problem", problem, f"Point {NCU_ENV} at the ncu executable (e.g. "
+                                    "/opt/nvidia/nsight-compute/<version>/ncu), or unset it to use ncu from PATH."))
+            else:
+                checks.append(Check("ncu", "ok", f"Nsight Compute {p.tool_version(env) or '(version unknown)'} "
+                                                 f"({NCU_ENV}={env})"))
+            return
         if not p.which("ncu"):
             f = state.get("facts")
             if f is not None and f.mode == "gpu":
@@ -279,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run ncu once on a tiny kernel to prove counters are readable (GPU, ~10 s)")
     args = ap.parse_args(argv)
     probes = Probes(counter_probe=probe_counters_with_ncu)
-    run_doctor(verbose=True, probes=probes, probe_counters=args.probe_counters)
-    return 0
+    report = run_doctor(verbose=True, probes=probes, probe_counters=args.probe_counters)
+    return 1 if report.problems else 0  # a problem (a bogus INFRALENS_MODE, ...) is an error status for scripts
 
 
 class _CallableModule(types.ModuleType):

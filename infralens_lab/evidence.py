@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import sysconfig
+import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -270,6 +271,15 @@ class EvidenceWriter:
 
 
 # ---------------------------------------------------------------- reading
+def _restore_fix(path: Path) -> str:
+    """How to get a recorded file back: from git in a checkout, else by recording the set again."""
+    folder = path.parent
+    return (f"Fix: restore it (in a git checkout: `git checkout -- {path}`), or record the set again on its GPU "
+            f"with `python -m infralens_lab record --out {folder}`. Recorded files are written only by the "
+            "recorder; editing one and its checksum by hand is caught by review, not by this check "
+            "(docs/instructors.md, 'Provenance').")
+
+
 class RecordedStore:
     """A validated recorded set in ``data/recorded/<gpu-slug>/``."""
 
@@ -277,8 +287,11 @@ class RecordedStore:
         self.folder = Path(folder)
         mpath = self.folder / "manifest.json"
         if not mpath.is_file():
-            raise EvidenceError(f"{self.folder}: no manifest.json; a recorded set is written by "
-                                f"`python -m infralens_lab record --out {self.folder}`")
+            files = sorted(q.name for q in self.folder.iterdir() if q.is_file()) if self.folder.is_dir() else []
+            seen = f"the folder holds {len(files)} file(s) but no manifest.json" if files else \
+                ("the folder is empty" if self.folder.is_dir() else "there is no such folder")
+            raise EvidenceError(f"{self.folder}: not a recorded set ({seen}); expected a folder written by the "
+                                f"recorder, with a manifest.json listing each file's checksum. {_restore_fix(mpath)}")
         try:
             manifest = json.loads(mpath.read_text())
         except json.JSONDecodeError as exc:
@@ -310,7 +323,8 @@ class RecordedStore:
         digest = _sha256(path)
         if digest != entry.get("sha256"):
             raise EvidenceError(f"{path}: checksum {digest[:12]}… does not match the manifest's "
-                                f"{str(entry.get('sha256'))[:12]}…; the file was changed after recording")
+                                f"{str(entry.get('sha256'))[:12]}…: this file changed after recording. "
+                                f"{_restore_fix(path)}")
         return path
 
     def verify(self) -> None:
@@ -374,13 +388,19 @@ def default_reference(root: str | Path | None = None) -> tuple[str | None, str]:
     """
     root = Path(root) if root is not None else data_root()
     have = recordings(root)
-    env = os.environ.get(REFERENCE_ENV, "").strip()
+    raw = os.environ.get(REFERENCE_ENV)
+    env = (raw or "").strip()
     if env:
         return env, f"${REFERENCE_ENV}={env}"
+    ignored = ""
+    if raw is not None:  # set but blank: say so rather than fall back in silence
+        ignored = f"; ${REFERENCE_ENV} is set but empty ({raw!r}), so it was ignored: set a slug or unset it"
+        warnings.warn(f"{REFERENCE_ENV}={raw!r} is empty; expected a recorded set's slug, one of {have}. "
+                      "Using the committed default instead.", stacklevel=2)
     default = root / DEFAULT_FILE
     if default.is_file():
         slug = default.read_text().strip()
-        return slug, f"committed default ({root.parent.name}/{root.name}/{DEFAULT_FILE})"
+        return slug, f"committed default ({root.parent.name}/{root.name}/{DEFAULT_FILE}){ignored}"
     if len(have) == 1:
         return have[0], "the only recorded set"
     if not have:

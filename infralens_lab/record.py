@@ -15,7 +15,10 @@ size sweep 256..8192); ``bench`` (:func:`infralens_lab.bench.record_into`); ``tr
 and ``trace_summary``); ``step_times`` (wall-clock steps of both versions: synchronised per step
 from the first, warm-up included, and back to back);
 ``variants`` (``pipeline_variants``: each of ``workloads.pipeline.VARIANTS``, one change at a time, timed as
-in ``step_times`` and profiled for 3 steps, each trace reduced to ``analysis.variants.trace_digest``);
+in ``step_times`` and profiled for 3 steps, each trace reduced to ``analysis.variants.trace_digest``, with every
+step's loss); ``traces``, ``step_times`` and ``variants`` mark their records ``prefetch_same_work: true``: the
+prefetching versions tokenize every batch in DataLoader workers (``analysis.variants.same_work`` tells a record
+made before that, whose prefetch recycled 4 batches);
 ``memory`` (``memory_train``, ``memory_infer`` via
 :func:`infralens_lab.measure.memory.record_into`); ``ncu_copies``, ``ncu_copies_stalls``,
 ``ncu_attention``, ``ncu_matmul`` (raw ncu CSV, one ``==INFRALENS== config:`` block per run; L1/L2 byte
@@ -52,7 +55,7 @@ from .measure.timing import time_steps
 from .measure.torch_trace import profile
 from .parse.trace import trim
 from .workloads.pipeline import VARIANTS, make_step, make_variant
-from .analysis.variants import RECORD as VARIANTS_RECORD, trace_digest
+from .analysis.variants import RECORD as VARIANTS_RECORD, SAME_WORK, trace_digest
 from .analysis.ddp_run import run_violations
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
@@ -70,7 +73,7 @@ ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + 
     + LAUNCH + N.SCHEDULER + N.CLOCK
 MATMUL_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + HIERARCHY \
     + HIERARCHY_PEAKS + LAUNCH
-TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH
+TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH + N.CLOCK
 STEP_TIME_STEPS, STEP_TIME_BATCHED = 40, 30
 
 
@@ -129,6 +132,7 @@ class Recorder:
         for version in ("bubble", "fixed"):
             step = make_step(version)
             tr = profile(step, wait=1, warmup=2, active=3)
+            step.close()
             for depth in (None, 4, 3, 2, 1):  # keep under ~2.5 MB of JSON: drop the deepest aten ops first
                 data = trim(tr.data, max_depth=depth)
                 if len(json.dumps(data)) < 2_500_000:
@@ -139,7 +143,7 @@ class Recorder:
                                       f"torch_trace.trim(max_depth={depth})")
             sizes.append(f"{version} {path.stat().st_size / 1e6:.2f} MB (op depth {depth or 'all'})")
             gaps = tr.idle_gaps()
-            summary[version] = {**tr.summary(), "gaps": gaps.to_dict(orient="records"),
+            summary[version] = {**tr.summary(), SAME_WORK: True, "gaps": gaps.to_dict(orient="records"),
                                 "ranges": tr.ranges().to_dict(orient="records"),
                                 "top_kernels": tr.kernels(top=10).to_dict(orient="records")}
         self.top_kernels = [k["name"] for k in summary["fixed"]["top_kernels"]]
@@ -154,7 +158,11 @@ class Recorder:
         """Wall-clock step times: synchronised per step from the very first (warm-up visible), then
         back to back with one synchronise at the end (throughput)."""
 
-        out = {v: time_steps(make_step(v), STEP_TIME_STEPS, STEP_TIME_BATCHED, skip=10) for v in ("bubble", "fixed")}
+        out = {}
+        for v in ("bubble", "fixed"):
+            step = make_step(v)
+            out[v] = {**time_steps(step, STEP_TIME_STEPS, STEP_TIME_BATCHED, skip=10), SAME_WORK: True}
+            step.close()
         self.w.write("step_times", out, units={"_ms": "ms"},
                      notes=f"{STEP_TIME_STEPS} steps each timed with a synchronize (warm-up included, median/p10/p90 "
                            f"over steps 10+), then {STEP_TIME_BATCHED} steps back to back with one synchronize.")
@@ -173,15 +181,19 @@ class Recorder:
             tr = profile(step, wait=1, warmup=1, active=3)
             out[name] = {"changed": v.changed, "base": v.base, "precision": v.precision, "prefetch": v.prefetch,
                          "pinned": v.pinned, "pins": step.pins, "sync_every_step": v.sync_every_step,
-                         "timing": timing, "trace": trace_digest(tr), "mean_loss": step.mean_loss(), "steps_run": step.steps}
+                         "workers": step.workers, "timing": timing, "trace": trace_digest(tr),
+                         "mean_loss": step.mean_loss(), "loss_curve": step.loss_curve(), "steps_run": step.steps}
+            step.close()
         sizes = {"config": vars(step.config), "batch": step.batch, "seq": step.seq, "device": step.device}
-        self.w.write(VARIANTS_RECORD, {"variants": out, "sizes": sizes}, units={"_ms": "ms", "_us": "us", "_pct": "%"},
+        self.w.write(VARIANTS_RECORD, {"variants": out, "sizes": sizes, SAME_WORK: True},
+                     units={"_ms": "ms", "_us": "us", "_pct": "%"},
                      notes=f"workloads.pipeline.VARIANTS; timing: {synced} steps each with a synchronize (median/p10/p90 "
                            f"over steps {skip}+), then {batched} back to back (throughput_ms_per_step); trace: "
                            "torch.profiler schedule(wait=1, warmup=1, active=3) on the same pipeline, reduced by "
                            "analysis.variants.trace_digest (idle gaps over min_gap_us; top kernels by GPU time; "
-                           "kernel kinds read from kernel names); mean_loss over all steps_run (same seed; prefetching variants cycle "
-                           "4 batches, the others tokenize a new one each step); TF32 allowed only during fixed+tf32's steps")
+                           "kernel kinds read from kernel names); mean_loss and loss_curve over all steps_run (same seed, same batches: "
+                           "batch i is tokenized from the same random stream in the step or by the prefetching variants' "
+                           "DataLoader workers); TF32 allowed only during fixed+tf32's steps")
         return "; ".join(f"{n} {o['timing']['throughput_ms_per_step']:.1f} ms/step" for n, o in out.items())
 
     def step_memory_timeline(self):
@@ -381,7 +393,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"record: unknown step(s) {unknown}; expected some of {list(STEPS)}", file=sys.stderr)
         return 2
 
-    if not device.is_gpu():
+    try:
+        gpu = device.is_gpu()
+    except (device.ModeSettingError, device.GpuUnavailableError) as exc:
+        print(f"record: refusing to record: {exc}. Recorded evidence must come from a real GPU; run it on a "
+              "machine with an NVIDIA GPU.", file=sys.stderr)
+        return 2
+    if not gpu:
         print(f"record: refusing to record: recorded evidence must come from a real GPU, and this machine "
               f"runs in interpreter mode ({device.mode_reason()}). Run it on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2

@@ -16,16 +16,19 @@ from __future__ import annotations
 import argparse
 import copy
 import html
+import math
 import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import site_assets
+from .quiz.widgets import SELF_CHECK_CALL
+
 LAB_GLOB = "[0-9][0-9]_*.ipynb"
 NOTEBOOKS_DIR = "notebooks"  # under the site folder: the committed notebooks, for "Download this notebook"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-_SELF_CHECK_RE = re.compile(r"""self_check\(\s*["']([^"']+)["']""")
 _HEADING_RE = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 # A reference that makes the browser fetch from the network: remote scripts, styles, frames,
 # images and CSS imports/urls ("//host" counts too: from file:// it means the network).
@@ -47,8 +50,13 @@ _TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block extra_css -%}<style type="text/css">{{ resources.infralens_css }}</style>{%- endblock extra_css -%}
-{%- block body_header -%}{{ super() }}{{ resources.infralens_nav }}{%- endblock body_header -%}
-{%- block body_footer -%}{{ resources.infralens_nav }}{{ resources.infralens_footer }}{{ super() }}{%- endblock body_footer -%}
+{%- block body_header -%}{{ super() }}{{ resources.infralens_top }}{%- endblock body_header -%}
+{%- block body_footer -%}{{ resources.infralens_nav }}{{ resources.infralens_footer }}{{ resources.infralens_scripts }}{{ super() }}{%- endblock body_footer -%}
+{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}" alt="{{ (output | get_metadata('alt', 'image/png')) | escape_html }}">
+</div>
+{%- endblock data_png %}
 """
 
 _CSS = """
@@ -72,19 +80,20 @@ main { max-width: 1100px; margin: 0 auto; }
 /* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and
    "point" mid-word; wrap at spaces and break only a token longer than the whole line. */
 .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+/* a markdown (or pandas) table wider than the page scrolls inside itself, its visible right edge fading
+   out so that a cut table shows that it goes on (present.show's tables carry the same fade) */
+.jp-RenderedMarkdown table, .jp-RenderedHTMLCommon table.dataframe { display: block; overflow-x: auto;
+  max-width: 100%; box-sizing: border-box; padding-right: 28px;
+  -webkit-mask-image: linear-gradient(to right, #000 calc(100% - 28px), transparent);
+  mask-image: linear-gradient(to right, #000 calc(100% - 28px), transparent); }
 /* a figure wider than a narrow window shrinks with it instead of widening the page */
 .jp-OutputArea-output img { max-width: 100%; height: auto; }
-.infralens-nav .download::before { content: ""; display: inline-block; width: 0.9em; height: 0.9em;
+.infralens-nav .download::before, .infralens-bar .download::before { content: ""; display: inline-block; width: 0.9em; height: 0.9em;
   margin-right: 0.3em; vertical-align: -0.1em; background: no-repeat center/contain
   url("data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Cpath d='M8 1v9M4 6l4 4 4-4M2 14h12' stroke='%231565c0' stroke-width='2' fill='none'/%3E%3C/svg%3E"); }
-.infralens-toc { font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px; border: 1px solid #e0e0e0;
-  border-radius: 6px; padding: 6px 14px; margin: 0 0 14px 0; background: #fafafa; }
-.infralens-toc summary { cursor: pointer; font-weight: 600; }
-.infralens-toc ol { margin: 6px 0; padding-left: 1.4em; columns: 2 18em; column-gap: 2em; }
-.infralens-toc li { margin: 2px 0; break-inside: avoid; }
-.infralens-toc li.sub { margin-left: 1.2em; list-style: circle; }
-.infralens-toc a { text-decoration: none; color: #1565c0; }
 """
+
+_CSS += site_assets.CSS
 
 _INDEX = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -99,30 +108,45 @@ ol.labs li {{ border: 1px solid #e0e0e0; border-radius: 6px; padding: 12px 16px;
 ol.labs a {{ font-size: 1.15em; font-weight: 600; color: #1565c0; text-decoration: none; }}
 ol.labs .num {{ color: #888; font-variant-numeric: tabular-nums; margin-right: 0.5em; }}
 ol.labs .teaches {{ margin: 4px 0 0 0; color: #333; }}
+ol.labs .meta {{ margin: 4px 0 0 0; color: #555; font-size: 0.9em; }}
 .note {{ font-size: 0.9em; color: #666; border-top: 1px solid #eee; padding-top: 10px; }}
+.infralens-search {{ max-width: none; margin: 16px 0; }}
+{css}
 </style></head>
 <body>
 <h1>InfraLens Lab</h1>
 <p class="lede">GPU performance engineering from evidence: the offline edition.</p>
+{search}
 <ol class="labs">
 {items}
 </ol>
 <p class="note">Built from the committed notebooks without running them: every figure, table and
 "Evidence:" provenance line is what the notebook showed when it was last run and committed.
 Self-checks are interactive only in JupyterLab (<code>make lab</code>); here each one shows its
-question and a collapsed explanation.</p>
+question and a collapsed explanation. The time per lab is an estimate from its length: its prose at
+{wpm} words a minute, {code} minute per code cell, {q} minutes per question and {ex} per exercise.</p>
+{scripts}
 </body></html>
 """
 
 
 @dataclass(frozen=True)
 class LabPage:
-    """One lab: its notebook, the HTML file name it becomes, and what the index says about it."""
+    """One lab: its notebook, the HTML file name it becomes, what the index says about it, about how
+    long it takes (:func:`estimate_minutes`) and what it needs (:func:`needs_line`)."""
 
     notebook: Path
     html_name: str
     title: str
     teaches: str
+    minutes: int = 0
+    needs: str = ""
+
+    @property
+    def number(self) -> int | None:
+        """The lab's number from its file name (``05_overlap.ipynb`` -> 5), None without one."""
+        head = self.notebook.stem.split("_", 1)[0]
+        return int(head) if head.isdigit() else None
 
 
 @dataclass
@@ -151,7 +175,8 @@ def find_labs(labs_dir: str | Path) -> list[Path]:
 
 def lab_info(nb, notebook: Path) -> LabPage:
     """Title and one-sentence summary from ``metadata.infralens`` ({"title", "teaches"}); without
-    it the title is the first markdown heading (else the file name) and the summary is empty."""
+    it the title is the first markdown heading (else the file name) and the summary is empty. Also
+    the time estimate and the GPU line (``metadata.infralens.gpu``/``gpus``, see :func:`needs_line`)."""
     meta = nb.metadata.get("infralens", {}) if hasattr(nb, "metadata") else {}
     if not isinstance(meta, dict):
         raise TypeError(f"{notebook}: metadata.infralens is {type(meta).__name__}, expected an object "
@@ -165,7 +190,52 @@ def lab_info(nb, notebook: Path) -> LabPage:
                 break
     title = title or notebook.stem.replace("_", " ")
     return LabPage(notebook=notebook, html_name=notebook.stem + ".html", title=title,
-                   teaches=str(meta.get("teaches") or "").strip())
+                   teaches=str(meta.get("teaches") or "").strip(), minutes=estimate_minutes(nb),
+                   needs=needs_line(meta, notebook))
+
+
+# How long a lab takes, estimated from what it holds (a formula, stated on the index page):
+READ_WORDS_PER_MIN = 200   # prose read with care (technical reading runs 150-250 words a minute)
+MIN_PER_CODE_CELL = 0.5    # run it, read its output
+MIN_PER_QUESTION = 2       # an answer cell: think, answer, read the feedback
+MIN_PER_EXERCISE = 6       # an exercise cell: write the step, check it, read the worked solution
+ROUND_TO_MIN = 5
+
+
+def estimate_minutes(nb) -> int:
+    """About how many minutes ``nb`` takes a learner: its markdown words at READ_WORDS_PER_MIN, plus
+    MIN_PER_CODE_CELL per code cell, MIN_PER_QUESTION per answer cell (tagged ``answer`` or calling
+    ``check(``) and MIN_PER_EXERCISE per cell tagged ``exercise``; rounded up to ROUND_TO_MIN."""
+    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    tags = [set(c.get("metadata", {}).get("tags", [])) for c in code]
+    exercises = sum("exercise" in t for t in tags)
+    questions = sum(("answer" in t or "check(" in c.source) and "exercise" not in t for c, t in zip(code, tags))
+    minutes = (words / READ_WORDS_PER_MIN + MIN_PER_CODE_CELL * len(code) + MIN_PER_QUESTION * questions
+               + MIN_PER_EXERCISE * exercises)
+    return max(ROUND_TO_MIN, int(math.ceil(minutes / ROUND_TO_MIN) * ROUND_TO_MIN))
+
+
+GPU_NEEDS = ("optional", "required", "none")
+
+
+def needs_line(meta: dict, notebook: Path | str = "") -> str:
+    """What a lab needs, from ``metadata.infralens.gpu`` (``optional``, the default: it runs on a CPU from
+    recorded evidence and measures live on a GPU; ``required``; ``none``) and ``gpus`` (how many GPUs its
+    live runs need, default 1). Raises ValueError naming the value seen and the values allowed."""
+    gpu = meta.get("gpu", "optional")
+    gpus = meta.get("gpus", 1)
+    if gpu not in GPU_NEEDS:
+        raise ValueError(f"{notebook}: metadata.infralens.gpu is {gpu!r}; expected one of {list(GPU_NEEDS)}")
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise ValueError(f"{notebook}: metadata.infralens.gpus is {gpus!r}; expected a whole number of GPUs, 1 or more")
+    some = "an NVIDIA GPU" if gpus == 1 else f"{gpus} NVIDIA GPUs"
+    if gpu == "none":
+        return "No GPU used."
+    if gpu == "required":
+        return f"Needs {some}."
+    return (f"No GPU needed: on a CPU it runs the kernels in Triton's interpreter and shows recorded GPU evidence; "
+            f"with {some} it also measures live.")
 
 
 def _quiz_fallback(qid: str | None, plain: str) -> str:
@@ -207,7 +277,7 @@ def static_widgets(nb) -> int:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        qids = _SELF_CHECK_RE.findall(cell.source)
+        qids = SELF_CHECK_CALL.findall(cell.source)
         k = 0
         for out in cell.get("outputs", []):
             data = out.get("data", {})
@@ -254,10 +324,14 @@ def strip_emoji(text: str) -> str:
 
 
 def _prepare(nb) -> None:
-    """In place: hide the source of card cells, drop emoji from markdown and text outputs."""
+    """In place: hide the source of card cells, drop emoji from markdown and text outputs, and give
+    every figure without alt text (one not drawn by ``present.show``) a fallback naming its section."""
+    heading = ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = strip_emoji(cell.source)
+            found = _HEADING_RE.findall(cell.source)
+            heading = re.sub(r"[*_`]", "", found[-1]).strip() if found else heading
             continue
         if cell.cell_type != "code":
             continue
@@ -270,21 +344,48 @@ def _prepare(nb) -> None:
                 v = out.get("data", {}).get(mime)
                 if v is not None:
                     out["data"][mime] = strip_emoji("".join(v) if isinstance(v, list) else v)
+            if "image/png" in out.get("data", {}):
+                md = out.setdefault("metadata", {}).setdefault("image/png", {})
+                if not str(md.get("alt") or "").strip():
+                    md["alt"] = (f"A figure of the section “{heading}” (no description was stored with it)."
+                                 if heading else "A figure (no description was stored with it).")
 
 
-def table_of_contents(body: str) -> str:
-    """An "On this page" box linking every h2/h3 of ``body`` (nbconvert gives headings ids)."""
-    items = []
-    for level, anchor, inner in _TOC_HEADING_RE.findall(body):
-        text = re.sub(r"<a\b[^>]*class=\"anchor-link\"[^>]*>.*?</a>", "", inner, flags=re.S)
-        text = html.unescape(re.sub(r"<[^>]+>", "", text)).strip()
-        if text:
-            cls = ' class="sub"' if level == "3" else ""
-            items.append(f'<li{cls}><a href="#{anchor}">{html.escape(text)}</a></li>')
-    if not items:
+def section_numbers(body: str, lab_number: int | None) -> tuple[str, list[tuple[int, str, str, str]]]:
+    """``body`` with every h2 and h3 numbered in order, without gaps (lab 5: ``5.1``, ``5.1.1``, ``5.2``;
+    a lab without a number: ``1``, ``1.1``), and the list of ``(level, number, anchor, text)`` for the contents."""
+    sections: list[tuple[int, str, str, str]] = []
+    h2 = h3 = 0
+    prefix = f"{lab_number}." if lab_number is not None else ""
+
+    def number(m: re.Match) -> str:
+        nonlocal h2, h3
+        level, anchor, inner = m.group(1), m.group(2), m.group(3)
+        text = site_assets.heading_text(inner)
+        if not text:
+            return m.group(0)
+        if level == "2":
+            h2, h3 = h2 + 1, 0
+            num = f"{prefix}{h2}"
+        else:
+            h3 += 1
+            num = f"{prefix}{h2}.{h3}" if h2 else f"{prefix}0.{h3}"
+        sections.append((int(level), num, anchor, text))
+        start = m.group(0).index(">") + 1
+        return m.group(0)[:start] + f'<span class="secnum">{num}</span> ' + m.group(0)[start:]
+
+    return _TOC_HEADING_RE.sub(number, body), sections
+
+
+def table_of_contents(sections: list[tuple[int, str, str, str]]) -> str:
+    """The "On this page" box: every numbered section (:func:`section_numbers`), subsections indented.
+    It sits in the page's sticky bar: a side panel on a wide window, a drop-down on a narrow one."""
+    if not sections:
         return ""
-    return ('<details class="infralens-toc" open><summary>On this page</summary><ol>'
-            + "".join(items) + "</ol></details>")
+    items = "".join(f'<li class="{"sub" if level == 3 else "sec"}"><a href="#{anchor}"><span class="secnum">'
+                    f"{html.escape(num)}</span>{html.escape(text)}</a></li>" for level, num, anchor, text in sections)
+    return (f'<details class="infralens-toc"><summary>On this page</summary><div class="panel">'
+            f"<ul>{items}</ul></div></details>")
 
 
 def remote_refs(page: str) -> list[str]:
@@ -297,14 +398,34 @@ def remote_refs(page: str) -> list[str]:
 
 
 def _nav(labs: list[LabPage], i: int) -> str:
+    """The plain navigation at the foot of a page: all labs, previous, download, next."""
     prev = (f'<a class="prev" href="{html.escape(labs[i - 1].html_name)}">&larr; {html.escape(labs[i - 1].title)}</a>'
             if i > 0 else "")
     nxt = (f'<a class="next" href="{html.escape(labs[i + 1].html_name)}">{html.escape(labs[i + 1].title)} &rarr;</a>'
            if i + 1 < len(labs) else "")
-    dl = (f'<a class="download" href="{NOTEBOOKS_DIR}/{html.escape(labs[i].notebook.name)}" '
-          f'download="{html.escape(labs[i].notebook.name)}">Download this notebook</a>')
     return (f'<nav class="infralens-nav"><a class="home" href="index.html">InfraLens Lab: all labs</a>'
-            f'{prev}{dl}<span class="spacer"></span>{nxt}</nav>')
+            f'{prev}{_download(labs[i])}<span class="spacer"></span>{nxt}</nav>')
+
+
+def _download(lab: LabPage) -> str:
+    return (f'<a class="download" href="{NOTEBOOKS_DIR}/{html.escape(lab.notebook.name)}" '
+            f'download="{html.escape(lab.notebook.name)}">Download this notebook</a>')
+
+
+def _top_bar(labs: list[LabPage], i: int, toc: str) -> str:
+    """The sticky bar at the top of a lab page: all labs, search, contents, previous and next."""
+    prev = (f'<a class="prev" href="{html.escape(labs[i - 1].html_name)}" title="{html.escape(labs[i - 1].title)}">'
+            "&larr; previous lab</a>" if i > 0 else "")
+    nxt = (f'<a class="next" href="{html.escape(labs[i + 1].html_name)}" title="{html.escape(labs[i + 1].title)}">'
+           "next lab &rarr;</a>" if i + 1 < len(labs) else "")
+    return (f'<nav class="infralens-bar"><a class="home" href="index.html">InfraLens Lab</a>'
+            f"{site_assets.search_box()}{toc}{prev}{nxt}{_download(labs[i])}</nav>")
+
+
+def lab_meta(lab: LabPage) -> str:
+    """The line under the bar: about how long the lab takes and what it needs."""
+    return (f'<p class="infralens-labmeta">About {lab.minutes} minutes (estimated from its length, questions and '
+            f"exercises). {html.escape(lab.needs)}</p>")
 
 
 def _exporter():
@@ -325,15 +446,15 @@ def render_lab(nb, labs: list[LabPage], i: int, exporter=None) -> str:
     footer = ('<p class="infralens-footer">Offline edition of <code>'
               f'{html.escape(labs[i].notebook.name)}</code>: outputs as committed, not re-run. '
               "Run it yourself with <code>make lab</code>.</p>")
+    marker = "<!--infralens-top-->"
     resources = {"metadata": {"name": labs[i].title, "path": str(labs[i].notebook.parent)},
-                 "infralens_css": _CSS, "infralens_nav": _nav(labs, i), "infralens_footer": footer}
+                 "infralens_css": _CSS, "infralens_top": marker, "infralens_nav": _nav(labs, i),
+                 "infralens_footer": footer, "infralens_scripts": site_assets.scripts()}
     body, _ = exporter.from_notebook_node(nb, resources=resources)
     for rx in _STRIP_RES:  # belt and braces: the template emits none of these
         body = rx.sub("", body)
-    toc = table_of_contents(body)
-    end_nav = body.find("</nav>")
-    if toc and end_nav >= 0:
-        body = body[:end_nav + len("</nav>")] + toc + body[end_nav + len("</nav>"):]
+    body, sections = section_numbers(body, labs[i].number)
+    body = body.replace(marker, _top_bar(labs, i, table_of_contents(sections)) + lab_meta(labs[i]), 1)
     # links between labs point at their pages, not at the notebooks
     # (except the download link, which is meant to fetch the notebook itself)
     return re.sub(r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:)(?!' + NOTEBOOKS_DIR + r'/)([^"#?]*?)\.ipynb(#[^"]*)?"',
@@ -341,19 +462,23 @@ def render_lab(nb, labs: list[LabPage], i: int, exporter=None) -> str:
 
 
 def render_index(labs: list[LabPage]) -> str:
-    """The ``index.html`` listing every lab with its title and what it teaches."""
+    """The ``index.html`` listing every lab with its title, what it teaches, how long it takes and what it needs."""
     items = []
     for lab in labs:
         num = lab.notebook.stem.split("_", 1)[0]
         teaches = f'<p class="teaches">{html.escape(lab.teaches)}</p>' if lab.teaches else ""
         items.append(f'<li><span class="num">{html.escape(num)}</span>'
-                     f'<a href="{html.escape(lab.html_name)}">{html.escape(lab.title)}</a>{teaches}</li>')
-    return _INDEX.format(items="\n".join(items))
+                     f'<a href="{html.escape(lab.html_name)}">{html.escape(lab.title)}</a>{teaches}'
+                     f'<p class="meta">About {lab.minutes} minutes. {html.escape(lab.needs)}</p></li>')
+    return _INDEX.format(items="\n".join(items), search=site_assets.search_box(), scripts=site_assets.scripts(),
+                         css=site_assets.CSS, wpm=READ_WORDS_PER_MIN, code=MIN_PER_CODE_CELL, q=MIN_PER_QUESTION,
+                         ex=MIN_PER_EXERCISE)
 
 
 def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> Site:
-    """Write ``out_dir/index.html`` and one page per ``labs_dir/NN_*.ipynb`` from the committed
-    notebooks (never executed). Returns the :class:`Site`; ValueError if there are no labs."""
+    """Write ``out_dir/index.html``, one page per ``labs_dir/NN_*.ipynb`` from the committed notebooks
+    (never executed), the search index and the script (:mod:`.site_assets`). Returns the :class:`Site`;
+    ValueError if there are no labs."""
     import nbformat
 
     notebooks = find_labs(labs_dir)
@@ -370,6 +495,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
     labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks)]
     site = Site(index=out / "index.html", pages=[], labs=labs)
     exporter = _exporter()
+    entries: list[dict] = []
     for i, nb in enumerate(nbs):
         code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
         if code and not any(c.get("outputs") for c in code):
@@ -382,6 +508,9 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
         path.write_text(page, encoding="utf-8")
         shutil.copyfile(labs[i].notebook, out / NOTEBOOKS_DIR / labs[i].notebook.name)
         site.pages.append(path)
+        entries += site_assets.page_sections(page, labs[i].html_name, labs[i].title)
+    (out / site_assets.SEARCH_INDEX_FILE).write_text(site_assets.search_index_js(entries), encoding="utf-8")
+    (out / site_assets.SCRIPT_FILE).write_text(site_assets.SCRIPT, encoding="utf-8")
     site.index.write_text(render_index(labs), encoding="utf-8")
     return site
 

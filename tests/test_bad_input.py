@@ -3,6 +3,9 @@ expected, and the fix; never a raw traceback nor a silent empty result."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,77 @@ def test_details_page_csv_asks_for_page_raw():
     with pytest.raises(N.NcuCsvError, match="default 'details' page") as e:
         N.parse_raw_csv(DETAILS)
     assert "--page raw" in e.value.fix
+
+
+# ---------------------------------------------------------------- issue 28's battery (the parts outside grading)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _no_gpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _no_gpu(), reason="needs a machine without a usable GPU")
+@pytest.mark.parametrize("cmd", ["record --out {tmp}/set", "bench --quick"])
+def test_gpu_mode_forced_without_a_gpu_is_a_message_not_a_traceback(tmp_path, cmd):
+    env = {**os.environ, "INFRALENS_MODE": "gpu", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "infralens_lab", *cmd.format(tmp=tmp_path).split()], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "INFRALENS_MODE=gpu but torch.cuda.is_available() is False" in r.stderr
+    assert not (tmp_path / "set").exists()
+
+
+def test_infralens_ncu_naming_no_file_is_named(monkeypatch, tmp_path):
+    from infralens_lab.measure import ncu as MN
+
+    monkeypatch.setenv("INFRALENS_NCU", str(tmp_path / "ncu"))
+    with pytest.raises(N.NcuNotFound, match=r"INFRALENS_NCU='.*/ncu' names no file.*\nfix: Point INFRALENS_NCU"):
+        MN.ncu_binary()
+    with pytest.raises(N.NcuNotFound, match="names no file"):
+        MN.run_ncu(["--kernel", "copy_coalesced"], "copy_coalesced", metrics=["gpu__time_duration.sum"])
+    monkeypatch.setenv("INFRALENS_NCU", str(tmp_path))
+    with pytest.raises(N.NcuNotFound, match="is a folder"):
+        MN.ncu_binary()
+
+
+def _a_set(tmp_path):
+    w = EvidenceWriter(tmp_path / "nvidia-x", command="test")
+    w.write("bench", {"rows": [{"gbps": 1.0}]})
+    w.close()
+    return tmp_path / "nvidia-x"
+
+
+def test_checksum_mismatch_names_the_file_and_the_fix(tmp_path):
+    from infralens_lab.evidence import RecordedStore
+
+    folder = _a_set(tmp_path)
+    (folder / "bench.json").write_text((folder / "bench.json").read_text().replace("1.0", "2.0"))
+    with pytest.raises(EvidenceError) as exc:
+        RecordedStore(folder).load("bench")
+    msg = str(exc.value)
+    assert "bench.json: checksum" in msg and "this file changed after recording" in msg
+    assert f"git checkout -- {folder / 'bench.json'}" in msg and f"record --out {folder}" in msg
+
+
+def test_missing_manifest_says_what_the_folder_holds_and_the_fix(tmp_path):
+    from infralens_lab.evidence import RecordedStore
+
+    folder = _a_set(tmp_path)
+    (folder / "manifest.json").unlink()
+    with pytest.raises(EvidenceError, match=r"not a recorded set \(the folder holds 1 file\(s\) but no manifest.json\)"
+                                            r".*git checkout -- .*manifest.json"):
+        RecordedStore(folder)
+
+
+def test_empty_reference_gpu_is_said_not_silently_ignored(tmp_path, monkeypatch):
+    from infralens_lab import evidence
+
+    folder = _a_set(tmp_path)
+    (folder.parent / evidence.DEFAULT_FILE).write_text("nvidia-x\n")
+    monkeypatch.setenv(evidence.REFERENCE_ENV, "  ")
+    with pytest.warns(UserWarning, match="INFRALENS_REFERENCE_GPU='  ' is empty"):
+        slug, why = evidence.default_reference(folder.parent)
+    assert slug == "nvidia-x" and "set but empty" in why

@@ -14,9 +14,17 @@ outputs, Run All Cells, then fail on
   from the quiz bank in this process; for a derived choice or word, tried until one is right)
   with "✓ … right".
 
+Tables are checked at 1280 and at 800 px: one whose box scrolls sideways must also show a visible
+cue that it does. A small notebook (a set-up cell, a real self-check, a middle cell, an answer cell)
+is saved, closed and reopened twice (no "model not found"; the self-check still answers), run after
+a kernel restart from its middle cell (one line of guidance, no traceback), and given an answer cell
+with a SyntaxError (a later check of the old value says the cell did not run and does not grade it).
+
 Then the offline edition (``python -m infralens_lab site``) is opened from ``file://`` at 1280
 and 800 px with the same checks, plus no page-wide horizontal scroll, working in-page contents
-links, a download link, and explanations that open. Screenshots go to artifacts/screenshots/.
+links, a download link, explanations that open, the search box finding "long scoreboard" and
+"bucket_cap_mb" in the labs that teach them (from the index and from a lab page; Enter opens the
+section), and a figure that opens at full size. Screenshots go to artifacts/screenshots/.
 Skipped, with the reason, only where Chromium is missing or cannot start.
 """
 from __future__ import annotations
@@ -35,6 +43,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
+from infralens_lab.present import SCROLL_CUE_CLASS, SCROLL_FADE_CLASS
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
 
@@ -60,22 +69,32 @@ _CELLS_JS = """() => [...document.querySelectorAll('%s .jp-CodeCell')].map(c => 
   stderr: [...c.querySelectorAll('%s')].map(e => e.textContent).join('\\n'),
 }))""" % (PANEL, ERROR_SEL, STDERR_SEL)
 
-# One table: does it fit the output area it sits in, or scroll inside a box made for it; and
+# One table: does it fit the output area it sits in, or scroll inside a box made for it; when its box
+# does scroll, is a cue that says so visible (an overlay scrollbar shows nothing until one scrolls); and
 # which of its cells show raw markup as text.
 _TABLE_JS = r"""(t) => {
   const out = t.closest('.jp-OutputArea-output') || t.closest('.jp-Cell') || document.body;
   const avail = out.clientWidth, width = t.getBoundingClientRect().width;
   let box = null;
-  for (let e = t.parentElement; e && e !== out; e = e.parentElement) {
+  for (let e = t; e && e !== out; e = e.parentElement) {
     const ox = getComputedStyle(e).overflowX;
     if (ox === 'auto' || ox === 'scroll') { box = e; break; }
   }
+  const overflows = !!box && box.scrollWidth > box.clientWidth + 1;
+  const shown = c => c.offsetParent !== null && c.getBoundingClientRect().height > 0
+      && getComputedStyle(c).visibility !== 'hidden';
+  // a line saying the table scrolls, or its cut edge fading out: a strip at the box's visible right edge
+  const b = box ? box.getBoundingClientRect() : null;
+  const fade = !!box && [...box.querySelectorAll('.%s')].some(f => shown(f)
+      && Math.abs(f.getBoundingClientRect().right - b.right) <= 2 && f.getBoundingClientRect().height >= 10);
+  const mask = !!box && /linear-gradient/.test(getComputedStyle(box).maskImage || getComputedStyle(box).webkitMaskImage || '');
+  const cue = [...out.querySelectorAll('.%s')].some(shown) || fade || mask;
   const raw = /<\/?(b|i|em|strong|code|sub|sup|span|div|br|p|a|table|tr|td|th|img)\b[^>]*>|\*\*\S|`[^`\s][^`]*`/;
   const markup = [...t.querySelectorAll('td, th')].map(c => c.textContent.trim()).filter(s => raw.test(s));
-  return {width: Math.round(width), avail, fits: width <= avail + 1,
+  return {width: Math.round(width), avail, fits: width <= avail + 1, overflows, cue,
           scrolls: !!box && box.getBoundingClientRect().width <= avail + 1, markup,
           head: [...t.querySelectorAll('th')].slice(0, 4).map(c => c.textContent.trim())};
-}"""
+}""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)
 
 
 def _free_port() -> int:
@@ -285,9 +304,10 @@ def _committed(nb_path: Path) -> dict:
             "evidence": text.count("Evidence: "), "widgets": sum(WIDGET_MIME in o.get("data", {}) for o in outs)}
 
 
-def check_tables(page, scope: str, name: str) -> int:
-    """Every table under ``scope`` fits its output or scrolls in a box of its own, and no cell
-    shows raw markup; returns how many tables were checked."""
+def check_tables(page, scope: str, name: str, shot: Path | None = None) -> int:
+    """Every table under ``scope`` fits its output or scrolls in a box of its own, one that scrolls shows
+    a visible cue that it does, and no cell shows raw markup; returns how many tables were checked.
+    ``shot``: a screenshot of the first table that scrolls."""
     tables = page.locator(f"{scope} table")
     bad = []
     for i in range(tables.count()):
@@ -296,6 +316,12 @@ def check_tables(page, scope: str, name: str) -> int:
         r = t.evaluate(_TABLE_JS)
         if not (r["fits"] or r["scrolls"]):
             bad.append(f"table {i} {r['head']}: {r['width']} px in {r['avail']} px and no scroll box of its own")
+        elif r["overflows"] and not r["cue"]:
+            bad.append(f"table {i} {r['head']}: scrolls sideways ({r['width']} px in {r['avail']} px) with no visible "
+                       "cue that it does")
+        elif r["overflows"] and shot is not None:  # the whole cell holding it, as the learner sees it
+            t.locator("xpath=ancestor::*[contains(concat(' ', @class, ' '), ' jp-Cell ')][1]").screenshot(path=str(shot))
+            shot = None
         if r["markup"]:
             bad.append(f"table {i} {r['head']}: cells show raw markup {r['markup'][:3]}")
     assert not bad, f"{name}:\n" + "\n".join(bad)
@@ -420,10 +446,14 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, shots):
         assert shown.count("Evidence: ") == expect["evidence"], \
             f"{name}: {shown.count('Evidence: ')} provenance lines rendered, committed {expect['evidence']}"
 
-        n_tables = check_tables(page, PANEL, name)
+        n_tables = check_tables(page, PANEL, name, shots / f"{name}_wide_table_1280.png")
         if n_tables:
             panel.locator("table").last.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / f"{name}_table.png"))
+            page.set_viewport_size({"width": 800, "height": 900})  # the same tables in a narrow window
+            page.wait_for_timeout(500)
+            check_tables(page, PANEL, f"{name} at 800 px", shots / f"{name}_wide_table_800.png")
+            page.set_viewport_size({"width": 1280, "height": 900})
 
         checks = panel.locator(".infralens-selfcheck")
         if expect["widgets"]:  # widget views render a moment after their cell finishes
@@ -438,6 +468,174 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, shots):
     except BaseException:
         page.screenshot(path=str(shots / f"{name}_failure.png"))
         raise
+    finally:
+        page.close()
+        lab_server.shutdown_kernels()
+
+
+# ---------------------------------------------------------------- reopen, restart, a broken answer cell
+GUARD_NB = "_fixture/10_guard.ipynb"
+GUARD_SETUP = "from infralens_lab.quiz import check, self_check\nbase = 41"
+GUARD_MIDDLE = 5   # code cell "print(base + 1)", under "The middle"
+GUARD_ANSWER = 7   # the answer cell; the next one checks the same variable again, as a summary would
+MODEL_NOT_FOUND = "model not found"
+
+
+def _guard_question():
+    """A choice question with a fixed answer, from the banks (so the test does not depend on one lab)."""
+    from infralens_lab.quiz import all_questions, answer_variable
+
+    q = next(q for q in all_questions() if q.kind == "choice" and q.answer is not None and q.derive is None)
+    wrong = next(k for k in q.options if k != q.answer)
+    return q.id, answer_variable(q.id), q.answer, wrong
+
+
+def write_guard_notebook(dest: Path) -> tuple[str, str, str, str]:
+    """A small lab: set-up cell, a real self-check, a middle cell using the set-up's name, an answer cell
+    and a later re-check of the same answer. Returns (question id, variable, right, wrong)."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    qid, var, right, wrong = _guard_question()
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                               "language": "python"}})
+    nb.cells = [new_markdown_cell("# Guard fixture\n\nA set-up cell, a self-check, a middle cell, an answer."),
+                new_code_cell(GUARD_SETUP), new_markdown_cell("## A self-check"),
+                new_code_cell(f'self_check("{qid}")'), new_markdown_cell("## The middle"),
+                new_code_cell("print(base + 1)"), new_markdown_cell("## The answer"),
+                new_code_cell(f'{var} = "{right}"\ncheck("{qid}", {var})'), new_code_cell(f'check("{qid}", {var})')]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
+    return qid, var, right, wrong
+
+
+@pytest.fixture(scope="module")
+def guard_nb(lab_server):
+    return write_guard_notebook(lab_server.work / GUARD_NB)
+
+
+def _cell_output(page, k: int) -> str:
+    return page.locator(f"{PANEL} .jp-Cell").nth(k).locator(".jp-OutputArea").inner_text()
+
+
+def _run_cell(page, k: int, source: str | None = None) -> str:
+    """Select code cell ``k`` (its index among all cells), optionally replace its text, run it in place
+    (Ctrl+Enter), wait until the kernel is idle and its prompt has a number; returns its output text."""
+    cell = page.locator(f"{PANEL} .jp-Cell").nth(k)
+    cell.scroll_into_view_if_needed()
+    if source is not None:
+        cell.locator(".cm-content").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.insert_text(source)
+    else:
+        cell.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Control+Enter")
+    deadline = time.monotonic() + 60
+    page.wait_for_timeout(300)
+    while not (_kernel_idle(page) and re.fullmatch(r"\[\d+\]:", cell.locator(".jp-InputPrompt").inner_text().strip())):
+        assert time.monotonic() < deadline, f"cell {k} did not finish"
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(300)
+    return _cell_output(page, k)
+
+
+def _reopen(ctx, lab_server, trouble, page, n_cells: int):
+    """Close the notebook as a learner does (its kernel shut down, the tab gone) and open it again."""
+    page.close()
+    lab_server.shutdown_kernels()
+    page = ctx.new_page()
+    trouble.watch(page)
+    _open(page, lab_server.url(GUARD_NB), n_cells, "guard")
+    page.wait_for_timeout(2000)  # widget views render a moment after the kernel is ready
+    return page
+
+
+def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, guard_nb, shots):
+    """Run, save, close, reopen: no "model not found"; the self-check is live (Check answers). Save again
+    without re-running and reopen: still none (the saved state alone would have been lost here)."""
+    ctx, trouble = lab_browser
+    qid, _, right, wrong = guard_nb
+    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
+    trouble.reset()
+    page = ctx.new_page()
+    trouble.watch(page)
+    try:
+        _open(page, lab_server.url(GUARD_NB), n, "guard")
+        _run_all(page, "guard")
+        page.locator(f"{PANEL} .infralens-selfcheck").first.wait_for(state="attached", timeout=30_000)
+        page.keyboard.press("Control+s")
+        page.wait_for_timeout(1500)
+        for round_ in (1, 2):
+            page = _reopen(ctx, lab_server, trouble, page, n)
+            text = page.locator(PANEL).inner_text()
+            assert MODEL_NOT_FOUND not in text, f"reopen {round_}: a widget shows 'model not found'"
+            box = page.locator(f"{PANEL} .infralens-selfcheck")
+            box.first.wait_for(state="attached", timeout=30_000)
+            assert box.count() == 1 and qid in box.first.inner_text()
+            if round_ == 1:
+                box.first.scroll_into_view_if_needed()
+                page.screenshot(path=str(shots / "reopened_lab.png"))
+            assert _answer(page, box.first, wrong).startswith("✗")
+            assert _answer(page, box.first, right).startswith(f"✓ {qid}: right")
+            page.keyboard.press("Control+s")  # saved without re-running any cell
+            page.wait_for_timeout(1500)
+        trouble.check("guard notebook reopened")
+    except BaseException:
+        page.screenshot(path=str(shots / "reopen_failure.png"))
+        raise
+    finally:
+        page.close()
+        lab_server.shutdown_kernels()
+
+
+def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_browser, guard_nb, shots):
+    ctx, trouble = lab_browser
+    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
+    trouble.reset()
+    page = ctx.new_page()
+    trouble.watch(page)
+    try:
+        _open(page, lab_server.url(GUARD_NB), n, "guard")
+        _run_all(page, "guard")
+        _menu(page, "Kernel", "Restart Kernel…")
+        page.locator(".jp-Dialog button", has_text=re.compile("^Restart$")).click()
+        page.wait_for_timeout(1500)
+        deadline = time.monotonic() + 60
+        while not _kernel_idle(page):
+            assert time.monotonic() < deadline, "the kernel did not come back after the restart"
+            page.wait_for_timeout(300)
+        out = _run_cell(page, GUARD_MIDDLE)
+        page.screenshot(path=str(shots / "restart_guidance.png"))
+        assert "Run the set-up cell at the top first: it defines base" in out, out
+        assert 'under "Guard fixture", starting "from infralens_lab.quiz import check, self_check"' in out, out
+        assert "Traceback" not in out and "---->" not in out and "Cell In[" not in out, out
+        assert len(out.strip().splitlines()) <= 2, f"more than the guidance line: {out!r}"
+        trouble.check("restart guidance")
+    finally:
+        page.close()
+        lab_server.shutdown_kernels()
+
+
+def test_a_syntax_error_in_the_answer_cell_is_not_graded_stale(lab_server, lab_browser, guard_nb, shots):
+    ctx, trouble = lab_browser
+    qid, var, right, wrong = guard_nb
+    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
+    trouble.reset()
+    page = ctx.new_page()
+    trouble.watch(page)
+    try:
+        _open(page, lab_server.url(GUARD_NB), n, "guard")
+        _run_all(page, "guard")
+        assert _cell_output(page, GUARD_ANSWER).startswith(f"✓ {qid}: right")
+        broken = f'{var} = "{wrong}" +\ncheck("{qid}", {var})'
+        out = _run_cell(page, GUARD_ANSWER, broken)
+        assert "SyntaxError" in out, out
+        later = _run_cell(page, GUARD_ANSWER + 1)  # the right answer is still in the variable: not graded
+        page.screenshot(path=str(shots / "syntax_error_not_graded.png"))
+        assert "your last edit of the answer cell did not run (SyntaxError at line 1)" in later.replace("\n", " "), later
+        assert "✓" not in later and "right" not in later.split("did not run")[0], later
+        fixed = _run_cell(page, GUARD_ANSWER, f'{var} = "{right}"\ncheck("{qid}", {var})')
+        assert fixed.startswith(f"✓ {qid}: right") and _run_cell(page, GUARD_ANSWER + 1).startswith(f"✓ {qid}")
+        trouble.check("syntax error answer")
     finally:
         page.close()
         lab_server.shutdown_kernels()
@@ -504,6 +702,108 @@ def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_fact
                 if page.locator("main img").count():
                     page.locator("main img").first.scroll_into_view_if_needed()
                     page.screenshot(path=str(shots / f"{label}_{html_page.stem}_{width}_figure.png"))
+            if label == "site":
+                check_site_search(page, built, width, shots)
+                check_figure_zoom(page, built, width)
             trouble.check(f"{label} site at {width} px")
         finally:
             ctx.close()
+
+
+# ---------------------------------------------------------------- the class report (make grade)
+def _class_rows():
+    """Rows as make grade writes them for a class of lab 00 and lab 01: every status, long names, flags."""
+    from infralens_lab.quiz import load_bank
+
+    rows = []
+    statuses = ["correct", "wrong", "unanswered", "invalid", "correct", "wrong"]
+    flags = ["", "duplicate", "timed out", "", "lab mismatch; runner killed", "kernel died"]
+    for lab in ("lab00", "lab01"):
+        for k in range(12):
+            who = f"student_{k:02d}_with_a_rather_long_folder_name" if k % 5 == 0 else f"student_{k:02d}"
+            for j, q in enumerate(load_bank(lab).values()):
+                status = statuses[(k + j) % len(statuses)]
+                rows.append(dict(notebook=f"class/{who}/{lab[3:]}_{lab}.ipynb", lab=lab, question=q.id, status=status,
+                                 points=q.points if status == "correct" else 0, max_points=q.points, feedback="",
+                                 answer={"wrong": ["B", "a much longer wrong answer written out", "17"][k % 3]}.get(status, ""),
+                                 flags=flags[k % len(flags)]))
+    return rows
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_class_report_in_chromium(width, browser, shots, tmp_path):
+    """class_report.html (make grade) read offline at 1280 and 800 px: no request, no error, no page-wide
+    sideways scroll, every table fits or scrolls in its own box, the histogram fits the page."""
+    from infralens_lab.quiz import report
+
+    rows = _class_rows()
+    path = tmp_path / "class_report.html"
+    report.write_report(rows, path, {r["notebook"]: r["notebook"].split("/")[1] for r in rows})
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        trouble = Trouble()
+        trouble.watch_context(ctx)
+        page = ctx.new_page()
+        trouble.watch(page)
+        page.goto(path.as_uri(), wait_until="load")
+        assert page.title() == "InfraLens class report"
+        over = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert over <= 1, f"class report at {width} px is {over} px wider than the window"
+        assert check_tables(page, "main", f"class report at {width} px") == 3  # students, lab00, lab01
+        svgs = page.eval_on_selector_all("main svg", "s => s.map(e => e.getBoundingClientRect().right)")
+        assert len(svgs) == 2 and max(svgs) <= width, f"a histogram runs past the window: {svgs}"
+        page.screenshot(path=str(shots / f"class_report_{width}.png"), full_page=True)
+        trouble.check(f"class report at {width} px")
+    finally:
+        ctx.close()
+
+
+SEARCHES = (("long scoreboard", "04_"), ("bucket_cap_mb", "06_"))
+
+
+def check_site_search(page, built, width: int, shots: Path) -> None:
+    """From the index and from a lab page, the search box finds each query in the lab that teaches it;
+    Enter opens the first result's section."""
+    for start in (built.index, built.pages[-1]):
+        for query, lab in SEARCHES:
+            page.goto(start.as_uri(), wait_until="load")
+            box = page.locator(".infralens-search-input").first
+            box.fill(query)
+            results = page.locator(".infralens-search-results a")
+            results.first.wait_for(state="visible", timeout=5_000)
+            hrefs = results.evaluate_all("as => as.map(a => a.getAttribute('href'))")
+            assert any(h.startswith(lab) for h in hrefs), f"search {query!r} from {start.name}: {hrefs[:8]}"
+            marks = page.locator(".infralens-search-results mark").all_inner_texts()
+            assert any(m.lower().replace("_", " ") == query.replace("_", " ") for m in marks), marks[:5]
+            if start == built.index and query == SEARCHES[0][0]:
+                page.screenshot(path=str(shots / f"site_search_{width}.png"))
+            first = hrefs[0]
+            box.press("Enter")
+            page.wait_for_load_state("load")
+            assert page.url.endswith(first), f"Enter opened {page.url}, expected {first}"
+            anchor = first.split("#", 1)[1]
+            top = page.evaluate("a => { const e = document.getElementById(a) || document.getElementById("
+                                "decodeURIComponent(a)); return e ? e.getBoundingClientRect().top : null; }", anchor)
+            assert top is not None and 0 <= top < 400, f"{first}: the section is not in view (top {top})"
+
+
+def check_figure_zoom(page, built, width: int) -> None:
+    """A figure drawn smaller than its pixels says so and opens at full size on a click."""
+    for html_page in built.pages:
+        page.goto(html_page.as_uri(), wait_until="load")
+        imgs = page.locator(".jp-RenderedImage img.zoomable")
+        if not imgs.count():
+            continue
+        img = imgs.first
+        img.scroll_into_view_if_needed()
+        natural = img.evaluate("i => i.naturalWidth")
+        assert page.locator(".infralens-zoom-hint:not([hidden])").count() >= 1
+        img.click()
+        big = page.locator(".infralens-zoom img")
+        big.wait_for(state="visible", timeout=5_000)
+        assert big.evaluate("i => i.getBoundingClientRect().width") == pytest.approx(natural, abs=1)
+        assert big.get_attribute("alt") == img.get_attribute("alt")
+        page.keyboard.press("Escape")
+        assert page.locator(".infralens-zoom").count() == 0
+        return
+    assert width >= 1280, f"no figure is zoomable at {width} px, where every lab figure is drawn smaller"

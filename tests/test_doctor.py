@@ -227,7 +227,7 @@ def _cli(env_mode: str, *args: str):
 
 def test_cli_doctor_diagnoses_a_bogus_mode():
     r = _cli("bogus", "-m", "infralens_lab", "doctor")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # a problem found is an error status for scripts (it was 0)
     assert "Traceback" not in r.stderr + r.stdout
     assert "[PROBLEM] mode: INFRALENS_MODE='bogus' cannot be used" in r.stdout
     assert "unset INFRALENS_MODE" in r.stdout
@@ -253,3 +253,23 @@ def test_numpy_too_new_for_the_interpreter():
     assert run(probes(facts=CPU, numpy_problem=lambda: msg)).by_name("numpy").status == "problem"
     assert "numpy" not in [c.name for c in run(probes()).checks]
     assert doc.Probes().numpy_problem is device.numpy_interpreter_problem  # the real probe is the default
+
+
+@pytest.mark.parametrize("what", ["missing", "folder", "not executable"])
+def test_doctor_names_an_infralens_ncu_that_cannot_run(monkeypatch, tmp_path, what):
+    target = {"missing": tmp_path / "ncu", "folder": tmp_path, "not executable": tmp_path / "ncu.txt"}[what]
+    if what == "not executable":
+        target.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("INFRALENS_NCU", str(target))
+    check = doc.run_doctor(verbose=False, probes=probes()).by_name("ncu")
+    assert check.status == "problem" and f"INFRALENS_NCU={str(target)!r}" in check.detail
+    assert "unset it to use ncu from PATH" in check.fix
+
+
+def test_doctor_uses_an_infralens_ncu_that_runs(monkeypatch, tmp_path):
+    ncu = tmp_path / "ncu"
+    ncu.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler Version 2025.3.1'\n")
+    ncu.chmod(0o755)
+    monkeypatch.setenv("INFRALENS_NCU", str(ncu))
+    check = doc.run_doctor(verbose=False, probes=probes(tool_version=infralens_lab.device.tool_version)).by_name("ncu")
+    assert check.status == "ok" and "2025.3.1" in check.detail and "INFRALENS_NCU" in check.detail

@@ -156,7 +156,7 @@ def test_non_json_record(store_dir):
 
 
 def test_bad_manifest(tmp_path, store_dir):
-    with pytest.raises(EvidenceError, match="no manifest.json; a recorded set is written by"):
+    with pytest.raises(EvidenceError, match=r"not a recorded set \(there is no such folder\).*record --out"):
         RecordedStore(tmp_path / "empty")
     m = store_dir / "manifest.json"
     good = m.read_text()

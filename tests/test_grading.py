@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.quiz import grader as G
-from infralens_lab.quiz import grading_evidence, labs, load_bank, question
+from infralens_lab.quiz import labs, load_bank, question
+from infralens_lab.quiz.keys import lab00 as lab00_key
 from infralens_lab.quiz import pytest_plugin as plugin
 from infralens_lab.quiz.check import GRADE_ENV
 
@@ -51,15 +52,24 @@ def _code(nb):
 
 
 def _cell(nb, startswith: str):
-    hits = [c for c in _code(nb) if c.source.startswith(startswith)]
-    assert len(hits) == 1, f"expected one code cell starting with {startswith!r} in lab 00, found {len(hits)}"
+    """The one code cell with a line starting with ``startswith`` (an answer cell holds the answer variable and
+    its check, one line each: the cell protocol)."""
+    hits = [c for c in _code(nb) if any(line.startswith(startswith) for line in c.source.splitlines())]
+    assert len(hits) == 1, f"expected one code cell with a line starting {startswith!r} in lab 00, found {len(hits)}"
     return hits[0]
 
 
 def _answers(nb, **answers):
     for var, src in answers.items():
-        _cell(nb, f"{var} = ").source = f"{var} = {src}"
+        cell = _cell(nb, f"{var} = ")
+        cell.source = re.sub(rf"^{var} = .*$", f"{var} = {src}".replace("\\", r"\\"), cell.source, flags=re.M)
     return nb
+
+
+def _drop_check(nb, qid: str):
+    """Delete the line that checks ``qid`` (its answer line stays)."""
+    cell = _cell(nb, f'check("{qid}"')
+    cell.source = "\n".join(line for line in cell.source.splitlines() if not line.startswith(f'check("{qid}"'))
 
 
 def _after(nb, startswith: str, source: str):
@@ -84,10 +94,11 @@ def _class_folder(subs: Path, scores: Path) -> None:
     put("bob", _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1), ANSWER_Q2="None",        # honest: wrong, blank,
                         ANSWER_Q3="-(-n // intro.BLOCK_SIZE) * intro.BLOCK_SIZE - n"))  # and computed by code
     carol = _answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1), ANSWER_Q2='"recorded"', ANSWER_Q3=str(RIGHT_Q3))
-    carol.cells.remove(_cell(carol, 'check("lab00.q2"'))                            # deletes a check cell
+    _drop_check(carol, "lab00.q2")                                                  # deletes a check
     put("carol", carol)
     dave = _answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1))
-    dave.cells = [c for c in dave.cells if "check(" not in c.source or "self_check(" in c.source]  # all checks gone
+    for qid in load_bank("lab00"):                                                  # all checks gone
+        _drop_check(dave, qid)
     put("dave", dave)
     erin = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                             # writes the score files
     forged = [{"qid": f"lab00.q{i}", "lab": "lab00", "status": "correct", "points": 1, "max_points": 1,
@@ -136,6 +147,9 @@ EXPECTED = {  # (student, question): (status, points)
     ("heidi", "lab00.q1"): ("unreadable", 0), ("heidi", "lab00.q2"): ("unreadable", 0),
     ("heidi", "lab00.q3"): ("unreadable", 0),
     ("ivan", "lab00.q1"): ("correct", 1), ("ivan", "lab00.q2"): ("correct", 1), ("ivan", "lab00.q3"): ("correct", 1),
+    # the exercise: nobody wrote code for it (its `...` reads as unanswered); the truncated upload reads as nothing
+    **{(who, "lab00.ex1"): ("unanswered", 0) for who in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "ivan")},
+    ("heidi", "lab00.ex1"): ("unreadable", 0),
 }
 
 
@@ -190,7 +204,7 @@ def test_rows_say_why(graded):
 
 def test_one_pytest_item_per_question_and_nbval_still_runs(graded):
     cases = list(ET.parse(graded["cells"]).getroot().iter("testcase"))
-    grade_items = [c for c in cases if re.fullmatch(r"lab00\.q\d", c.get("name", ""))]
+    grade_items = [c for c in cases if re.fullmatch(r"lab00\.(q|ex)\d", c.get("name", ""))]
     assert len(grade_items) == len(EXPECTED)
     cell_items = [c for c in cases if re.fullmatch(r"Cell \d+", c.get("name", ""))]
     ran = {who for c in cell_items for who in ("alice", "ivan", "heidi") if f"{who}." in c.get("classname", "")}
@@ -225,11 +239,65 @@ def _nb(*sources, metadata=None):
     (['ANSWER_Q1 = f"{1}"'], (None, False)),
     (['x = 1\nANSWER_Q1 = "A"\nANSWER_Q1 = "D"'], ("D", True)),
     (['%time x = 1\nANSWER_Q1 = "A"'], ("A", True)),  # IPython syntax is understood
+    (['%%time\nANSWER_Q1 = "B"'], ("B", True)),        # a cell magic that runs its body in the namespace
+    (['%%capture out\nANSWER_Q1 = "B"'], ("B", True)),
+    (['%time ANSWER_Q1 = "B"'], ("B", True)),
+    (['\uff21\uff2e\uff33\uff37\uff25\uff32_Q1 = "B"'], ("B", True)),  # fullwidth: Python reads ANSWER_Q1
+    (["ANSWER_Q1 = 98560 - 98437"], (123, True)),       # arithmetic on written-out numbers is a value
+    (["ANSWER_Q1 = " + " + ".join(["1"] * 891)], (891, True)),  # too deep for ast.unparse, not for the grader
+    (["ANSWER_Q1 = 2 ** 0.5 * (3 - 1) / 4"], (2 ** 0.5 * 2 / 4, True)),
+    (["ANSWER_Q1 = -(7 // 2) % 5"], (-(7 // 2) % 5, True)),
+    (["ANSWER_Q1 = True + 1"], (None, False)),
+    (["ANSWER_Q1 = 1 + " + " + ".join(["1"] * 890) + " + n"], (None, False)),  # deep, and code
 ])
 def test_final_answer_is_the_last_literal_assignment(sources, want):
     answers, notes = G.final_answers(_nb(*sources))
     a = answers["ANSWER_Q1"]
     assert (a.value, a.literal) == want and notes == []
+
+
+@pytest.mark.parametrize("src, why", [("ANSWER_Q1 = 1 / 0", "division by zero"),
+                                      ("ANSWER_Q1 = 9 ** 9 ** 9", "more than 1000 bits"),
+                                      ("ANSWER_Q1 = (-8) ** 0.5", "not a finite real number"),
+                                      ("ANSWER_Q1 = 1e308 * 10.0", "not a finite real number")])
+def test_arithmetic_that_cannot_be_evaluated_is_invalid_with_the_reason(src, why):
+    (a,), _ = G.final_answers(_nb(src))[0].values(), None
+    assert not a.literal and why in a.source
+    status, points, feedback = G.judge_question(question("lab00.q3"), a)
+    assert (status, points) == ("invalid", 0) and why in feedback
+
+
+@pytest.mark.parametrize("magic", ["bash", "timeit", "writefile x.py", "html"])
+def test_a_cell_magic_that_does_not_run_python_in_the_namespace_sets_nothing(magic):
+    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', f'%%{magic}\nANSWER_Q1 = "C"'))
+    assert answers["ANSWER_Q1"].value == "B" and len(notes) == 1 and f"%%{magic.split()[0]} cell" in notes[0]
+
+
+def test_a_cell_python_cannot_compile_sets_nothing_as_in_the_kernel():
+    """5000 terms: Python's own parser gives up (RecursionError), so the kernel never sets the variable."""
+    deep = "ANSWER_Q1 = " + " + ".join(["1"] * 5000)
+    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', deep))
+    assert answers["ANSWER_Q1"].value == "B" and "cannot be compiled by Python" in notes[0]
+
+
+@pytest.mark.parametrize("boom", [RecursionError("maximum recursion depth exceeded"), MemoryError()])
+def test_an_error_while_grading_one_notebook_stays_in_its_rows(tmp_path, monkeypatch, boom):
+    good, bad = tmp_path / "good" / "00_start_here.ipynb", tmp_path / "bad" / "00_start_here.ipynb"
+    for p in (good, bad):
+        p.parent.mkdir()
+        nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)
+    real = G.final_answers
+
+    def flaky(nb):
+        if any("poison" in c.source for c in nb.cells):
+            raise boom
+        return real(nb)
+
+    nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}", "# poison"), bad)
+    monkeypatch.setattr(G, "final_answers", flaky)
+    rows = G.grade_notebook(bad, "bad") + G.grade_notebook(good, "good")
+    assert {(r.notebook, r.status) for r in rows} == {("bad", "unreadable"), ("good", "correct"), ("good", "unanswered")}
+    assert all(type(boom).__name__ in r.feedback and r.flags == "grader error" for r in rows if r.notebook == "bad")
 
 
 def test_a_cell_that_is_not_python_is_noted_not_fatal():
@@ -243,7 +311,8 @@ def test_grade_notebook_questions_come_from_the_bank(tmp_path):
     nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)  # no check cells at all, no q2/q3 cells
     rows = G.grade_notebook(p, "x.ipynb")
     assert [(r.question, r.status, r.points) for r in rows] == [
-        ("lab00.q1", "correct", 1), ("lab00.q2", "unanswered", 0), ("lab00.q3", "unanswered", 0)]
+        ("lab00.q1", "correct", 1), ("lab00.q2", "unanswered", 0), ("lab00.ex1", "unanswered", 0),
+        ("lab00.q3", "unanswered", 0)]
     assert "no ANSWER_Q2 = ... cell" in rows[1].feedback
 
 
@@ -253,10 +322,19 @@ def test_grade_notebook_questions_come_from_the_bank(tmp_path):
     ({"infralens": {"lab": "lab00"}}, "03_a.ipynb", "lab00", True),
     ({}, "01_a.ipynb", "lab01", False),
     ({}, "homework.ipynb", None, False),
+    ({"infralens": {"lab": "lab99"}}, "00_a.ipynb", "lab00", True),   # metadata names a lab with no bank
 ])
 def test_lab_identity_from_metadata_then_file_name(metadata, name, lab, flagged):
     got, flag = G.identify_lab(_nb(metadata=metadata), Path(name))
     assert got == lab and bool(flag) == flagged
+
+
+def test_metadata_naming_a_lab_without_a_bank_is_flagged_and_graded_by_file_name(tmp_path):
+    p = tmp_path / "00_start_here.ipynb"
+    nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}", metadata={"infralens": {"lab": "lab99"}}), p)
+    rows = G.grade_notebook(p, "x.ipynb")
+    assert [r.question for r in rows] == list(load_bank("lab00")) and rows[0].status == "correct"
+    assert all(r.flags == "unknown lab in metadata" and "says lab99" in r.feedback for r in rows)
 
 
 def test_notebook_of_unknown_lab_gets_a_row(tmp_path):
@@ -273,7 +351,7 @@ def test_lab00_launch_length_matches_the_grader():
     """The grader rebuilds lab 00's vector_add evidence with LAB00_N: it must be the notebook's `n`."""
     src = _cell(_lab00(), "import torch").source
     m = re.search(r"^n = ([\d_]+)", src, re.M)
-    assert m and int(m.group(1).replace("_", "")) == grading_evidence.LAB00_N
+    assert m and int(m.group(1).replace("_", "")) == lab00_key.N
 
 
 @pytest.mark.parametrize("q", [q for lab in labs() for q in load_bank(lab).values() if q.derive],
@@ -290,7 +368,7 @@ def test_every_derived_question_can_be_marked_by_the_grader(q):
 
 def test_missing_evidence_is_a_row_not_a_crash(monkeypatch):
     q = question("lab00.q3")
-    monkeypatch.setattr(grading_evidence, "lab00_vector_add", lambda: None)
+    monkeypatch.setattr(lab00_key, "vector_add", lambda: None)
     G.grader_evidence.cache_clear()
     try:
         status, points, feedback = G.judge_question(q, G.Answer(value=5))
@@ -316,8 +394,8 @@ class _StubConfig:
                         **options}
         self.pluginmanager = _StubPluginManager()
 
-    def getoption(self, name):
-        return self.options[name]
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
 
 
 def test_plugin_is_a_no_op_without_grade_mode(monkeypatch):
@@ -407,7 +485,7 @@ def test_make_grade_run0_scores_without_executing_anything(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader(scores.open()))
     assert [(r["question"], r["status"]) for r in rows] == [
-        ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.q3", "unanswered")]
+        ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.ex1", "unanswered"), ("lab00.q3", "unanswered")]
     assert not marker.exists()
 
 

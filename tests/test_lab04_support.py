@@ -1,6 +1,7 @@
-"""Lab 04 glue and its tables/figures: sector predictions, live copy and attention checks, the copy-family and
-attention tables on hand-computed ncu CSVs, stall mixes, before/after, errors; and, once a recording exists,
-the same tables on the real recorded files (recomputed from the raw counters) and the quiz derivations."""
+"""Lab 04's glue and the analysis it calls: sector predictions, live copy and attention checks, the copy-family
+(analysis.copies) and attention (analysis.attention) tables on hand-computed ncu CSVs, stall mixes, before/after,
+errors; and the same tables on the real recorded files (recomputed from the raw counters), the grading keys
+(quiz/keys/lab04.py) and the quiz derivations."""
 from __future__ import annotations
 
 import math
@@ -10,10 +11,13 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import traffic
+from infralens_lab.analysis import attention as attn
+from infralens_lab.analysis import copies as copy_info
+from infralens_lab.analysis import joins, traffic
 from infralens_lab.analysis import roofline as rl
 from infralens_lab.labs_support import lab04
 from infralens_lab.parse import ncu as N
+from infralens_lab.present import attention as A
 from infralens_lab.present import stalls as S
 from infralens_lab.present import tables as T
 
@@ -52,7 +56,7 @@ BENCH = [{"variant": "coalesced", "dtype": "float32", "stride": 1, "useful_tbps"
 
 # ------------------------------------------------------------------ predictions and live checks
 def test_sector_predictions_follow_the_32_byte_model():
-    p = lab04.sector_predictions().set_index("stride")
+    p = traffic.sector_table(4).set_index("stride")  # the notebook's prediction table
     assert p.loc[1, "pred_sectors_per_req"] == 16 and p.loc[2, "pred_sectors_per_req"] == 32
     assert p["pred_read_x"].tolist() == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]  # min(stride, 32 / 4)
     assert p.loc[8, "pred_useful_fraction"] == pytest.approx(2 / 9)
@@ -103,7 +107,7 @@ def test_copy_family_hand_computed():
 
 def test_copy_family_object_and_quiz_evidence(capsys):
     counters, stalls = _copy_csvs()
-    fam = lab04._family(counters, stalls, BENCH, "cap", "scap", "recorded")
+    fam = copy_info.family(counters, stalls, BENCH)
     s8 = fam.stalls_for("stride 8")
     assert s8["reason"].tolist() == ["long_scoreboard", "lg_throttle", "selected"]
     assert s8["share"].sum() == pytest.approx(1.0)
@@ -112,16 +116,16 @@ def test_copy_family_object_and_quiz_evidence(capsys):
 
     assert derive("dominant_stall", s8) == "long_scoreboard"
     assert derive("value", fam.table, column="read_x", where={"label": "stride 8"}) == pytest.approx(8.25)
-    gaps = lab04.model_gaps(fam)
+    gaps = copy_info.gap_lines(fam.table)
     assert gaps[0] == "sectors per request: every row matches the model"
-    assert gaps[1] == "DRAM read per useful byte: within 15% of the model at stride 8"  # 8.25 vs 8
+    assert gaps[1] == "DRAM read per useful byte: within 15% of the 32-byte model at stride 8"  # 8.25 vs 8
     with pytest.raises(ValueError, match="no copy config labelled 'stride 4'"):
         fam.stalls_for("stride 4")
     # 60/30/10 -> 50/30(lg_throttle)/20: long scoreboard tops both, lg_throttle grew from nothing
-    assert lab04.stall_shift(fam) == [
+    assert copy_info.shift_lines(fam) == [
         "long_scoreboard is the largest reason in every copy: 60% of samples at coalesced, 50% at stride 8",
         "grew most from coalesced to stride 8: lg_throttle (0% to 30%)"]
-    occ = lab04.occupancy_table(fam, None)
+    occ = joins.occupancy_table(fam.table, None)
     assert occ["kernel"].tolist() == ["copy coalesced", "copy stride 8"]
 
 
@@ -154,8 +158,8 @@ def test_attention_tables_against_the_traffic_model():
     assert v.loc["naive", "time_us"] == 6.0 and v.loc["naive", "kernels"] == 3
     assert v.loc["naive", "dram_mb"] == pytest.approx((9e5 + 8.2e5) / 1e6)
     assert v.loc["naive", "long_scoreboard_pct"] == pytest.approx(100 * 190 / 220)  # samples summed over kernels
-    att = lab04.Attention(k.reset_index(), v.reset_index(), "cap", (1, 2, 256, 64), None, N.stall_breakdown(df))
-    ba = lab04.before_after(att).set_index("metric")
+    att = attn.AttentionProfile(k.reset_index(), v.reset_index(), (1, 2, 256, 64), "fp16", N.stall_breakdown(df), df)
+    ba = A.attention_before_after(att.variants, att.shape).set_index("metric")
     assert ba.loc["kernel time (ncu, sum over kernels)", "tiled / naive"] == pytest.approx(2000 / 6000)
     assert ba.loc["kernel time (ncu, sum over kernels)", "why"].startswith("3.0x faster")
     assert ba.loc["SM throughput, % of peak (SOL)", "tiled"] == 60.0
@@ -213,7 +217,7 @@ def test_figures_build_without_ipython():
 
     matplotlib.use("Agg")
     counters, stalls = _copy_csvs()
-    fam = lab04._family(counters, stalls, BENCH, "cap", "scap", "recorded")
+    fam = copy_info.family(counters, stalls, BENCH)
     f1 = S.copy_family_figure(fam.table)
     assert len(f1.axes) == 3  # bench present: the useful-bandwidth panel is drawn
     f2 = S.stall_bars(fam.breakdown, order=fam.order(), labels=fam.labels())
@@ -234,7 +238,7 @@ def test_before_after_ratio_text_and_bad_metric():
 def test_missing_record_prints_a_note(capsys):
     assert lab04.recorded_copy_family(None) is None
     assert "ncu_copies.csv" in capsys.readouterr().out
-    assert lab04.check_on("lab04.q3", "wait", None) is None
+    assert lab04.check_on("lab04.q4", "wait", None) is None
     assert "cannot be marked" in capsys.readouterr().out
 
 
@@ -271,11 +275,17 @@ def test_recorded_copy_family_matches_raw_counters():
 
 def test_recorded_attention_before_after():
     st = _recorded("ncu_attention.csv")
-    att = lab04.recorded_attention(st)
+    att, cap = lab04.recorded_attention(st)
+    assert "ncu_attention.csv" in cap and att.shape == (4, 16, 4096, 64) and att.dtype == "fp16"
     assert {"naive", "tiled"} <= set(att.variants["variant"])
     assert set(att.kernels[att.kernels["variant"] == "naive"]["kernel"]) == {"naive_qk", "naive_softmax", "naive_pv"}
-    ba = lab04.before_after(att)
+    ba = A.attention_before_after(att.variants, att.shape, st.load("bench").values["attention"])
     assert ba["why"].map(len).min() > 0
+    # the bench row is the profiled shape itself (issue 26 item 8: no "larger shape" that is not there)
+    assert ba["why"].iloc[-1].startswith("the profiled shape, timed without a profiler")
+    assert ba.set_index("metric").loc["SM clock (time-weighted)", "naive"] == pytest.approx(
+        (att.kernels["clock_ghz"] * att.kernels["time_us"])[att.kernels["variant"] == "naive"].sum()
+        / att.kernels.loc[att.kernels["variant"] == "naive", "time_us"].sum())
     v = att.variants.set_index("variant")
     assert v.loc["naive", "pred_dram_mb"] > v.loc["tiled", "pred_dram_mb"]  # the model: S and P cost bytes
 
@@ -286,7 +296,7 @@ DATA = __import__("pathlib").Path(__file__).parent / "data"
 
 def test_tables_on_real_h200_csvs():
     counters, stalls = (DATA / "ncu_copies.csv").read_text(), (DATA / "ncu_copies_stalls.csv").read_text()
-    fam = lab04._family(counters, stalls, None, "cap", "scap", "recorded")
+    fam = copy_info.family(counters, stalls)
     raw = N.parse_raw_csv(counters)
     t = fam.table
     assert t["label"].tolist() == ["coalesced"] + [f"stride {s}" for s in (1, 2, 4, 8, 16, 32)]
@@ -305,24 +315,25 @@ def test_tables_on_real_h200_csvs():
         assert derive("dominant_stall", s) == t.set_index("label").loc[label, "dominant_stall"]
     # In this recording long_scoreboard tops every copy, and its share falls as the strides grow: the
     # sentence names it with both shares, which the samples give.
-    shift = lab04.stall_shift(fam)
+    shift = copy_info.shift_lines(fam)
     assert set(t["dominant_stall"]) == {"long_scoreboard"}
     first, last = fam.stalls_for("coalesced").set_index("reason")["share"], fam.stalls_for("stride 32").set_index("reason")["share"]
     assert shift[0] == (f"long_scoreboard is the largest reason in every copy: {first['long_scoreboard']:.0%} of samples "
                         f"at coalesced, {last['long_scoreboard']:.0%} at stride 32")
     assert shift[1].startswith("grew most from coalesced to stride 32: ")
-    gaps = lab04.model_gaps(fam)
+    gaps = copy_info.gap_lines(fam.table)
     assert gaps[0] == "sectors per request: every row matches the model"
-    assert any(g.startswith("DRAM read per useful byte: about twice the model at stride 16, stride 32") for g in gaps)
+    assert any(g.startswith("DRAM read per useful byte: twice the 32-byte model (within 0.2) at stride 16, stride 32")
+               for g in gaps)
     df = N.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
     k = T.attention_kernels(df)
     assert sorted(k["kernel"]) == ["attn_fwd", "attn_fwd_fast", "naive_pv", "naive_qk", "naive_softmax"]
     # (4, 16, 4096, 64): grid = ceil(4096 / BLOCK_M) x 64 heads, so BLOCK_M = 4096 / (grid / 64)
     assert k.set_index("kernel").loc["attn_fwd", "block_m"] == 4096 // (k.set_index("kernel").loc["attn_fwd", "grid_blocks"] / 64)
     v = T.attention_variants(k, df)
-    att = lab04.Attention(k, v, "cap", (1, 8, 2048, 64), None, N.stall_breakdown(df))
-    assert len(lab04.sol_reading(att)) == 3 and len(lab04.model_notes(att)) == 5
-    ba = lab04.before_after(att).set_index("metric")
+    att = attn.AttentionProfile(k, v, (1, 8, 2048, 64), "fp16", N.stall_breakdown(df), df)
+    assert len(attn.sol_lines(att)) == 3 and len(A.traffic_notes(att.kernels)) == 5
+    ba = A.attention_before_after(att.variants, att.shape).set_index("metric")
     assert ba.loc["DRAM bytes measured (read + write)", "naive"] == pytest.approx(v.set_index("variant").loc["naive", "dram_mb"])
 
 
@@ -339,11 +350,11 @@ def test_stall_shift_when_the_top_reason_changes():
     stalls = "".join(_block(label, [(k, {"gpu__time_duration.sum": t, **{
         f"smsp__pcsamp_warps_issue_stalled_{r}": v for r, v in samples[label].items()}})])
         for label, (k, _rd, _sec, _req, t, _occ) in COUNTERS.items())
-    fam = lab04._family(counters, stalls, None, "cap", "scap", "recorded")
-    assert lab04.stall_shift(fam) == [
+    fam = copy_info.family(counters, stalls)
+    assert copy_info.shift_lines(fam) == [
         "the largest reason changes along the family: coalesced long_scoreboard, stride 8 lg_throttle",
         "grew most from coalesced to stride 8: lg_throttle (0% to 50%)"]
-    assert lab04.stall_shift(lab04._family(counters, None, None, "cap", None, "recorded")) == []
+    assert copy_info.shift_lines(copy_info.family(counters)) == []
 
 
 # ------------------------------------------------------------------ analysis.copies and present.attention
@@ -383,12 +394,12 @@ def test_recorded_sectors_per_request_by_hand_and_the_lab_questions_evidence():
     per = raw[raw["metric"].isin(N.SECTORS)].pivot_table(index="config", columns="metric", values="value", aggfunc="sum")
     by_hand = per[N.SECTORS[0]] / per[N.SECTORS[1]]
     assert (by_hand.reindex(fam.table["config"]).to_numpy() == fam.table["sectors_per_req"].to_numpy()).all()
-    sh = lab04.shift_table(fam)
+    sh = copy_info.shift_table(fam)
     assert sh["change"].is_monotonic_decreasing and sh["change"].sum() == pytest.approx(0.0, abs=1e-9)  # shares sum to 1
-    att = lab04.recorded_attention(st)
-    ev = lab04.sol_evidence(att).set_index("variant")
+    att, _ = lab04.recorded_attention(st)
+    ev = attn.sol_pairs(att.variants).set_index("variant")
     assert (ev["busiest_pct"] >= ev[["sm_pct", "memory_pct"]].max(axis=1) - 1e-12).all()
-    lines = lab04.sol_reading(att, 4.0e12)
+    lines = attn.sol_lines(att, 4.0e12)
     naive = att.variants.set_index("variant").loc["naive"]
     assert f"DRAM {naive['dram_mb'] / naive['time_us']:.2f} TB/s" in lines[0] and "of the measured copy ceiling (4.00 TB/s)" in lines[0]
     assert lab04.copy_ceiling(st) is None or lab04.copy_ceiling(st) > 1e12  # bytes/s
@@ -460,3 +471,138 @@ def test_launch_table_on_the_recorded_attention_and_a_clear_error_without_counte
     assert launches.launch_table(df)["under_launch_floor"].isna().all()  # no floor given: not judged
     with pytest.raises(ValueError, match="smsp__issue_active"):
         launches.launch_table(df[~df["metric"].str.startswith("smsp__issue_active")])
+
+
+# ------------------------------------------------------------------ round 2: analysis, grading keys, the notebook's arithmetic
+def test_kv_passes_hand_computed_and_errors():
+    one = 1 * 2 * 256 * 64 * 2  # bytes of one of Q, K, V (fp16)
+    assert traffic.kv_passes(one + 2 * one * 3, 1, 2, 256, 64, 2) == pytest.approx(3.0)  # Q once, K and V 3 times
+    assert traffic.kv_passes(one, 1, 2, 256, 64, 2) == 0.0
+    with pytest.raises(ValueError, match="bytes_read is -1"):
+        traffic.kv_passes(-1, 1, 2, 256, 64, 2)
+    with pytest.raises(ValueError, match="elem_bytes is 3"):
+        traffic.kv_passes(one, 1, 2, 256, 64, 3)
+
+
+def test_recorded_profile_clocks_kv_reads_and_sol_pairs():
+    st = _recorded("ncu_attention.csv")
+    att = attn.profile(st.text("ncu_attention.csv"))
+    raw = N.parse_raw_csv(st.text("ncu_attention.csv"))
+    k = att.kernels.set_index("kernel")
+    for name in k.index:  # the clock column is the raw counter, in GHz
+        hz = raw[(raw["kernel"] == name) & (raw["metric"] == "sm__cycles_elapsed.avg.per_second")]["value"].mean()
+        assert k.loc[name, "clock_ghz"] == pytest.approx(hz / 1e9)
+    kv = attn.kv_reads(att).set_index("kernel")
+    B, H, n_ctx, D = att.shape
+    one = B * H * n_ctx * D * 2
+    for name in ("attn_fwd", "attn_fwd_fast"):
+        assert kv.loc[name, "model_kv_passes"] == -(-n_ctx // int(k.loc[name, "block_m"]))
+        assert kv.loc[name, "dram_kv_passes"] == pytest.approx((k.loc[name, "dram_read_mb"] * 1e6 - one) / (2 * one))
+    # in this recording L2 served the re-reads: about one pass from DRAM against the model's 32 (the lab's ex4)
+    assert kv.loc["attn_fwd", "dram_kv_passes"] < 1.2 and kv.loc["attn_fwd", "model_kv_passes"] >= 16
+    with pytest.raises(ValueError, match="lacks \\['sm_pct'\\]"):
+        attn.sol_pairs(att.variants.drop(columns=["sm_pct"]))
+    lines = attn.sol_lines(att)
+    assert all(" at an SM clock of " in line for line in lines)
+
+
+def test_recorded_family_has_clocks_commands_and_no_captions_of_its_own():
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    fam = copy_info.family(st.text("ncu_copies.csv"), st.text("ncu_copies_stalls.csv"))
+    assert fam.table["clock_ghz"].between(0.5, 3.0).all() and fam.clocks is not None
+    assert set(fam.commands) == set(fam.table["label"]) and fam.caption == ""
+    glued = lab04.recorded_copy_family(st)
+    assert glued.caption.startswith(st.provenance.caption()) and "ncu_copies.csv" in glued.caption
+    shown = lab04.columns(glued.table, lab04.COPY_COLUMNS)
+    assert "SM clock (GHz)" in shown.columns and "read x" in shown.columns and len(shown.columns) <= 9
+
+
+def test_grading_keys_rebuild_what_the_notebook_checks_against():
+    """quiz/keys/lab04.py walks parse -> analysis only, and gives the same tables the notebook's cells build."""
+    from infralens_lab.quiz.keys import lab04 as keys
+
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
+    fam = lab04.recorded_copy_family(st)
+    pd.testing.assert_frame_equal(keys.copy_family(), fam.table)
+    pd.testing.assert_frame_equal(keys.stride8_stalls(), fam.stalls_for("stride 8"))
+    pd.testing.assert_frame_equal(keys.stall_shift(), copy_info.shift_table(fam))
+    att, _ = lab04.recorded_attention(st)
+    pd.testing.assert_frame_equal(keys.attention_variants(), att.variants)
+    pd.testing.assert_frame_equal(keys.sol_pairs(), attn.sol_pairs(att.variants))
+    pd.testing.assert_frame_equal(keys.kv_reads(), attn.kv_reads(att))
+
+
+def test_exercise_keys_are_the_by_hand_arithmetic_of_the_notebook():
+    """Each exercise's key (the bank's derivation on the grader's evidence) equals the arithmetic its worked solution
+    does on the raw counters, so a learner who does the step right is marked right."""
+    from infralens_lab.quiz import question
+    from infralens_lab.quiz.check import expected_answer
+    from infralens_lab.quiz.keys import lab04 as keys
+
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
+    raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
+    fam = lab04.recorded_copy_family(st)
+    w = N.wide(raw, N.SECTORS + ["dram__bytes_read.sum"]).assign(label=lambda d: d["config"].map(fam.labels()))
+    w = w.set_index("label")
+    assert expected_answer(question("lab04.ex1"), keys.copy_family()) == pytest.approx(
+        w.loc["stride 8", N.SECTORS[0]] / w.loc["stride 8", N.SECTORS[1]])
+    n16 = joins.config_fields(fam.table.set_index("label").loc["stride 16", "config"])["n"]
+    assert expected_answer(question("lab04.ex2"), keys.copy_family()) == pytest.approx(
+        w.loc["stride 16", "dram__bytes_read.sum"] / (n16 * 4))
+    s8 = fam.stalls_for("stride 8")
+    stalled = s8[s8["reason"] != "selected"]
+    assert expected_answer(question("lab04.ex3"), keys.stride8_stalls()) == pytest.approx(
+        stalled["samples"].max() / s8["samples"].sum())
+    att, _ = lab04.recorded_attention(st)
+    B, H, n_ctx, D = att.shape
+    one = B * H * n_ctx * D * 2
+    dram = N.wide(att.raw, ["dram__bytes_read.sum"]).set_index("kernel").loc["attn_fwd", "dram__bytes_read.sum"]
+    assert expected_answer(question("lab04.ex4"), keys.kv_reads()) == pytest.approx((dram - one) / (2 * one))
+
+
+def test_dominant_stall_share_derivation_hand_computed_and_errors():
+    from infralens_lab.quiz.derive import DerivationError, derive
+
+    b = pd.DataFrame({"reason": ["selected", "long_scoreboard", "drain", "wait"], "samples": [50, 30, 15, 5]})
+    assert derive("dominant_stall_share", b) == pytest.approx(0.30)  # selected left out of the choice, kept in the total
+    tie = pd.DataFrame({"reason": ["wait", "drain"], "samples": [5, 5]})
+    assert derive("dominant_stall_share", tie) == pytest.approx(0.5)
+    with pytest.raises(DerivationError, match="'reason' and 'samples'"):
+        derive("dominant_stall_share", b.rename(columns={"samples": "n"}))
+    with pytest.raises(DerivationError, match="no samples"):
+        derive("dominant_stall_share", b.assign(samples=0))
+    with pytest.raises(DerivationError, match="only excluded"):
+        derive("dominant_stall_share", b.iloc[:1])
+
+
+def test_bench_shape_words():
+    assert A.bench_shape_words((4, 16, 4096, 64), (4, 16, 4096, 64)) == "the profiled shape"
+    assert A.bench_shape_words((1, 16, 16384, 128), (4, 16, 4096, 64)) == "a larger shape"
+    assert A.bench_shape_words((1, 8, 1024, 64), (4, 16, 4096, 64)) == "a smaller shape"
+    assert A.bench_shape_words((2, 16, 4096, 128), (4, 16, 4096, 64)) == "another shape"
+
+
+def test_live_copy_family_on_a_gpu_path_with_ncu_stubbed(monkeypatch, capsys):
+    """The GPU branch of live_copy_family (ncu run live), with ncu's output stood in by the recorded CSVs: it asks
+    for the SM clock too, and returns a family whose table the notebook's copy view can show."""
+    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    asked = {}
+
+    def fake_profile_runs(runs, parts):
+        asked.update(parts)
+        return {"counters": st.text("ncu_copies.csv"), "stalls": st.text("ncu_copies_stalls.csv")}
+
+    monkeypatch.setattr(lab04, "is_gpu", lambda: True)
+    monkeypatch.setattr(lab04.NR, "profile_runs", fake_profile_runs)
+    fam = lab04.live_copy_family()
+    assert N.CLOCK[0] in asked["counters"] and "smsp__pcsamp_sample_count" in asked["stalls"]
+    assert fam.caption.startswith("Evidence: live") and fam.breakdown is not None
+    shown = lab04.columns(fam.table, lab04.COPY_COLUMNS)
+    assert {"sectors/req", "read x", "SM clock (GHz)"} <= set(shown.columns) and "useful fraction" not in shown.columns
+
+    def failing(runs, parts):
+        raise N.NcuError("ncu not found", "install Nsight Compute")
+
+    monkeypatch.setattr(lab04.NR, "profile_runs", failing)
+    assert lab04.live_copy_family() is None
+    assert "ncu could not run here: ncu not found" in capsys.readouterr().out

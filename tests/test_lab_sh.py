@@ -40,7 +40,7 @@ def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
     work = tmp_path / "my-labs"
     first = lab_sh(work, _free_port()).stdout
     assert f"your notebooks: {work}" in first and "git-ignored" in first
-    assert sorted(p.name for p in work.iterdir()) == LABS
+    assert sorted(p.name for p in work.iterdir() if not p.name.startswith(".")) == LABS
     assert "copied in now: " + " ".join(LABS) in first
     mine = work / LABS[0]
     mine.write_text("my answers")          # a learner's edit
@@ -87,3 +87,31 @@ def test_shipped_settings_turn_the_news_off():
     schema = VENV / "share" / "jupyter" / "lab" / "schemas" / "@jupyterlab" / "apputils-extension" / "notification.json"
     if schema.exists():  # the setting exists under that name in this JupyterLab
         assert "fetchNews" in json.loads(schema.read_text())["properties"]
+
+
+def test_kernels_start_with_the_notebook_guard_and_custom_css_is_served(tmp_path):
+    """The kernelspec lab.sh writes is the usual ipykernel plus the guard extension, first on JUPYTER_PATH
+    (so it stands in for "python3"); JupyterLab gets the repo's custom CSS (output wraps between words)."""
+    import json
+
+    work = tmp_path / "w"
+    out = lab_sh(work, _free_port()).stdout
+    spec = json.loads((work / ".infralens" / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())
+    assert spec["argv"][:3] == [str(VENV / "bin" / "python"), "-m", "ipykernel_launcher"]
+    assert "--ext=infralens_lab.notebook_guard" in spec["argv"] and "{connection_file}" in spec["argv"]
+    cmd = out.strip().splitlines()[-1]
+    assert "--LabApp.custom_css=True" in cmd
+    assert f"--ServerApp.tornado_settings=static_custom_path={ROOT}/tools/jupyter/custom" in cmd
+    css = (ROOT / "tools" / "jupyter" / "custom" / "custom.css").read_text()
+    assert "word-break: normal" in css and "overflow-wrap: anywhere" in css
+
+
+def test_shipped_settings_save_widget_state():
+    import json
+
+    overrides = json.loads((ROOT / "tools" / "jupyter" / "settings" / "overrides.json").read_text())
+    assert overrides["@jupyter-widgets/jupyterlab-manager:plugin"]["saveState"] is True
+    schema = (VENV / "share" / "jupyter" / "labextensions" / "@jupyter-widgets" / "jupyterlab-manager" / "schemas"
+              / "@jupyter-widgets" / "jupyterlab-manager" / "plugin.json")
+    if schema.exists():  # the setting exists under that name in this widget manager
+        assert "saveState" in json.loads(schema.read_text())["properties"]

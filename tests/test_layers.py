@@ -20,9 +20,9 @@ LAYERS = [
     ("measure", ["measure"]),
     ("analysis", ["analysis"]),
     ("present", ["present"]),
-    ("quiz", ["quiz"]),
+    ("quiz", ["quiz", "notebook_guard"]),
     ("labs", ["labs_support"]),
-    ("apps", ["bench", "record", "doctor", "site", "gates_cli", "analyze", "profile_ddp", "__main__"]),
+    ("apps", ["bench", "record", "doctor", "site", "site_assets", "gates_cli", "analyze", "profile_ddp", "__main__"]),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 # Modules whose layer is not their folder's: the grader's evidence providers rebuild each lab's tables in
@@ -123,7 +123,7 @@ def test_lab_modules_stay_small():
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PKG / "labs_support").glob("lab*.py")}
     assert sizes  # the glue modules exist
     # the target is 300 lines for every lab module
-    limits = {"lab01.py": 301, "lab04.py": 300, "lab05.py": 301, "lab06.py": 150}  # a line each of the parse-layer import split; round 2 cuts them to 150
+    limits = {"lab01.py": 150, "lab04.py": 150, "lab06.py": 150, "lab05.py": 301}  # round 2 cuts every lab's glue to 150
     over = {n: s for n, s in sizes.items() if s > limits.get(n, 300)}
     assert not over, f"lab modules over their line budget: {over}"
 

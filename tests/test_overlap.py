@@ -161,6 +161,32 @@ def test_amdahl_by_hand():
         A.amdahl(0.3, 0.5)
 
 
+def test_step_bound_holds_both_floors_by_hand():
+    # issue 26.5's case: a 19.1 ms step, GPU busy 17.19 ms, CPU 9.16 ms per step; 78% of the GPU work 7.9x faster.
+    # GPU floor 17.19 * (0.22 + 0.78 / 7.9) = 5.48 ms is under the CPU's 9.16 ms: the CPU decides, 19.1 / 9.16
+    b = A.step_bound(19.1, 17.19, 9.16, 0.78, 7.9)
+    assert b.gpu_floor_ms == pytest.approx(17.19 * (0.22 + 0.78 / 7.9)) and b.cpu_floor_ms == 9.16
+    assert b.bound == pytest.approx(19.1 / 9.16) and b.limited_by == "cpu" and b.bound < 2.1
+    assert b.gpu_only == pytest.approx(19.1 / b.gpu_floor_ms) and b.gpu_only > 3
+    # a fix that only removes idle time (fraction 0): the GPU's busy time is the floor when the CPU's is lower
+    p = A.step_bound(24.2, 18.8, 12.3)
+    assert p.bound == pytest.approx(24.2 / 18.8) and p.limited_by == "gpu" and p.gpu_only == p.bound
+    assert A.amdahl_rest(0.5, 2.0) == pytest.approx(0.75) and A.amdahl_rest(0.25) == pytest.approx(0.75)
+    assert math.isinf(A.step_bound(10.0, 10.0, 0.0, 1.0).bound)  # all GPU work removed and no CPU floor
+
+
+@pytest.mark.parametrize("args, match", [
+    ((10.0, 12.0, 5.0), "gpu_ms=12.0 is more than the period 10.0"),
+    ((10.0, 5.0, -1.0), "cpu_ms=-1.0; expected a finite number"),
+    ((float("nan"), 5.0, 1.0), "period_ms=nan"),
+    ((10.0, 5.0, 1.0, 1.5), "fraction=1.5; expected a share"),
+    ((10.0, 5.0, 1.0, 0.5, 0.5), "speedup=0.5; expected a number >= 1"),
+])
+def test_step_bound_refuses_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        A.step_bound(*args)
+
+
 def test_elementwise_chain_traffic():
     eager = A.elementwise_chain_traffic(1000, 4, 8, fused=False)
     fused = A.elementwise_chain_traffic(1000, 4, 8, fused=True)

@@ -40,19 +40,42 @@ def test_sync_every_step_appends_losses_and_no_sync_sums_on_device():
     torch.testing.assert_close(torch.tensor(summed.mean_loss()), torch.tensor(synced.mean_loss()), rtol=1e-5, atol=1e-6)
 
 
-def test_prefetch_prepares_a_ring_and_stops_tokenizing(monkeypatch):
+def test_prefetch_does_the_same_work_in_worker_processes(monkeypatch):
+    """Issue 26.3: prefetching hides the tokenizer behind the GPU's work; it must not skip it. A prefetching
+    variant's main process never tokenizes (its DataLoader workers do), and every variant trains on the same
+    batches: the same loss curve as the bubble, step for step (same seed, same weights; fp32 on a CPU)."""
     calls = []
     real = P.tokenize_batch
     monkeypatch.setattr(P, "tokenize_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
-    p = make_variant("bubble+prefetch", device="cpu", config=SMALL, batch=2, depth=3)
-    assert len(p.ready) == 3 and len(calls) == 3
-    for _ in range(5):
+    curves = {}
+    for name in ("bubble", "bubble+prefetch", "bubble+no_sync", "fixed"):
+        before = len(calls)
+        p = _run(name, steps=5, workers=1)
+        curves[name] = p.loss_curve()
+        assert len(curves[name]) == 5 and p.mean_loss() == pytest.approx(np.mean(curves[name]), rel=1e-6)
+        # the bubble tokenizes one batch per step in this process; a prefetching variant none (the worker does)
+        assert len(calls) - before == (0 if p.variant.prefetch else 5), name
+        assert p.workers == (1 if p.variant.prefetch else 0)
+        p.close()
+    for name, curve in curves.items():
+        # same batches, same arithmetic: equal to fp32 rounding (a ring of recycled batches fails here by ~1e-1)
+        torch.testing.assert_close(torch.tensor(curve), torch.tensor(curves["bubble"]), rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_batches_are_a_function_of_seed_and_index():
+    d = P.TokenBatches(seed=3, batch=2, seq=5, vocab=97)
+    assert torch.equal(d[4], d[4]) and not torch.equal(d[4], d[5])
+    assert torch.equal(d[0], torch.from_numpy(P.tokenize_batch(P.batch_rng(3, 0), 2, 5, 97)))
+    assert not torch.equal(d[0], P.TokenBatches(seed=4, batch=2, seq=5, vocab=97)[0])
+
+
+def test_a_closed_prefetching_pipeline_says_so():
+    p = _run("bubble+prefetch", steps=1, workers=1)
+    p.close()
+    with pytest.raises(RuntimeError, match="closed"):
         p()
-    assert len(calls) == 3  # no tokenizing inside the steps
-    b = make_variant("bubble", device="cpu", config=SMALL, batch=2)
-    for _ in range(5):
-        b()
-    assert b.ready == [] and len(calls) == 3 + 5  # one batch tokenized per step
+    _run("bubble", steps=1).close()  # no workers: a no-op
 
 
 def test_pinned_is_a_documented_no_op_on_cpu():
@@ -64,8 +87,11 @@ def test_pinned_is_a_documented_no_op_on_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs CUDA")
 def test_pinned_batches_are_pinned_on_a_gpu():
     p = make_variant("fixed", device="cuda", config=SMALL, batch=2)
-    assert p.pins and all(t.is_pinned() for t in p.ready)
-    assert not make_variant("bubble+prefetch", device="cuda", config=SMALL, batch=2).ready[0].is_pinned()
+    assert p.pins and next(p._ahead).is_pinned()  # the DataLoader pins what its workers tokenized
+    q = make_variant("bubble+prefetch", device="cuda", config=SMALL, batch=2)
+    assert not next(q._ahead).is_pinned()
+    p.close()
+    q.close()
 
 
 def test_tf32_is_set_during_the_step_only(monkeypatch):
@@ -113,6 +139,7 @@ def test_bf16_runs_forward_under_autocast_on_cpu(monkeypatch):
     (lambda: make_step("fixed+tf32", device="cpu", config=SMALL), "make_variant"),
     (lambda: Variant(True, True, False, "fp16"), "precision 'fp16'; expected one of \\('fp32', 'tf32', 'bf16'\\)"),
     (lambda: P.Pipeline("nope", device="cpu", config=SMALL), "or a Variant"),
+    (lambda: make_variant("fixed", device="cpu", config=SMALL, workers=0), "workers=0; expected a positive int"),
 ])
 def test_bad_names_and_precisions(call, match):
     with pytest.raises(ValueError, match=match):

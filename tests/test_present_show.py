@@ -73,6 +73,7 @@ def test_header_units_and_names_kept_on_hover():
     assert header_label("time_us") == "time (µs)"
     assert header_label("dram_tbps") == "dram (TB/s)"
     assert header_label("gpu_util_pct") == "gpu util (%)"
+    assert header_label("sm_clock_ghz") == "sm clock (GHz)"
     assert header_label("MiB") == "MiB" and header_label("weights GB") == "weights GB"
     th = [c for c in cells(table_html(pd.DataFrame({"k": ["a", "b"], "time_us": [1.0, 2.0]}))) if c["tag"] == "th"]
     assert [(c["text"], c["title"]) for c in th] == [("k", "k"), ("time (µs)", "time_us")]
@@ -170,3 +171,78 @@ def test_a_column_of_counts_is_written_exactly_throughout():
     df = pd.DataFrame({"flops": [33554432.0, 1.37438953472e12], "rate": [9.95e13 + 0.25, 3.2e9 + 0.5]})
     td = [c["text"] for c in cells(table_html(df)) if c["tag"] == "td"]
     assert td == ["33,554,432", "99.5 T", "1,374,389,534,720", "3.2 G"]
+
+
+def test_row_positions_left_by_a_sort_do_not_leak_as_a_column():
+    """Issue 29: ``df.sort_values(...).head()`` keeps the old row numbers as its index; they are not data."""
+    df = pd.DataFrame({"op": ["a", "b", "c"], "self_us": [1.0, 3.0, 2.0]}).sort_values("self_us", ascending=False)
+    heads = [c["text"] for c in cells(table_html(df)) if c["tag"] == "th"]
+    assert heads == ["op", "self (µs)"]
+    assert table_text(df).splitlines()[0].split() == ["op", "self", "(µs)"]
+    labels = pd.DataFrame({"v": [1.5, 2.5]}, index=["first", "second"])  # unnamed labels are data: kept
+    assert [c["text"] for c in cells(table_html(labels)) if c["tag"] == "th"] == ["", "v"]
+    assert "first" in table_text(labels)
+
+
+def test_a_wide_table_carries_a_visible_scroll_cue_a_narrow_one_does_not():
+    wide = table_html(pd.DataFrame({f"col_{i}_pct": [1.0, 2.0] for i in range(30)}))
+    assert f'class="{present.SCROLL_CUE_CLASS}"' in wide and "30 columns" in wide
+    assert wide.index(present.SCROLL_CUE_CLASS) < wide.index("<table")  # seen before the cut-off
+    narrow = table_html(pd.DataFrame({"kernel": ["copy"], "time_us": [1.0], "x": [2]}))
+    assert present.SCROLL_CUE_CLASS not in narrow
+    assert present.SCROLL_CUE_CLASS not in table_html(pd.DataFrame({"a": [1, 2], "b": [3, 4]}))
+    assert "scroll" not in table_text(pd.DataFrame({f"col_{i}_pct": [1.0, 2.0] for i in range(30)}))
+    # every table's box ends with the strip that fades a cut edge out, stuck to the box's right edge
+    for page in (wide, narrow):
+        assert re.search(r'</table><div class="%s"[^>]*style="position:sticky;right:0;' % present.SCROLL_FADE_CLASS, page)
+        assert page.endswith("</div></div>")
+
+
+def test_figure_alt_is_read_from_the_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2)
+    a.loglog([1, 2, 4], [1, 4, 16], label="measured")
+    a.loglog([1, 2, 4], [2, 4, 8], label="roof")
+    a.legend()
+    a.set(xlabel="arithmetic intensity (FLOP/byte)", ylabel="TFLOP/s", title="Roofline")
+    b.bar(["naive", "tiled"], [3.0, 1.0])
+    b.set(ylabel="time (ms)", title="Per variant")
+    fig.suptitle("Attention on an H100")
+    alt = present.figure_alt(fig, point="The tiled kernel is three times faster")
+    plt.close(fig)
+    assert alt == ('Attention on an H100. 2 panels. Line chart "Roofline": TFLOP/s (log scale) against arithmetic '
+                   'intensity (FLOP/byte) (log scale); series: measured, roof. Bar chart "Per variant": time (ms) '
+                   "against the categories naive, tiled. The tiled kernel is three times faster.")
+
+
+def test_show_puts_the_alt_text_in_the_figure_output(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = []
+    monkeypatch.setattr(present, "_ipython_display", lambda: (lambda obj, **kw: shown.append((obj, kw)), str))
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    ax.set(xlabel="stride", ylabel="sectors per request")
+    present.show(fig, caption="Evidence: test", point="Sectors grow with the stride")
+    alt = shown[0][1]["metadata"]["image/png"]["alt"]
+    assert alt == "Line chart: sectors per request against stride. Sectors grow with the stride."
+
+
+def test_rate_units_written_with_underscores_move_into_the_header():
+    """Lab 02's per-GPU table (analysis.compare.ceilings) names its units copy_TB_s, fp32_TFLOP_s, ..."""
+    assert [header_label(n) for n in ("copy_TB_s", "fp32_TFLOP_s", "ridge_bf16_FLOP_per_B", "implied_tb_per_s")] == \
+        ["copy (TB/s)", "fp32 (TFLOP/s)", "ridge bf16 (FLOP/B)", "implied (TB/s)"]
+
+
+def test_a_header_longer_than_a_line_may_break_after_its_underscores():
+    page = table_html(pd.DataFrame({"pred_sectors_per_req": [16.0, 32.0], "stride": [1, 2]}))
+    assert ">pred_<wbr>sectors_<wbr>per_<wbr>req</th>" in page and ">stride</th>" in page
+    heads = [c["text"] for c in cells(page) if c["tag"] == "th"]
+    assert heads == ["pred_sectors_per_req", "stride"]  # the text a reader copies is the column's name

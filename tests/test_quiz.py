@@ -591,7 +591,7 @@ def test_encode_to_an_unwritable_path_is_a_clear_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("provider, ok", [
-    ("infralens_lab.quiz.grading_evidence:lab00_vector_add", True),
+    ("infralens_lab.quiz.keys.lab00:vector_add", True),
     ("os:system", False), ("infralens_lab.quiz.grading_evidence", False), ("", False)])
 def test_bank_evidence_provider_must_name_a_package_function(provider, ok):
     plain = {"id": "lab98.d", "kind": "number", "prompt": "p", "hint": "h", "explanation": "e",
@@ -605,7 +605,7 @@ def test_bank_evidence_provider_must_name_a_package_function(provider, ok):
 
 def test_evidence_provider_only_on_derived_questions():
     plain = {"id": "lab98.n", "kind": "number", "prompt": "p", "hint": "h", "explanation": "e",
-             "tolerance": {"abs": 0}, "answer": 1, "evidence": "infralens_lab.quiz.grading_evidence:lab00_vector_add"}
+             "tolerance": {"abs": 0}, "answer": 1, "evidence": "infralens_lab.quiz.keys.lab00:vector_add"}
     with pytest.raises(BankError, match="only on a question with 'derive'"):
         bank_mod.question_from_plain(plain)
 
@@ -624,8 +624,8 @@ def test_widget_pickers_follow_the_question_kind(lab98):
     word = widgets_mod._build(question("lab98.word"), ipywidgets, None).children[1]
     assert isinstance(word, ipywidgets.RadioButtons) and list(word.options) == list(question("lab98.word").vocabulary)
     stall = widgets_mod._build(question("lab98.stall"), ipywidgets, None).children[1]
-    many = widgets_mod._build(question("lab04.q3"), ipywidgets, None).children[1]
-    assert isinstance(many, ipywidgets.Dropdown) and len(question("lab04.q3").vocabulary) > widgets_mod.RADIO_MAX_WORDS
+    many = widgets_mod._build(question("lab04.q4"), ipywidgets, None).children[1]
+    assert isinstance(many, ipywidgets.Dropdown) and len(question("lab04.q4").vocabulary) > widgets_mod.RADIO_MAX_WORDS
     assert isinstance(stall, (ipywidgets.RadioButtons, ipywidgets.Dropdown))
     assert isinstance(widgets_mod._build(question("lab98.abs"), ipywidgets, None).children[1], ipywidgets.Text)
 

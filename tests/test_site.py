@@ -13,6 +13,7 @@ import pytest
 
 from conftest import FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
 from infralens_lab import site as site_mod
+from infralens_lab import site_assets
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output  # noqa: E402
@@ -105,7 +106,12 @@ def check_page(nb, page: str, name: str) -> None:
         assert line in text, f"{name}: provenance line {line[:90]!r} missing from the page"
     assert site_mod.WIDGET_MIME not in page, f"{name}: a widget view was left for a manager that cannot load"
     assert site_mod.remote_refs(page) == [], f"{name}: page needs the network"
-    assert not re.search(r"<script[^>]+src=", page), f"{name}: page loads an external script"
+    srcs = re.findall(r'<script[^>]+src="([^"]*)"', page)
+    assert srcs == [site_assets.SEARCH_INDEX_FILE, site_assets.SCRIPT_FILE], f"{name}: scripts {srcs}"
+    imgs_alt = [a or b for a, b in re.findall(r"""<img\b[^>]*\balt=(?:"([^"]*)"|'([^']*)')""", page)]
+    assert len(imgs_alt) == len(re.findall(r"<img\b", page)) and all(a.strip() for a in imgs_alt), \
+        f"{name}: an image without alt text"
+    assert "No description has been provided" not in page
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +257,8 @@ def test_cli_writes_the_site(fixture_labs, tmp_path, capsys):
     assert main(["site", "--labs", str(fixture_labs), "--out", str(tmp_path / "out")]) == 0
     assert "wrote 2 lab pages" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["00_fixture.html", "01_fixture_plain.html",
-                                                                  "index.html", "notebooks"]
+                                                                  "index.html", "notebooks", "search_index.js",
+                                                                  "site.js"]
     assert sorted(p.name for p in (tmp_path / "out" / "notebooks").iterdir()) == ["00_fixture.ipynb",
                                                                                  "01_fixture_plain.ipynb"]
 
@@ -317,18 +324,100 @@ def test_no_emoji_and_options_numbered_once(tmp_path, fixture_site):
 def test_toc_download_link_and_no_mid_word_breaks(tmp_path):
     built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
     page = built.pages[0].read_text()
-    toc = re.search(r'<details class="infralens-toc" open><summary>On this page</summary>(.*?)</details>', page, re.S)
-    assert toc, "no table of contents"
-    links = re.findall(r'<li( class="sub")?><a href="#([^"]+)">([^<]+)</a>', toc.group(1))
-    assert [(bool(sub), text) for sub, _, text in links] == [(False, "First section"), (True, "A subsection"),
-                                                            (False, "Second section")]
-    for _, anchor, _ in links:
-        assert f'id="{anchor}"' in page
+    bar = re.search(r'<nav class="infralens-bar">(.*?)</nav>', page, re.S)
+    assert bar, "no sticky bar"
+    toc = re.search(r'<details class="infralens-toc"><summary>On this page</summary><div class="panel"><ul>(.*?)</ul>',
+                    bar.group(1), re.S)
+    assert toc, "no table of contents in the sticky bar"
+    links = re.findall(r'<li class="(sec|sub)"><a href="#([^"]+)"><span class="secnum">([^<]+)</span>([^<]+)</a>',
+                       toc.group(1))
+    assert [(cls, num, text) for cls, _, num, text in links] == [
+        ("sec", "0.1", "First section"), ("sub", "0.1.1", "A subsection"), ("sec", "0.2", "Second section")]
+    for _, anchor, num, _ in links:
+        assert re.search(f'id="{re.escape(anchor)}"[^>]*><span class="secnum">{re.escape(num)}</span>', page)
+    assert ".infralens-bar { position: sticky; top: 0;" in page
     dl = re.search(r'<a class="download" [^>]*>', page)
     assert dl and 'href="notebooks/00_cards.ipynb"' in dl.group(0) and 'download="00_cards.ipynb"' in dl.group(0)
     assert (tmp_path / "site" / "notebooks" / "00_cards.ipynb").read_bytes() == \
         (tmp_path / "labs" / "00_cards.ipynb").read_bytes()
     assert ".jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }" in page
+
+
+def test_sections_are_numbered_without_gaps():
+    body = ('<main><h1 id="t">Title</h1><h2 id="a">A</h2><h3 id="a1">A one</h3><h3 id="a2">A two</h3>'
+            '<h2 id="b">B<a class="anchor-link" href="#b">¶</a></h2><h2 id="c">C</h2><h3 id="c1">C one</h3></main>')
+    numbered, sections = site_mod.section_numbers(body, 5)
+    assert [(lvl, num, text) for lvl, num, _, text in sections] == [
+        (2, "5.1", "A"), (3, "5.1.1", "A one"), (3, "5.1.2", "A two"), (2, "5.2", "B"), (2, "5.3", "C"),
+        (3, "5.3.1", "C one")]
+    assert '<h2 id="b"><span class="secnum">5.2</span> B<a class="anchor-link"' in numbered
+    assert site_mod.section_numbers(body, None)[1][0][1] == "1"
+
+
+def _search(entries, query):
+    """The offline search's rule (site.js), in Python: an entry matches when its title and text hold every
+    word of the query, with underscores read as spaces on both sides."""
+    words = re.sub(r"\s+", " ", query.lower().replace("_", " ")).strip().split(" ")
+    return [e for e in entries if all(w in (e["t"] + " " + e["x"]).lower().replace("_", " ") for w in words)]
+
+
+def _index_entries(site_dir: Path) -> list[dict]:
+    js = (site_dir / site_assets.SEARCH_INDEX_FILE).read_text()
+    return json.loads(re.search(r"window\.INFRALENS_SEARCH = (.*);\s*$", js, re.S).group(1))
+
+
+def test_search_index_covers_every_section(tmp_path):
+    built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
+    entries = _index_entries(tmp_path / "site")
+    assert [e["t"] for e in entries] == ["Cards", "0.1 First section", "0.1.1 A subsection", "0.2 Second section"]
+    assert {e["p"] for e in entries} == {built.pages[0].name}
+    page = built.pages[0].read_text()
+    for e in entries:
+        assert f'id="{e["a"]}"' in page
+    assert (tmp_path / "site" / site_assets.SCRIPT_FILE).read_text() == site_assets.SCRIPT
+    assert 'class="infralens-search-input"' in built.index.read_text()
+    assert site_assets.plain_text('<p>a<span class="n">bucket_cap_mb</span><span>=</span>1</p><style>x{}</style>'
+                                  '<img alt="a roofline" src="x">') == "abucket_cap_mb=1 a roofline"
+
+
+def test_figures_get_alt_text_from_their_metadata_or_their_section(tmp_path):
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    nb = new_notebook(metadata={"infralens": {"title": "Figures", "teaches": "Alt text."}})
+    nb.cells = [new_markdown_cell("# Figures\n\n## The roofline"),
+                new_code_cell("show(fig)", execution_count=1, outputs=[
+                    new_output("display_data", data={"image/png": png},
+                               metadata={"image/png": {"alt": "Line chart: TFLOP/s against intensity."}})]),
+                new_code_cell("plt.show()", execution_count=2, outputs=[
+                    new_output("display_data", data={"image/png": png})])]
+    nbformat.write(nb, labs / "00_figs.ipynb")
+    page = site_mod.build_site(labs, tmp_path / "site").pages[0].read_text()
+    alts = [a or b for a, b in re.findall(r"""<img\b[^>]*\balt=(?:"([^"]*)"|'([^']*)')""", page)]
+    assert alts == ["Line chart: TFLOP/s against intensity.",
+                    "A figure of the section “The roofline” (no description was stored with it)."]
+
+
+def test_each_lab_says_how_long_it_takes_and_what_it_needs(tmp_path):
+    nb = new_notebook(metadata={"infralens": {"title": "T", "teaches": "x", "gpu": "optional", "gpus": 2}})
+    words = " ".join(["word"] * 2000)  # 10 minutes of reading
+    nb.cells = [new_markdown_cell(words)] + [new_code_cell("x = 1") for _ in range(10)] + [
+        new_code_cell('check("lab00.q1", ANSWER_Q1)', metadata={"tags": ["answer"]}),
+        new_code_cell("ANSWER_EX1 = ...", metadata={"tags": ["exercise"]})]
+    minutes = (2000 / site_mod.READ_WORDS_PER_MIN + 10 * site_mod.MIN_PER_CODE_CELL
+               + 2 * site_mod.MIN_PER_CODE_CELL + site_mod.MIN_PER_QUESTION + site_mod.MIN_PER_EXERCISE)
+    assert site_mod.estimate_minutes(nb) == -(-minutes // site_mod.ROUND_TO_MIN) * site_mod.ROUND_TO_MIN
+    lab = site_mod.lab_info(nb, Path("05_x.ipynb"))
+    assert lab.number == 5 and "with 2 NVIDIA GPUs it also measures live" in lab.needs
+    assert site_mod.needs_line({"gpu": "required"}) == "Needs an NVIDIA GPU."
+    with pytest.raises(ValueError, match=r"gpu is 'maybe'; expected one of"):
+        site_mod.needs_line({"gpu": "maybe"})
+    with pytest.raises(ValueError, match=r"gpus is 0"):
+        site_mod.needs_line({"gpus": 0})
+    built = site_mod.build_site(_card_lab(tmp_path), tmp_path / "site")
+    page = built.pages[0].read_text()
+    assert re.search(r'<p class="infralens-labmeta">About \d+ minutes .*No GPU needed', page)
+    assert re.search(r'<p class="meta">About \d+ minutes\. No GPU needed', built.index.read_text())
 
 
 # ---------------------------------------------------------------- the real labs
@@ -349,6 +438,26 @@ def test_real_labs_site(real_site):
         assert lab.teaches, f"{nb_path.name}: metadata.infralens.teaches is missing"
         check_page(nb, page_path.read_text(), page_path.name)
     assert real_site.notes == [], real_site.notes
+
+
+@needs_real_labs
+def test_real_labs_search_finds_what_a_learner_looks_for(real_site):
+    entries = _index_entries(real_site.index.parent)
+    for query, lab in (("long scoreboard", "04_"), ("bucket_cap_mb", "06_")):
+        hits = _search(entries, query)
+        assert any(h["p"].startswith(lab) for h in hits), f"search for {query!r} finds no section of lab {lab}"
+
+
+@needs_real_labs
+def test_real_labs_figures_carry_alt_text_from_the_figure():
+    """Every figure a lab shows went through present.show, which stores alt text read from the figure."""
+    for nb_path in REAL_LABS:
+        nb = nbformat.read(nb_path, as_version=4)
+        for cell in nb.cells:
+            for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if "image/png" in out.get("data", {}):
+                    alt = out.get("metadata", {}).get("image/png", {}).get("alt", "")
+                    assert " against " in alt, f"{nb_path.name}: a figure without alt text from present.show: {alt!r}"
 
 
 @needs_real_labs

@@ -125,3 +125,25 @@ def test_a_store_waits_on_its_loaded_data_not_on_its_address():
     assert S.opcode_class(real.at[S.producer(real, stg, S.L1TEX_CLASSES), "op"]) == "global load"
     line = [ln for ln in S.reading(real, reasons=("long_scoreboard",)) if ln.startswith(cfg)][0]
     assert "global load result" in line
+
+
+def test_drain_sits_on_the_self_branch_after_exit_in_the_recording():
+    """Issue 26 item 16: the recorded drain samples sit on the BRA after EXIT (a branch to its own address, executed
+    0 times), and the reading says so instead of 'at EXIT'."""
+    from infralens_lab import evidence
+    from infralens_lab.parse import ncu as N
+
+    rows = N.parse_source_csv(evidence.reference().text("ncu_copies_source.csv"))
+    drain = S.reason_sites(rows, "drain").set_index("config")
+    for cfg, r in drain.iterrows():
+        site = rows[(rows["config"] == cfg) & (rows["sass"] == r["sass"])].iloc[0]
+        assert r["op"] == "BRA" and site["inst_executed"] == 0 and S.self_branch(site["sass"], site["address"])
+    lines = [ln for ln in S.reading(rows, reasons=("drain",))]
+    assert lines and all("on the instruction after EXIT, a branch to itself, executed 0 times" in ln for ln in lines)
+    assert not any("at EXIT" in ln for ln in lines)
+
+
+def test_self_branch():
+    assert S.self_branch("BRA 0x7fadcb7a2a10", 0x7fadcb7a2a10)
+    assert not S.self_branch("BRA 0x7fadcb7a2a10", 0x7fadcb7a2a00)
+    assert not S.self_branch("EXIT", 0x10) and not S.self_branch("BRA 0x10", None)

@@ -5,8 +5,13 @@
 # made on the first run. Later runs copy in only labs that are new since (a `git pull` that
 # adds lab 05 brings it), never overwriting a notebook already there. Prints the URL, the SSH
 # tunnel line on a remote machine, and the port used when 8888 is taken. Works as root.
-# JupyterLab's defaults come from tools/jupyter/settings/overrides.json (news toast off);
-# a learner's own settings still win.
+# JupyterLab's defaults come from tools/jupyter/settings/overrides.json (news toast off, widget
+# state saved in the notebook); a learner's own settings still win. tools/jupyter/custom/custom.css
+# (served as JupyterLab's custom CSS) makes printed output wrap between words. Kernels start with the
+# package's notebook guard (infralens_lab/notebook_guard.py: one line of guidance instead of a
+# bare NameError after a restart, answer cells that did not run, self-checks that survive a
+# reopened notebook), through a "python3" kernelspec written to $WORK/.infralens/ and put first
+# on JUPYTER_PATH: it is the usual ipykernel plus --ext=infralens_lab.notebook_guard.
 set -euo pipefail
 VENV="${1:-.venv}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,6 +29,19 @@ for f in "$ROOT"/labs/*; do
     dest="$WORK/$(basename "$f")"
     if [ ! -e "$dest" ]; then cp "$f" "$dest"; new+=("$(basename "$f")"); fi
 done
+
+# ---- the kernel: the usual python3 kernelspec plus the notebook guard (regenerated every run)
+KSPEC="$WORK/.infralens/jupyter/kernels/python3"
+mkdir -p "$KSPEC"
+"$PY" - "$PY" "$KSPEC/kernel.json" <<'PYEOF'
+import json, sys
+py, out = sys.argv[1], sys.argv[2]
+spec = {"argv": [py, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=infralens_lab.notebook_guard"],
+        "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True}}
+with open(out, "w") as f:
+    json.dump(spec, f, indent=1)
+PYEOF
+export JUPYTER_PATH="$WORK/.infralens/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
 
 # ---- a free port: WANT_PORT or the next free one above it
 PORT_USED="$("$PY" - "$WANT_PORT" <<'PYEOF'
@@ -45,7 +63,8 @@ TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(24))')"
 
 ARGS=(--no-browser --ServerApp.port="$PORT_USED" --ServerApp.port_retries=0
       --IdentityProvider.token="$TOKEN" --ServerApp.root_dir="$WORK"
-      --LabApp.app_settings_dir="$ROOT/tools/jupyter/settings")
+      --LabApp.app_settings_dir="$ROOT/tools/jupyter/settings"
+      --LabApp.custom_css=True --ServerApp.tornado_settings=static_custom_path="$ROOT/tools/jupyter/custom")
 if [ "$(id -u)" = 0 ]; then ARGS+=(--allow-root); fi   # GPU cloud machines and containers run as root
 
 # ---- what the learner needs to know, before the server's own log

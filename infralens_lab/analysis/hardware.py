@@ -139,3 +139,13 @@ class Ceilings:
                         "datasheet": peak / T if peak else None,
                         "measured_over_datasheet": meas / peak if meas and peak else None})
         return pd.DataFrame(out)
+
+
+def matmul_rate_table(values: dict[str, Any]) -> pd.DataFrame:
+    """The ``ceilings`` record's matmul rates, one row per precision as measured: ``dtype``, ``shape``
+    (``MxNxK``) and ``rate_TFLOPs`` (median of CUDA-event timings; ``fp32`` with TF32 off)."""
+    if not isinstance(values, dict) or not isinstance(values.get("matmul"), list):
+        seen = sorted(values) if isinstance(values, dict) else type(values).__name__
+        raise ValueError(f"ceilings values have {seen}; expected a dict with a 'matmul' list")
+    return pd.DataFrame([{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / T}
+                         for r in values["matmul"]])

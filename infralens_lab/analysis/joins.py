@@ -22,7 +22,8 @@ from typing import Sequence
 import pandas as pd
 
 from ..parse import ncu as N
-from ..parse.runs import ELEM_BYTES, RunConfig
+from ..parse.runs import RunConfig
+from ..units import ELEM_BYTES
 from ..parse.trace import idle_by_cause, step_gpu_work
 from . import traffic
 from .stalls import dominant_item

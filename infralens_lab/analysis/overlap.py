@@ -15,12 +15,20 @@ runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measur
 * :func:`launches_per_step`: per ``ProfilerStep`` range, the kernel launch calls the CPU made, the GPU
   events they produced, the CPU ops dispatched, the CPU time of the step and the GPU busy time.
 * :func:`amdahl`: the best speedup of a whole when a fraction ``f`` of it gets ``s`` times faster.
+* :func:`step_bound`: the best speedup of a training step when part of its GPU work gets faster, held by
+  both floors: the GPU work that remains and the CPU's own time per step (a step cannot finish before the
+  CPU has launched it). Amdahl on the GPU side alone forgets the second floor.
 * :func:`elementwise_chain_traffic`: a model (not a measurement) of the DRAM bytes an elementwise
   chain moves eagerly (every op reads and writes the whole tensor) and fused (read once, write once).
+* :func:`graph_refusals`: what a CUDA graph refused in :func:`~infralens_lab.measure.overlap.graph_limits`
+  (the recorded ``graph_limits``), one line per case: what was done and why capture or replay refuses it,
+  with the raw error kept for whoever asks.
 """
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # noqa: F401  (re-exported)
 from .intervals import hidden as _hidden
@@ -155,8 +163,54 @@ def amdahl(fraction: float, speedup: float = math.inf) -> float:
         raise ValueError(f"fraction={fraction!r}; expected a share between 0 and 1")
     if not s >= 1.0:
         raise ValueError(f"speedup={speedup!r}; expected a number >= 1 (the part gets faster, not slower)")
-    rest = (1.0 - f) + (0.0 if math.isinf(s) else f / s)
+    rest = amdahl_rest(f, s)
     return math.inf if rest == 0 else 1.0 / rest
+
+
+@dataclass(frozen=True)
+class StepBound:
+    """What :func:`step_bound` found: ``bound`` (old period / the larger floor), ``gpu_floor_ms`` (the GPU work
+    left after the fix), ``cpu_floor_ms`` (the CPU's time per step), ``limited_by`` (``'gpu'`` or ``'cpu'``:
+    the larger floor; ``'gpu'`` on a tie) and ``gpu_only`` (the bound with the GPU floor alone, Amdahl's)."""
+
+    bound: float
+    gpu_floor_ms: float
+    cpu_floor_ms: float
+    limited_by: str
+    gpu_only: float
+
+
+def step_bound(period_ms: float, gpu_ms: float, cpu_ms: float, fraction: float = 0.0,
+               speedup: float = math.inf) -> StepBound:
+    """The most a fix can speed up a step of ``period_ms`` (ms), bounded by both floors. The GPU is busy
+    ``gpu_ms`` per step; the fix makes a share ``fraction`` (0..1) of that GPU work ``speedup`` times faster
+    (``fraction=0``: a fix that only removes idle time, such as an input-pipeline fix). After it a step lasts at
+    least ``max(gpu_floor, cpu_floor)``: the GPU work left, ``gpu_ms * ((1 - f) + f / s)``, and ``cpu_ms``, the
+    CPU's own time per step (launching the work; a CPU that waits on the GPU inside the step must not be
+    counted here). Returns a :class:`StepBound`; ``bound`` is ``period_ms / max(floors)``."""
+    for name, v in (("period_ms", period_ms), ("gpu_ms", gpu_ms), ("cpu_ms", cpu_ms)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name}={v!r}; expected a finite number of milliseconds >= 0")
+    if gpu_ms > period_ms * (1 + 1e-9):
+        raise ValueError(f"gpu_ms={gpu_ms!r} is more than the period {period_ms!r}: the GPU cannot be busy longer "
+                         "than the step lasts (expected the merged busy time per step, not summed kernel times)")
+    amdahl(fraction, speedup)  # the same checks on the share and the factor (0..1, >= 1)
+    gpu_floor = gpu_ms * amdahl_rest(fraction, speedup)
+    cpu_floor = float(cpu_ms)
+    floor = max(gpu_floor, cpu_floor)
+
+    def ratio(over: float) -> float:
+        return math.inf if over == 0 else period_ms / over
+
+    return StepBound(bound=ratio(floor), gpu_floor_ms=gpu_floor, cpu_floor_ms=cpu_floor,
+                     limited_by="gpu" if gpu_floor >= cpu_floor else "cpu", gpu_only=ratio(gpu_floor))
+
+
+def amdahl_rest(fraction: float, speedup: float = math.inf) -> float:
+    """The share of a whole left after a share ``fraction`` of it gets ``speedup`` times faster:
+    ``(1 - f) + f / s`` (``inf``: that part removed); :func:`amdahl` is its reciprocal."""
+    f, s = float(fraction), float(speedup)
+    return (1.0 - f) + (0.0 if math.isinf(s) else f / s)
 
 
 def elementwise_chain_traffic(n: int, elem_bytes: int, ops: int, fused: bool) -> Traffic:
@@ -173,3 +227,72 @@ def elementwise_chain_traffic(n: int, elem_bytes: int, ops: int, fused: bool) ->
                    bytes_written=k * size, flops=n * ops,
                    assumptions=f"{'one kernel' if fused else f'{ops} kernels'}, each reading and writing {n} "
                                f"elements of {elem_bytes} B from DRAM (no L2 reuse between kernels)")
+
+
+# ---------------------------------------------------------------- what a CUDA graph refuses
+@dataclass(frozen=True)
+class GraphRefusal:
+    """One case of :func:`~infralens_lab.measure.overlap.graph_limits` in words: what was done (``done``),
+    whether CUDA graphs refused it, why (``why``), and the raw error text as recorded (``raw``; its first
+    line), shown only on demand."""
+
+    case: str
+    done: str
+    refused: bool
+    why: str
+    raw: str
+
+    @property
+    def line(self) -> str:
+        """What was done, refused or not, and why: one line."""
+        return f"{self.done}: {'refused' if self.refused else 'no error'}. {self.why}"
+
+    def __str__(self) -> str:
+        return self.line
+
+
+# graph_limits' wording when a case did not fail (see measure.overlap.graph_limits)
+_NO_ERROR = ("captured without error", "copied a larger input into the static buffer without error")
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _host_sync(raw: str, refused: bool) -> tuple[str, str]:
+    done = "Captured a step that calls .item() (it reads a GPU value back to the host)"
+    if not refused:
+        return done, "This GPU's CUDA and torch captured it without complaint, so the host read was not checked here."
+    return done, ("While a stream is captured its work is only recorded, not run, so there is no value to read yet: "
+                  "the host read is not allowed, it invalidates the capture, and CUDA reports that at the next call "
+                  "of the capture.")
+
+
+def _new_shape(raw: str, refused: bool) -> tuple[str, str]:
+    m = _SIZES.search(raw)
+    sizes = f" ({m.group(2)} elements into its {m.group(1)}-element static input)" if m else ""
+    done = f"Fed a captured graph an input of another shape{sizes}"
+    if not refused:
+        return done, "The copy went through here; the graph would still replay its recorded shapes."
+    return done, ("A graph replays the kernels it recorded on the buffers and shapes it recorded; new data is "
+                  "copied into the static input, whose shape is fixed, so another shape needs another capture "
+                  "(torch.compile's reduce-overhead mode records one graph per shape).")
+
+
+GRAPH_CASES = {"host_sync_in_capture": _host_sync, "new_shape": _new_shape}
+
+
+def graph_refusals(values: dict) -> list[GraphRefusal]:
+    """Each case of a ``graph_limits`` record (``{case: raw error or what happened}``) as a
+    :class:`GraphRefusal`, in the record's order. An unknown case or a non-text value raises ValueError
+    naming what was seen and what is known."""
+    if not isinstance(values, dict) or not values:
+        raise ValueError(f"graph_limits values {values!r}: expected a non-empty dict {{case: error text}} "
+                         f"with cases among {sorted(GRAPH_CASES)}")
+    out = []
+    for case, raw in values.items():
+        if case not in GRAPH_CASES:
+            raise ValueError(f"graph_limits case {case!r} is not one this package explains; known: {sorted(GRAPH_CASES)}")
+        if not isinstance(raw, str) or not raw.strip():
+            raise ValueError(f"graph_limits case {case!r} holds {raw!r}; expected the error text it recorded")
+        refused = raw.strip() not in _NO_ERROR
+        done, why = GRAPH_CASES[case](raw, refused)
+        out.append(GraphRefusal(case, done, refused, why, raw.strip()))
+    return out

@@ -15,7 +15,9 @@ rule's texts; https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#m
 L1TEX; typically shared memory, also special math (MUFU) or dynamic branching (BRX, JMX).
 ``mio_throttle``: waiting for the MIO instruction queue to be not full; extreme use of the MIO pipelines
 (special math, dynamic branches, shared memory). ``drain``: after EXIT, waiting for all outstanding memory
-operations to complete so the warp's resources can be freed; typical when much data is written at the end.
+operations to complete so the warp's resources can be freed; typical when much data is written at the end. A
+warp past EXIT issues nothing more, so its drain samples sit on the instruction after EXIT (in Triton's copies
+a ``BRA`` to its own address, executed 0 times), not on EXIT itself.
 ``long_scoreboard``: waiting for a scoreboard dependency on an L1TEX (local, global, surface, texture)
 operation. The guide does not list special-register reads (S2R); S2R is a variable-latency instruction
 (NVIDIA developer forum, "How to understand the short scoreboard of sass code on H100", 2025), which is why
@@ -195,15 +197,35 @@ def reading(rows: pd.DataFrame, reasons=("short_scoreboard", "mio_throttle", "dr
                 src = (f"{own_share:.0%} on {own} instructions waiting to enter the queue" if own_share >= threshold
                        else f"split: {', '.join(f'{k} {v:.0%}' for k, v in list(r['by_site_class'].items())[:3])}")
             elif reason == "drain" or r["op"] == "EXIT":
-                prev = _previous_op(rows, r["config"], r["sass"])
-                src = ("at EXIT" if r["op"] == "EXIT" else f"on the instruction after {prev}" if prev else "at the end")
-                src += ": warps that have exited, waiting for their outstanding stores"
+                src = _drain_site(rows, r["config"], r["sass"])
             elif share >= threshold and cls != "none":
                 src = f"{share:.0%} on instructions waiting for a {cls} result (e.g. `{r['producer']}`)"
             else:
                 src = f"split: {', '.join(f'{k} {v:.0%}' for k, v in list(r['by_producer_class'].items())[:3])}"
             lines.append(f"{r['config']}: {reason} {r['samples']:.0f} samples, {where}; {src}")
     return lines
+
+
+def _drain_site(rows: pd.DataFrame, config: str, sass: str) -> str:
+    """Where a drain site sits, read off the SASS: the instruction before it, how often it executed, and whether
+    it is a branch to its own address (the loop the compiler puts after a program's last EXIT)."""
+    site = rows[(rows["config"] == config) & (rows["sass"] == sass)].iloc[0]
+    prev = _previous_op(rows, config, sass)
+    where = "at EXIT" if site["op"] == "EXIT" else f"on the instruction after {prev}" if prev else "at the end"
+    ran = int(site["inst_executed"]) if site["inst_executed"] == site["inst_executed"] else None
+    what = ", a branch to itself" if self_branch(site["sass"], site["address"]) else ""
+    done = f"{what}, executed {ran:,} times" if ran is not None else what
+    return f"{where}{done}: warps past EXIT, waiting for their outstanding memory operations to complete"
+
+
+def self_branch(sass: str, address) -> bool:
+    """True for a ``BRA`` whose target is its own address (``BRA 0x7f..a10`` at address ``0x7f..a10``): the
+    endless loop that pads the end of a program, never reached by a warp that executed EXIT."""
+    m = re.match(r"\s*BRA\s+`?\(?(0x[0-9a-fA-F]+)", str(sass))
+    try:
+        return bool(m) and int(m.group(1), 16) == int(address)
+    except (TypeError, ValueError):
+        return False
 
 
 def _previous_op(rows: pd.DataFrame, config: str, sass: str) -> str | None:

@@ -29,10 +29,12 @@ def _s(reason: str, meaning: str, fix: str, is_stall: bool = True) -> tuple[str,
 
 
 # Meanings paraphrase the Kernel Profiling Guide's warp stall reasons (Nsight Compute docs, ProfilingGuide
-# "metrics-reference" / Warp Stall Reasons, and the WarpStateStats rule texts): long_scoreboard = L1TEX (local,
-# global, surface, texture); short_scoreboard = MIO, not L1TEX (shared memory, MUFU, BRX/JMX); mio_throttle = MIO
-# queue full; drain = after EXIT, memory operations outstanding. Which SASS instruction a copy's samples sit on:
-# infralens_lab.analysis.sass (ncu's Source page).
+# "metrics-reference" / Warp Stall Reasons, and the WarpStateStats rule texts, sections/CPIStall.py): long_scoreboard
+# = L1TEX (local, global, surface, texture); short_scoreboard = MIO, not L1TEX (shared memory, MUFU, BRX/JMX);
+# mio_throttle = MIO queue full; drain = after EXIT, memory operations outstanding. The guide's pipeline table: the
+# LSU pipe issues loads, stores, atomics, reductions and also special register reads (S2R) and shuffles; NVIDIA's
+# developer forum: the scheduler hands LSU instructions over through the MIO instruction queue. Which SASS
+# instruction a copy's samples sit on: infralens_lab.analysis.sass (ncu's Source page).
 STALLS: dict[str, Stall] = dict([
     _s("long_scoreboard", "waiting on a scoreboard dependency on an L1TEX operation (global, local, surface or "
                           "texture memory): the wait for the data of a load, L1 hits included, not only misses to "
@@ -49,9 +51,10 @@ STALLS: dict[str, Stall] = dict([
     _s("lg_throttle", "the local/global memory instruction queue is full",
        "issue fewer, wider memory instructions (vectorised 128-bit loads), avoid register spills to local memory"),
     _s("mio_throttle", "waiting for the MIO (memory input/output) instruction queue to be not full: extreme use "
-                       "of the MIO pipes (special math, dynamic branches, shared memory; on some chips also "
-                       "local/global instructions before lg_throttle applies)",
-       "fewer or wider shared-memory accesses, fewer special-math instructions, fewer instructions per byte"),
+                       "of the MIO pipes (special math, dynamic branches, shared memory); the LSU's loads, stores "
+                       "and special-register reads (S2R) are handed over through the same queue",
+       "fewer or wider memory instructions (one 128-bit load instead of four 32-bit ones), fewer shared-memory "
+       "accesses or special-math instructions"),
     _s("math_pipe_throttle", "the math pipe this instruction needs (FMA, tensor, FP64...) is busy",
        "expected in a compute-bound kernel; otherwise mix instruction types or use a faster pipe (tensor cores)"),
     _s("tex_throttle", "the texture/L1TEX unit queue is full", "fewer texture or L1TEX operations per cycle; spread them out"),

@@ -235,6 +235,19 @@ def attention_tiled_traffic(B: int, H: int, N: int, D: int, elem_bytes: int, blo
     )
 
 
+def kv_passes(bytes_read: float, B: int, H: int, N: int, D: int, elem_bytes: int) -> float:
+    """How many times a tiled attention forward read K and V, from the bytes it read at one level (DRAM's
+    ``dram__bytes_read.sum``, or L2's): ``(bytes_read - Q) / (K + V)``, with Q read once and Q, K, V each
+    ``B*H*N*D*elem_bytes`` bytes. The traffic model's answer is ``ceil(N / BLOCK_M)`` (every query block reads
+    all of K and V); a measured DRAM value near 1 says L2 served the re-reads."""
+    for name, v in (("B", B), ("H", H), ("N", N), ("D", D)):
+        _pos_int(name, v)
+    one = B * H * N * D * _elem(elem_bytes)
+    if not bytes_read >= 0:
+        raise ValueError(f"bytes_read is {bytes_read!r}; expected a number of bytes >= 0")
+    return (bytes_read - one) / (2 * one)
+
+
 def matmul_traffic(M: int, N: int, K: int, elem_bytes: int) -> Traffic:
     """An (M x K) @ (K x N) matmul with ideal reuse: A and B read once, C written once, 2*M*N*K FLOPs."""
     for name, v in (("M", M), ("N", N), ("K", K)):

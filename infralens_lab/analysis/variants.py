@@ -4,9 +4,13 @@ and the tables lab 01 reads from the ``pipeline_variants`` record.
 :func:`trace_digest` keeps, per variant, the numbers of :func:`~infralens_lab.analysis.joins.trace_comparison`
 (period, GPU busy share, idle gaps over 50 µs) and the top kernels by GPU time, not the trace itself.
 :func:`one_change_table` and :func:`precision_table` join those digests with the wall-clock step times
-and the Amdahl bounds (:func:`infralens_lab.analysis.overlap.amdahl`). Kernel kinds are read from kernel
-names (:data:`FP32_GEMM`, :data:`TENSOR_CORE`): cuBLAS and CUTLASS spell their instruction path
-into the name. Times: ``_ms`` milliseconds, ``_us`` microseconds, ``_pct`` percent.
+and the bounds: Amdahl's for a fix that only removes idle time (:func:`infralens_lab.analysis.overlap.amdahl`),
+both floors for a fix that speeds up GPU work (:func:`infralens_lab.analysis.overlap.step_bound`: the GPU work
+left and the CPU's time per step). Kernel kinds are read from kernel names (:data:`FP32_GEMM`,
+:data:`TENSOR_CORE`): cuBLAS and CUTLASS spell their instruction path into the name. :func:`same_work` says
+whether a record's prefetching variants did the baseline's work (tokenized every batch, in worker processes)
+or predate that (a ring of 4 batches recycled, the tokenizer skipped). Times: ``_ms`` milliseconds,
+``_us`` microseconds, ``_pct`` percent.
 """
 from __future__ import annotations
 
@@ -14,8 +18,11 @@ import re
 
 import pandas as pd
 
+import math
+
+from ..parse.trace import LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work
 from .joins import idle_budget, trace_comparison
-from .overlap import amdahl
+from .overlap import amdahl, step_bound
 
 FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores (SIMT FMAs, no tensor cores)
 # kernel-name marks of tensor-core kernels (GEMMs, and attention kernels built on them): TF32/half inputs in
@@ -24,6 +31,7 @@ TENSOR_CORE = r"tf32|bf16|f16|tensorop|gmma|nvjet|hmma|[sh]1688|[sh]16816|[sh]88
 TOP = 5
 SINGLE_CHANGES = ("bubble+prefetch", "bubble+pinned", "bubble+no_sync")  # one edit each, from the bubble
 RECORD = "pipeline_variants"
+SAME_WORK = "prefetch_same_work"  # the record's flag: prefetching variants tokenized every batch, in workers
 
 
 def kernel_kind(name: str) -> str:
@@ -55,6 +63,12 @@ def trace_digest(tr, top: int = TOP, min_gap_us: float = 50.0) -> dict:
     b = idle_budget(tr, min_gap_us)
     k = tr.kernels()
     kind = k["name"].map(kernel_kind)
+    w = step_gpu_work(tr)
+    ev = tr.events
+    calls = ev[ev["cat"].isin(RUNTIME_CATS) & ev["name"].isin(LAUNCH_CALLS)]
+    mine = calls[calls["start_us"].between(w["cpu_start_us"].min(), w["cpu_end_us"].max())]
+    out.update({"launch_calls_per_step": float(w["launch_calls"].mean()),
+                "launch_call_us": float(mine["dur"].mean()) if len(mine) else None})
     out.update({"period_ms": float(row["period_ms"]), "gpu_work_ms": float(row["gpu_work_ms"]),
                 "gpu_busy_pct": float(row["gpu_util_pct"]), "idle_ms_per_step": float(row["idle_ms_per_step"]),
                 "idle_under_ms": b["idle_under_ms"], "min_gap_us": float(min_gap_us),
@@ -104,13 +118,22 @@ def _spread_pct(timing: dict) -> float:
         return float("nan")
 
 
-def effect_words(speedup: float, spread_pct: float) -> str:
-    """Words sized to a measured speed-up: within the run-to-run spread (``spread_pct``, at least 2%) it is
-    "no change beyond the run-to-run spread"; else "x% faster" / "x% slower" (the percentage is the claim)."""
-    noise = max(2.0, spread_pct if spread_pct == spread_pct else 2.0)  # NaN: fall back to 2%
+NOISE_FLOOR_PCT = 2.0  # below this a change is never called an effect, whatever the recorded spread says
+
+
+def effect_words(speedup: float, spread_pct: float, base_spread_pct: float = float("nan")) -> str:
+    """Words sized to a measured speed-up against the run-to-run spread. ``spread_pct`` (this run) and
+    ``base_spread_pct`` (the run it is compared with) are p10-p90 widths as a share of the median
+    ((p90 - p10) / median), so each run spreads ± half of its width around its median. Two runs cannot be told
+    apart while their bands overlap: a change within the sum of the two half-widths (at least
+    :data:`NOISE_FLOOR_PCT`) is "no change beyond the run-to-run spread"; else "x% faster" / "x% slower" (the
+    percentage is the claim)."""
+    halves = [w / 2 for w in (spread_pct, base_spread_pct) if w == w]  # NaN: no percentiles for that run
+    noise = max(NOISE_FLOOR_PCT, sum(halves))
     pct = 100 * (speedup - 1)
     if abs(pct) < noise:
-        return f"no change beyond the run-to-run spread ({pct:+.1f}% against ±{noise:.0f}%)"
+        bands = " and ".join(f"±{h:.1f}%" for h in halves) or f"±{NOISE_FLOOR_PCT:.1f}%"
+        return f"no change beyond the run-to-run spread ({pct:+.1f}% against {bands}: the p10-p90 bands overlap)"
     return f"{pct:.0f}% faster" if pct > 0 else f"{-pct:.0f}% slower"
 
 
@@ -130,7 +153,7 @@ def one_change_notes(table: pd.DataFrame) -> list[str]:
         share = f", {100 * got / bundle:.0f}% of the {bundle:.1f} ms per step the three edits bought together" \
             if bundle > 0 else ""
         out.append(f"{name}, {r['changed']}: {r['period_ms']:.1f} ms per step, "
-                   f"{effect_words(r['speedup'], r['spread_pct'])}{share}; GPU busy {r['gpu_busy_pct']:.0f}%.")
+                   f"{effect_words(r['speedup'], r['spread_pct'], b['spread_pct'])}{share}; GPU busy {r['gpu_busy_pct']:.0f}%.")
     total = sum(gains)
     how = ("more than the bundle: the edits overlap, removing parts of the same idle time" if total > 1.1 * bundle
            else "less than the bundle: an edit pays off only once another is in" if total < 0.9 * bundle
@@ -140,39 +163,18 @@ def one_change_notes(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0) -> list[str]:
-    """Sentences from :func:`precision_table`: each precision's speed-up against its Amdahl bound (when the
-    table has one; a speed-up past it means kernels other than the GEMMs changed too, which the bound held
-    fixed), its top kernel by name, the kernel-time shares by kind, and, when the GPU is busy less than
-    ``busy_floor_pct`` of the step, that the step is no longer GPU-bound: the CPU's time per step is the floor."""
-    out = []
-    for r in table.iloc[1:].itertuples(index=False):
-        b = getattr(r, "amdahl_bound", None)
-        bound = ""
-        if b and b > 1:
-            bound = (f" against an Amdahl bound of {b:.1f}x ({100 * (r.speedup - 1) / (b - 1):.0f}% of the possible gain)"
-                     if r.speedup <= b else f", past the Amdahl bound of {b:.1f}x, which held every non-GEMM kernel "
-                     f"fixed: other kernels got faster at this precision too")
-        kind = {"other": "not a GEMM"}.get(r.top_kind, f"a {r.top_kind}")
-        line = (f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
-                f"is {kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
-                f"(fp32: {table.iloc[0]['fp32_gemm_pct']:.0f}%), tensor-core kernels {r.tensor_core_pct:.0f}%.")
-        if r.gpu_busy_pct < busy_floor_pct:
-            line += (f" The GPU is busy only {r.gpu_busy_pct:.0f}% of the step now, with {r.cpu_step_ms:.1f} ms of CPU "
-                     f"time per step: the step is host-bound again, and the CPU sets the floor the bound ignored.")
-        out.append(line)
-    return out
-
-
 def precision_table(values: dict, ceilings: dict | None = None,
                     names=("fixed", "fixed+tf32", "fixed+bf16")) -> pd.DataFrame:
-    """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one), ``gpu_busy_pct``,
-    ``cpu_step_ms`` (CPU time in the step range: once the GPU work shrinks below it, the CPU sets the pace),
-    ``fp32_gemm_pct`` and ``tensor_core_pct`` of kernel time, ``top_kernel`` (its whole name), ``top_kind``, ``mean_loss``
-    (over every step the recorder ran: same data and steps, so the precisions' losses compare), and, with
-    ``ceilings`` (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), ``amdahl_bound``: the step's best speedup
-    if fixed's fp32-GEMM share of kernel time ran at this precision's ceiling (a GPU-bound step:
-    ``amdahl(share, ceiling / fp32 ceiling)``)."""
+    """fixed vs its precision variants: ``variant, period_ms, speedup`` (fixed's period / this one, both traced),
+    ``step_ms`` (wall clock, no profiler, steps back to back), ``gpu_busy_pct``, ``cpu_step_ms`` (CPU time in the
+    step range: once the GPU work shrinks below it, the CPU sets the pace), ``fp32_gemm_pct`` and
+    ``tensor_core_pct`` of kernel time, ``top_kernel`` (its whole name), ``top_kind``, ``mean_loss`` (over every step
+    the recorder ran: same data and steps, so the precisions' losses compare), and, with ``ceilings``
+    (``{dtype: TFLOP/s}``, the recorded 8192³ matmul rates), the bound of each precision change with both floors
+    (:func:`~infralens_lab.analysis.overlap.step_bound` on fixed's period, GPU busy time and CPU time per step, its
+    fp32-GEMM share of kernel time run at ``ceiling / fp32 ceiling``): ``bound``, ``gpu_floor_ms``,
+    ``cpu_floor_ms``, ``limited_by``, and ``gpu_only_bound`` (the GPU floor alone, which Amdahl gives); NaN on the
+    baseline row, which is no change."""
     rows = _rows(values, names)
     base = dict(rows)[names[0]]["trace"]
     out = []
@@ -180,14 +182,111 @@ def precision_table(values: dict, ceilings: dict | None = None,
         t, prec = v["trace"], v["precision"]
         top = t["top_kernels"][0] if t.get("top_kernels") else {"name": "", "kind": ""}
         r = {"variant": n, "period_ms": t["period_ms"], "speedup": base["period_ms"] / t["period_ms"],
+             "step_ms": v.get("timing", {}).get("throughput_ms_per_step", math.nan),
              "gpu_busy_pct": t["gpu_busy_pct"], "cpu_step_ms": t["cpu_step_ms"],
              "fp32_gemm_pct": t["fp32_gemm_pct"], "tensor_core_pct": t["tensor_core_pct"],
-             "top_kernel": top["name"], "top_kind": top["kind"], "mean_loss": v.get("mean_loss", float("nan"))}
-        if ceilings and prec in ceilings and "fp32" in ceilings:
-            r["amdahl_bound"] = amdahl(base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
+             "top_kernel": top["name"], "top_kind": top["kind"], "mean_loss": v.get("mean_loss", math.nan)}
+        if ceilings and prec in ceilings and "fp32" in ceilings and n != names[0]:
+            b = fix_bound(base, base["fp32_gemm_pct"] / 100, max(ceilings[prec] / ceilings["fp32"], 1.0))
+            r.update(bound=b.bound, gpu_floor_ms=b.gpu_floor_ms, cpu_floor_ms=b.cpu_floor_ms, limited_by=b.limited_by,
+                     gpu_only_bound=b.gpu_only)
         out.append(r)
     return pd.DataFrame(out)
 
 
-__all__ = ["FP32_GEMM", "RECORD", "SINGLE_CHANGES", "TENSOR_CORE", "effect_words", "kernel_kind", "one_change_notes",
-           "one_change_table", "precision_notes", "precision_table", "trace_digest"]
+def fix_inputs(digest: dict, fraction: float, speedup: float) -> dict:
+    """The inputs of :func:`~infralens_lab.analysis.overlap.step_bound` for a fix of the step a trace digest
+    describes: ``period_ms``, ``gpu_ms`` (GPU busy time per step: busy share x period), ``cpu_ms`` (CPU time in the
+    step range), ``fraction`` of the GPU work the fix speeds up and its ``speedup``."""
+    return {"period_ms": float(digest["period_ms"]), "gpu_ms": float(digest["gpu_busy_pct"] * digest["period_ms"] / 100),
+            "cpu_ms": float(digest["cpu_step_ms"]), "fraction": float(fraction), "speedup": float(speedup)}
+
+
+def fix_bound(digest: dict, fraction: float, speedup: float):
+    """:func:`~infralens_lab.analysis.overlap.step_bound` on :func:`fix_inputs`."""
+    return step_bound(**fix_inputs(digest, fraction, speedup))
+
+
+def cpu_rise_words(base: dict, digest: dict) -> str:
+    """A sentence on how the CPU time per step changed between two trace digests, split (when the digests carry
+    launch counts, recorded since the round-2 recorder) into more launch calls, slower launch calls, and the
+    rest of the CPU's work; without those fields it says what the record lacks."""
+    c0, c1 = base["cpu_step_ms"], digest["cpu_step_ms"]
+    head = f"its CPU time per step went from {c0:.1f} to {c1:.1f} ms"
+    n0, n1 = base.get("launch_calls_per_step"), digest.get("launch_calls_per_step")
+    u0, u1 = base.get("launch_call_us"), digest.get("launch_call_us")
+    if None in (n0, n1, u0, u1):
+        return (f"{head}; this record predates the digest's launch counts (launch_calls_per_step, launch_call_us), "
+                "so it cannot say whether more launches or slower ones added it")
+    more, slower = (n1 - n0) * u0 / 1e3, n1 * (u1 - u0) / 1e3
+    return (f"{head}: {n1:.0f} launch calls per step against {n0:.0f} ({more:+.1f} ms at fixed's {u0:.1f} µs a call), "
+            f"each call {u1:.1f} µs against {u0:.1f} ({slower:+.1f} ms), and {c1 - c0 - more - slower:+.1f} ms of other "
+            "CPU work")
+
+
+def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0, values: dict | None = None) -> list[str]:
+    """Sentences from :func:`precision_table`: each precision's traced speed-up against its bound with both floors
+    (and which floor decides; a speed-up past it means kernels other than the GEMMs changed too, which the bound
+    held fixed), its top kernel by name, the kernel-time shares by kind; when the GPU is busy less than
+    ``busy_floor_pct`` of the step, that the CPU sets the pace, how its CPU time per step changed
+    (:func:`cpu_rise_words`, with ``values`` the record) and what the same steps take without the profiler."""
+    out = []
+    first = table.iloc[0]
+    digests = (values or {}).get("variants", {})
+    for r in table.iloc[1:].itertuples(index=False):
+        b = getattr(r, "bound", None)
+        bound = ""
+        if b is not None and b == b and b > 1:
+            floor = "the CPU's" if r.limited_by == "cpu" else "the GPU work left"
+            bound = (f" against a bound of {b:.1f}x with both floors ({floor} decides: GPU work left {r.gpu_floor_ms:.1f} ms, "
+                     f"CPU {r.cpu_floor_ms:.1f} ms per step; the GPU floor alone would allow {r.gpu_only_bound:.1f}x)")
+            if r.speedup > b:
+                bound += (", and past it: the bound held every non-GEMM kernel and the CPU time fixed, and they "
+                          "changed at this precision too")
+        kind = {"other": "not a GEMM"}.get(r.top_kind, f"a {r.top_kind}")
+        line = (f"{r.variant}: {r.period_ms:.1f} ms per step, {r.speedup:.2f}x the fp32 step{bound}; its top kernel "
+                f"is {kind} ({r.top_kernel}), fp32 SIMT GEMMs {r.fp32_gemm_pct:.0f}% of kernel time "
+                f"(fp32: {first['fp32_gemm_pct']:.0f}%), tensor-core kernels {r.tensor_core_pct:.0f}%.")
+        if r.gpu_busy_pct < busy_floor_pct:
+            line += f" The GPU is busy only {r.gpu_busy_pct:.0f}% of the step now: the CPU sets the pace"
+            if r.variant in digests and first["variant"] in digests:
+                line += "; " + cpu_rise_words(digests[first["variant"]]["trace"], digests[r.variant]["trace"])
+            if r.step_ms == r.step_ms:
+                line += (f". Without the profiler the same steps take {r.step_ms:.1f} ms back to back "
+                         f"({r.period_ms / r.step_ms:.2f}x less than traced): the profiler's CPU cost per op stays "
+                         "hidden while the GPU sets the pace and shows once the CPU does")
+                plain = first["step_ms"] / r.step_ms
+                if b is not None and b == b and plain > b:
+                    line += (f"; untraced, the speed-up is {plain:.2f}x, past the traced bound, whose CPU floor was "
+                             "measured under the profiler too")
+            line += "."
+        out.append(line)
+    return out
+
+
+def same_work(values: dict) -> bool:
+    """True when the record says its prefetching variants did the baseline's work (:data:`SAME_WORK`: every
+    batch tokenized, by DataLoader worker processes); False for a record made before that (their ring of 4
+    batches was recycled and the tokenizer skipped)."""
+    return values.get(SAME_WORK) is True
+
+
+def loss_check(values: dict, base: str = "bubble") -> pd.DataFrame:
+    """Per variant: ``mean_loss`` and, when the record has loss curves, ``max_diff`` (largest difference of a
+    step's loss from ``base``'s at the same step): the variants train on the same batches when the record is
+    :func:`same_work`, so their curves agree within the noise of the precision; a prefetch that skipped work
+    trained on other batches and shows it in its mean loss."""
+    v = values.get("variants", {})
+    ref = v.get(base, {}).get("loss_curve")
+    rows = []
+    for n, d in v.items():
+        curve = d.get("loss_curve")
+        diff = max(abs(a - b) for a, b in zip(curve, ref)) if curve and ref else math.nan
+        rows.append({"variant": n, "precision": d.get("precision"), "mean_loss": d.get("mean_loss", math.nan),
+                     "max_diff": diff})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["FP32_GEMM", "NOISE_FLOOR_PCT", "RECORD", "SAME_WORK", "SINGLE_CHANGES", "TENSOR_CORE", "cpu_rise_words",
+           "effect_words", "fix_bound", "fix_inputs", "kernel_kind", "loss_check", "one_change_notes", "one_change_table",
+           "precision_notes", "precision_table", "same_work", "trace_digest"]

@@ -27,12 +27,33 @@ from ..parse.runs import RunConfig, target_args
 from .target import REGEX, subprocess_env
 
 
+NCU_ENV = "INFRALENS_NCU"
+
+
 def ncu_binary() -> str | None:
-    """Path of ``ncu``: ``$INFRALENS_NCU`` if set, else ``ncu`` on PATH, else None."""
-    env = os.environ.get("INFRALENS_NCU")
+    """Path of ``ncu``: ``$INFRALENS_NCU`` if set, else ``ncu`` on PATH, else None.
+
+    ``$INFRALENS_NCU`` naming no executable file raises :class:`NcuNotFound` saying so (it used to fall
+    through to "not on PATH", which sent people to fix the wrong thing)."""
+    env = os.environ.get(NCU_ENV, "").strip()
     if env:
-        return env if os.path.exists(env) else None
+        problem = ncu_env_problem(env)
+        if problem:
+            raise NcuNotFound(problem, f"Point {NCU_ENV} at the ncu executable (e.g. "
+                              "/opt/nvidia/nsight-compute/<version>/ncu), or unset it to use ncu from PATH.")
+        return env
     return shutil.which("ncu")
+
+
+def ncu_env_problem(path: str) -> str:
+    """Why ``$INFRALENS_NCU=path`` cannot be run (empty when it can)."""
+    if not os.path.exists(path):
+        return f"{NCU_ENV}={path!r} names no file (no such file or folder)"
+    if os.path.isdir(path):
+        return f"{NCU_ENV}={path!r} is a folder; expected the ncu executable inside it"
+    if not os.access(path, os.X_OK):
+        return f"{NCU_ENV}={path!r} is not executable"
+    return ""
 
 
 # ---------------------------------------------------------------- command

@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..units import ELEM_BYTES  # noqa: F401  (re-exported: labels carry a dtype name)
+from ..units import ELEM_BYTES
+
+# the dtypes a run label may name (the recorder profiles these); bytes per element from units.ELEM_BYTES
+LABEL_DTYPES = ("fp32", "float32", "fp16", "float16", "bf16", "bfloat16")
 
 ATTENTION_KINDS = ("naive", "tiled", "tiled_fast")
 KINDS = ("copy", "copy_strided", *ATTENTION_KINDS, "matmul", "train_step")
@@ -37,8 +40,8 @@ class RunConfig:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"run kind {self.kind!r}; expected one of {KINDS}")
-        if self.dtype is not None and self.dtype not in ELEM_BYTES:
-            raise ValueError(f"dtype {self.dtype!r}; expected one of {sorted(ELEM_BYTES)}")
+        if self.dtype is not None and self.dtype not in LABEL_DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}; expected one of {sorted(LABEL_DTYPES)}")
 
     @property
     def family(self) -> str:
@@ -83,7 +86,7 @@ class RunConfig:
                 kw["shape"] = tuple(int(x) for x in m.group(2).split(","))
             elif m and m.group(1) in ("n", "stride") and m.group(2).isdigit():
                 kw[m.group(1)] = int(m.group(2))
-            elif w in ELEM_BYTES:
+            elif w in LABEL_DTYPES:
                 kw["dtype"] = w
             elif w == "causal":
                 kw["causal"] = True

@@ -10,42 +10,17 @@ arguments stay text), numbers are written the way people read them (``8,566``, `
 name moves into its header (``time_us`` -> ``time (µs)``, the name stays on hover), long
 kernel names are shortened with the full name on hover, text columns are left-aligned, a
 one-row table is turned on its side, and a table wider than its cell scrolls inside its own
-box instead of being cut off.
+box instead of being cut off (:mod:`.tabular`). A figure's output carries alt text read from the
+figure (:mod:`.figures`).
 """
 from __future__ import annotations
 
-import html
-import math
-import numbers
-import re
 from typing import Any
 
-# A column name's unit suffix -> the unit shown in its header (longest suffixes first).
-UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("_TFLOPs", "TFLOP/s"), ("_TBps", "TB/s"), ("_tbps", "TB/s"), ("_gbps", "GB/s"), ("_GBps", "GB/s"),
-    ("_MiB", "MiB"), ("_GiB", "GiB"), ("_mb", "MB"), ("_MB", "MB"), ("_gb", "GB"), ("_GB", "GB"),
-    ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"), ("_pct", "%"),
-)
-# Text longer than this in a name-like cell (few spaces: a kernel or op name) is shortened.
-NAME_MAX_CHARS = 48
-# Free text (sentences) wraps at about this width instead of widening the table.
-TEXT_WRAP_EM = 28
-_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"))
-
-_TABLE_CSS = (
-    "<style>"
-    ".infralens-table{overflow-x:auto;max-width:100%;margin:4px 0 2px 0}"
-    ".infralens-table table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:0}"
-    ".infralens-table th,.infralens-table td{padding:3px 10px;border-bottom:1px solid "
-    "var(--jp-border-color2,#e0e0e0);vertical-align:top}"
-    ".infralens-table thead th{border-bottom:1px solid var(--jp-border-color1,#bdbdbd);font-weight:600}"
-    ".infralens-table td.num{text-align:right;white-space:nowrap}"
-    ".infralens-table .txt{text-align:left}"
-    f".infralens-table td.long{{min-width:14em;max-width:{TEXT_WRAP_EM}em;white-space:normal}}"
-    ".infralens-table tbody th{text-align:left;font-weight:600;white-space:nowrap}"
-    ".infralens-table abbr{text-decoration:underline dotted;cursor:help}"
-    "</style>"
-)
+from .figures import figure_alt
+from .tabular import (NAME_MAX_CHARS, SCROLL_CUE_CLASS, SCROLL_FADE_CLASS, TEXT_WRAP_EM, UNIT_SUFFIXES, WIDE_TABLE_PX,  # noqa: F401
+                      estimated_width_px, format_number, header_label, shorten_name, shorten_names, table_html,
+                      table_text)
 
 
 def _ipython_display():
@@ -67,231 +42,18 @@ def _caption_text(caption: Any) -> str | None:
     return str(caption)
 
 
-# ---------------------------------------------------------------- numbers and text
-def format_number(v: Any) -> str:
-    """A number as people read it: integers exactly, with thousands separators
-    (``33,554,432``); other values to about three significant digits, never in ``e``
-    notation below a million (``8,567``, ``12.3``, ``0.00615``), trailing zeros kept where
-    they are digits of a value that is not exactly that short (``3.00`` for 3.004, ``3.6`` for 3.6); a million and up with an SI
-    prefix (``4.33 G``); whole floats below 10¹² (counts) exactly; NaN as ``—``. Non-numbers are returned as ``str(v)``."""
-    if v is None:
-        return "—"
-    if isinstance(v, bool) or not isinstance(v, numbers.Number):
-        return str(v)
-    if isinstance(v, numbers.Integral):
-        return f"{int(v):,}"
-    x = float(v)
-    if math.isnan(x):
-        return "—"
-    if math.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    a = abs(x)
-    if x == round(x) and a < 1e12:  # a whole count (bytes, instructions): exact
-        return f"{int(round(x)):,}"
-    if a >= 1e6:
-        for scale, prefix in _SI:
-            if a >= scale:
-                return f"{x / scale:.3g} {prefix}" if a < scale * 1000 or prefix == "P" else f"{x / scale:,.0f} {prefix}"
-    if x == round(x):
-        return f"{int(round(x)):,}"
-    if a >= 100:
-        return f"{x:,.0f}"
-    if a < 1e-6:
-        return f"{x:.2e}"
-    decimals = 2 - math.floor(math.log10(a))
-    s = f"{x:.{decimals}f}"
-    if "." in s:
-        short = s.rstrip("0").rstrip(".")
-        if float(short) == x:  # the zeros say nothing (3.6, 0.5): drop them
-            return short
-    return s  # 3.004 -> "3.00": the zeros are measured digits, and "3" would read as a count
-
-
-def header_label(name: Any) -> str:
-    """Display text of a column name: a unit suffix becomes a unit in parentheses and
-    underscores become spaces (``dram_tbps`` -> ``dram (TB/s)``); other names are kept."""
-    s = str(name)
-    for suffix, unit in UNIT_SUFFIXES:
-        if s.endswith(suffix) and len(s) > len(suffix):
-            return f"{s[: -len(suffix)].replace('_', ' ')} ({unit})"
-    return s
-
-
-def shorten_name(text: str, limit: int = NAME_MAX_CHARS) -> str:
-    """``text`` cut to about ``limit`` characters by an ellipsis in the middle, keeping the
-    start and the end (where kernel names say what they are); a C++ ``void`` return type and
-    a trailing argument list go first. Unchanged if short enough."""
-    if len(text) <= limit:
-        return text
-    text = re.sub(r"^void\s+", "", text)
-    text = re.sub(r"\((?:[^()]|\([^()]*\))*\)$", "", text) or text
-    if len(text) <= limit:
-        return text
-    head = (limit * 3) // 5
-    tail = limit - head - 1
-    return text[:head] + "…" + text[-tail:]
-
-
-HEADER_LINE_CHARS = 12  # a header wraps onto lines of about this many characters
-
-
-def _header_html(name: Any) -> str:
-    """Escaped header text, wrapped between words onto short lines (``<br>``) so that a long
-    column name does not make its column wider than its numbers."""
-    lines: list[str] = []
-    for word in header_label(name).split(" "):
-        if lines and len(lines[-1]) + 1 + len(word) <= HEADER_LINE_CHARS:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return "<br>".join(html.escape(line) for line in lines)
-
-
-def _is_name_like(text: str) -> bool:
-    """A kernel or op name, not prose: at most two spaces once a C++ signature's ", " are set aside."""
-    return text.replace(", ", ",").count(" ") <= 2
-
-
-# Inline styles as well as the <style> block: JupyterLab's sanitizer may drop <style> in an
-# untrusted notebook, and its own table CSS centres tables and right-aligns every cell.
-_STYLE = {"num": "text-align:right;white-space:nowrap", "txt": "text-align:left",
-          "txt long": f"text-align:left;white-space:normal;min-width:14em;max-width:{TEXT_WRAP_EM}em"}
-_BOX_STYLE = "overflow-x:auto;max-width:100%"
-_TABLE_STYLE = "margin:0;table-layout:auto"
-
-
-def _td(cls: str, inner: str) -> str:
-    return f'<td class="{cls}" style="{_STYLE[cls]}">{inner}</td>'
-
-
-def _whole_column(values) -> bool:
-    """True if every number in ``values`` is a whole count below 10¹⁵ (bytes, FLOPs, samples):
-    such a column is written exactly, all in one format, rather than partly with SI prefixes."""
-    nums = [float(v) for v in values if isinstance(v, numbers.Number) and not isinstance(v, bool)
-            and not math.isnan(float(v))]
-    return bool(nums) and all(math.isfinite(x) and x.is_integer() and abs(x) < 1e15 for x in nums)
-
-
-def _is_long_name(v: Any) -> bool:
-    return isinstance(v, str) and len(v) > NAME_MAX_CHARS and _is_name_like(v)
-
-
-def _name_limit(values) -> int:
-    """The shortest cut, from NAME_MAX_CHARS up, at which a column's long names that differ still differ
-    once shortened (two cuBLAS kernels can share their first and last twenty characters)."""
-    names = {v for v in values if _is_long_name(v)}
-    limit, longest = NAME_MAX_CHARS, max(map(len, names), default=0)
-    while limit < longest and len({shorten_name(n, limit) for n in names}) < len(names):
-        limit += 8
-    return limit
-
-
-def shorten_names(values) -> list:
-    """``values`` (one column) with every long name shortened as the tables show it: one cut for the whole
-    column (:func:`_name_limit`), so names that differ stay different; other values unchanged."""
-    limit = _name_limit(values)
-    return [shorten_name(v, limit) if _is_long_name(v) else v for v in values]
-
-
-def _cell_html(v: Any, floatfmt: str | None, whole: bool = False, limit: int = NAME_MAX_CHARS) -> tuple[str, str]:
-    """(css class, escaped inner HTML) of one table cell; ``whole``: its column holds counts; ``limit``:
-    the length a long name is shortened to (:func:`_name_limit`)."""
-    if isinstance(v, numbers.Number) and not isinstance(v, bool):
-        if floatfmt and isinstance(v, float) and not math.isnan(v):
-            return "num", html.escape(floatfmt.format(v))
-        if whole and not math.isnan(float(v)):
-            return "num", f"{int(round(float(v))):,}"
-        return "num", html.escape(format_number(v))
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "num", "—"
-    s = str(v)
-    try:  # pandas NA / NaT
-        import pandas as pd
-
-        if not isinstance(v, (list, tuple, dict)) and pd.isna(v):
-            return "num", "—"
-    except (ImportError, TypeError, ValueError):
-        pass
-    if _is_long_name(s):
-        return "txt", f'<abbr title="{html.escape(s)}">{html.escape(shorten_name(s, limit))}</abbr>'
-    cls = "txt long" if len(s) > TEXT_WRAP_EM * 2 else "txt"
-    return cls, html.escape(s)
-
-
-def _flat_columns(df):
-    import pandas as pd
-
-    if not _plain_index(df):
-        df = df.reset_index()
-    if isinstance(df.columns, pd.MultiIndex):
-        df = df.copy()
-        df.columns = [" / ".join(str(x) for x in c if str(x)) for c in df.columns]
-    return df
-
-
-def table_html(df, floatfmt: str | None = None) -> str:
-    """The HTML of DataFrame ``df`` as :func:`show` draws it (see the module docstring):
-    escaped text, readable numbers, units in headers, one-row tables transposed, inside a
-    horizontally scrolling box. ``floatfmt`` (e.g. ``"{:.2f}"``) overrides the float format."""
-    df = _flat_columns(df)
-    cols = list(df.columns)
-    parts = [_TABLE_CSS, f'<div class="infralens-table" style="{_BOX_STYLE}"><table style="{_TABLE_STYLE}">']
-    if len(df) == 1 and len(cols) > 1:
-        row = df.iloc[0]
-        parts.append("<tbody>")
-        for c in cols:
-            cls, inner = _cell_html(row[c], floatfmt)
-            parts.append(f'<tr><th title="{html.escape(str(c))}" style="text-align:left">'
-                         f'{html.escape(header_label(c))}</th>{_td(cls, inner)}</tr>')
-        parts.append("</tbody>")
-    else:
-        whole = [_whole_column(df[c].tolist()) for c in cols] if len(set(cols)) == len(cols) else [False] * len(cols)
-        limits = [_name_limit(df.iloc[:, j].tolist()) for j in range(len(cols))]  # by position, as table_text
-        rows = [[_cell_html(v, floatfmt, whole[j], limits[j]) for j, v in enumerate(r)]
-                for r in df.itertuples(index=False, name=None)]
-        numeric = [bool(rows) and all(r[j][0] == "num" for r in rows) for j in range(len(cols))]
-        parts.append("<thead><tr>")
-        for j, c in enumerate(cols):
-            align, side = ("num", "right") if numeric[j] else ("txt", "left")
-            parts.append(f'<th class="{align}" title="{html.escape(str(c))}" '
-                         f'style="text-align:{side};vertical-align:bottom">{_header_html(c)}</th>')
-        parts.append("</tr></thead><tbody>")
-        for r in rows:
-            parts.append("<tr>" + "".join(_td(cls, inner) for cls, inner in r) + "</tr>")
-        parts.append("</tbody>")
-    parts.append("</table></div>")
-    return "".join(parts)
-
-
-def table_text(df, floatfmt: str | None = None) -> str:
-    """Plain-text rendering of ``df`` with the same number format, headers and shortened names
-    as the HTML (which keeps a long name whole on hover; :func:`shorten_name`)."""
-    df = _flat_columns(df)
-    fmt = (lambda v: floatfmt.format(v)) if floatfmt else format_number
-
-    def number(v) -> bool:
-        return isinstance(v, numbers.Number) and not isinstance(v, bool)
-
-    shown = {}
-    for j in range(df.shape[1]):
-        col = [v if number(v) else "—" if v is None else str(v) for v in df.iloc[:, j].tolist()]
-        shown[j] = [fmt(v) if number(v) else v for v in shorten_names(col)]
-    shown = type(df)(shown, index=df.index)
-    shown.columns = [header_label(c) for c in df.columns]
-    if len(shown) == 1 and len(shown.columns) > 1:
-        width = max(len(str(c)) for c in shown.columns)
-        return "\n".join(f"{str(c):<{width}}  {shown.iloc[0][c]}" for c in shown.columns)
-    return shown.to_string(index=False)
-
 
 # ---------------------------------------------------------------- show and card
-def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str | None = None) -> None:
+def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str | None = None,
+         point: str | None = None) -> None:
     """Display ``obj`` (DataFrame, matplotlib Figure, or text) with a provenance caption.
 
     ``caption`` is an :class:`~infralens_lab.evidence.Evidence`, a Provenance, or a string
     (a formula source, for instance). It is required for tables and figures: pass the
     evidence the values came from. Tables are drawn by :func:`table_html`; ``floatfmt``
-    (a ``str.format`` pattern) overrides its number format for floats.
+    (a ``str.format`` pattern) overrides its number format for floats. A figure's output carries
+    alt text (:func:`figure_alt`: what it shows and its axes, read from the figure, then ``point``, the
+    one thing to see in it) in its ``image/png`` metadata, which the offline edition uses.
     """
     cap = _caption_text(caption)
     ipy = _ipython_display()
@@ -307,7 +69,7 @@ def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str 
         if is_df:
             display({"text/html": table_html(obj, floatfmt), "text/plain": table_text(obj, floatfmt)}, raw=True)
         elif is_fig:
-            display(obj)
+            display(obj, metadata={"image/png": {"alt": figure_alt(obj, title, point)}})
             import matplotlib.pyplot as plt
 
             plt.close(obj)
@@ -331,11 +93,6 @@ def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str 
         print(cap)
 
 
-def _plain_index(df) -> bool:
-    import pandas as pd
-
-    return isinstance(df.index, pd.RangeIndex)
-
 
 CARD_KINDS = {"note": "Note", "notice": "Notice", "pitfall": "Pitfall", "interview": "Interview"}
 
@@ -355,4 +112,5 @@ def card(title: str, body: str, kind: str = "note") -> None:
         print(f"[{kind}] {title}\n{body.strip()}")
 
 
-__all__ = ["card", "format_number", "header_label", "shorten_name", "shorten_names", "show", "table_html", "table_text"]
+__all__ = ["card", "estimated_width_px", "figure_alt", "format_number", "header_label", "shorten_name", "shorten_names",
+           "show", "table_html", "table_text"]

@@ -3,7 +3,8 @@ computed from the numbers in the same row (so the reason states the direction th
 
 Inputs are the per-variant rows of :func:`infralens_lab.analysis.joins.attention_variants` (times in µs,
 bytes in MB, rates in %), the profiled shape (B, H, N, D) and, optionally, the ``bench`` record's attention
-rows (TFLOP/s, CUDA events) for one extra row at a larger shape timed without a profiler.
+rows (TFLOP/s, CUDA events) for one extra row timed without a profiler, at the profiled shape when the bench has it
+(:func:`bench_shape_words` says which shape it is).
 """
 from __future__ import annotations
 
@@ -64,7 +65,17 @@ def _metrics(b: dict, f: dict, sp_mb: float, e: int) -> list:
     ]
 
 
-def _bench_row(bench: list, before: str, after: str, head_dim: int):
+def bench_shape_words(bench_shape: tuple, profiled: tuple) -> str:
+    """How the benchmark's shape relates to the profiled one, in words: ``"the profiled shape"``, ``"a larger
+    shape"`` or ``"a smaller shape"`` (by B*H*N*N*D, the FLOPs), or ``"another shape"`` when the FLOPs are equal."""
+    b, p = tuple(bench_shape), tuple(profiled)
+    if b == p:
+        return "the profiled shape"
+    fb, fp = math.prod(b) * b[2], math.prod(p) * p[2]  # B*H*N*D*N
+    return "a larger shape" if fb > fp else "a smaller shape" if fb < fp else "another shape"
+
+
+def _bench_row(bench: list, before: str, after: str, shape: tuple):
     big = [r for r in bench if r.get("dtype") == "float16" and not r.get("causal") and r.get("variant") in (before, after)]
     have: dict = {}
     for r in big:
@@ -72,13 +83,15 @@ def _bench_row(bench: list, before: str, after: str, head_dim: int):
     both = [s for s, v in have.items() if v == {before, after}]
     if not both:
         return None
-    shp = sorted(both, key=lambda s: (s[3] != head_dim, -s[2]))[0]  # same head dim if there is one, then largest N
+    # the profiled shape if the bench has it, else the same head dim, then the largest N
+    shp = sorted(both, key=lambda s: (s != tuple(shape), s[3] != shape[3], -s[2]))[0]
     vals = {r["variant"]: r["tflops"] for r in big if tuple(r["shape"]) == shp}
     faster = vals.get(after, 0) > vals.get(before, math.inf)
+    where = bench_shape_words(shp, shape)
     return _pair({"t": vals.get(before, math.nan)}, {"t": vals.get(after, math.nan)},
                  [("t", f"bench TFLOP/s at B,H,N,D = {','.join(map(str, shp))} (CUDA events)", "TFLOP/s",
-                   "a larger shape, timed without a profiler: the speedup holds outside ncu" if faster else
-                   "timed without a profiler")], names=(before, after))
+                   f"{where}, timed without a profiler: the speedup holds outside ncu" if faster else
+                   f"{where}, timed without a profiler")], names=(before, after))
 
 
 def attention_before_after(variants: pd.DataFrame, shape: tuple, bench: list | None = None,
@@ -95,8 +108,12 @@ def attention_before_after(variants: pd.DataFrame, shape: tuple, bench: list | N
     B, H, n_ctx, D = shape
     e = ELEM_BYTES.get(config_fields(b["config"]).get("dtype") or "fp16", 2)
     sp_mb = B * H * n_ctx * n_ctx * (4 + e) * 2 / 1e6  # S (fp32) and P (input dtype), each written once, read once
-    out = _pair(b, f, _metrics(b, f, sp_mb, e), names=(before, after))
-    extra = _bench_row(bench, before, after, D) if bench else None
+    metrics = _metrics(b, f, sp_mb, e)
+    if "clock_ghz" in b and "clock_ghz" in f:  # the SM clock the rates above were measured at
+        metrics.append(("clock_ghz", "SM clock (time-weighted)", "GHz",
+                        lambda x, y: "the clock the SMs ran at under ncu: rates per second scale with it"))
+    out = _pair(b, f, metrics, names=(before, after))
+    extra = _bench_row(bench, before, after, tuple(shape)) if bench else None
     return out if extra is None else pd.concat([out, extra], ignore_index=True)
 
 
@@ -143,6 +160,5 @@ VOCABULARY = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttl
 
 def vocabulary_table(reasons=VOCABULARY) -> pd.DataFrame:
     """Meaning and usual fix per stall reason, from :data:`infralens_lab.analysis.stalls.STALLS`."""
-    return pd.DataFrame([{"reason": r, "is_stall": stall_info.explain(r).is_stall,
-                          "meaning": stall_info.explain(r).meaning, "usual fix": stall_info.explain(r).fix}
+    return pd.DataFrame([{"reason": r, "meaning": stall_info.explain(r).meaning, "usual fix": stall_info.explain(r).fix}
                          for r in reasons])

@@ -19,6 +19,11 @@ from .bank import BankError, Question, all_questions, answer_variable, labs, loa
 from .check import CheckResult, check, grade_mode, judge
 from .derive import DerivationError, derivations, register_derivation
 from .widgets import question_text, self_check
+from .. import notebook_guard as _notebook_guard
+
+# In a notebook, the set-up cell's import installs the guard (a plain `jupyter lab` has no kernel extension):
+# one line of guidance for a NameError, and answer cells that did not run are not judged. Nothing outside IPython.
+_notebook_guard.install()
 
 __all__ = ["BankError", "CheckResult", "answer_variable", "DerivationError", "Question", "all_questions", "check",
            "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question",

@@ -1,9 +1,11 @@
-"""Authoring tool: ``python -m infralens_lab.quiz encode|decode|answers``.
+"""Authoring tool: ``python -m infralens_lab.quiz encode|decode|answers|manifest``.
 
 * ``encode SRC [-o OUT]``: SRC is a ``.json`` file or a ``.py`` file defining ``BANK`` (a plain
   bank dict, answers in clear); writes the sealed bank (default ``quiz/banks/<lab>.json``).
 * ``decode LAB|PATH``: prints a bank in plain form (JSON), e.g. to edit and encode again.
 * ``answers [LAB ...]``: the instructor's key, one line per question.
+* ``manifest [--check]``: rewrite (or check) ``quiz/manifest.json``, the checksums of the grader's own
+  files that ``make grade`` verifies before grading (after a deliberate change to ``quiz/``, run it).
 
 Keep plain sources out of the repository: the sealed bank is the committed copy, and
 ``decode`` recovers the plain form whenever you need to edit it.
@@ -56,7 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("bank", help="lab name (lab00) or path to a bank file")
     a = sub.add_parser("answers", help="print the answer key")
     a.add_argument("labs", nargs="*")
+    m = sub.add_parser("manifest", help="rewrite quiz/manifest.json (checksums make grade verifies)")
+    m.add_argument("--check", action="store_true", help="only check; exit 1 naming what differs")
     args = ap.parse_args(argv)
+    if args.cmd == "manifest":
+        from .manifest import ManifestError, verify, write
+
+        if args.check:
+            try:
+                verify()
+            except ManifestError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            print("quiz/manifest.json matches the grader's files")
+        else:
+            print(f"wrote {write()}")
+        return 0
     try:
         if args.cmd == "encode":
             doc = encode_bank(_read_plain(args.src))

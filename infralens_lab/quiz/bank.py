@@ -261,8 +261,24 @@ def load_bank_file(path: str | Path) -> dict[str, Question]:
 
 
 def banks_dirs() -> list[Path]:
-    """Folders searched for ``<lab>.json``: ``$INFRALENS_QUIZ_BANKS`` entries first, then the package's."""
-    extra = [Path(p) for p in os.environ.get(BANKS_ENV, "").split(os.pathsep) if p]
+    """Folders searched for ``<lab>.json``: ``$INFRALENS_QUIZ_BANKS`` entries first, then the package's.
+
+    An entry that is not a folder, or a folder with no ``labNN.json``, raises BankError naming it (it was
+    silently skipped, so a typo left the package's banks in use without a word).
+    """
+    raw = os.environ.get(BANKS_ENV, "")
+    extra = []
+    for entry in (p for p in raw.split(os.pathsep) if p.strip()):
+        d = Path(entry).expanduser()
+        if not d.is_dir():
+            seen = "a file" if d.exists() else "no such folder"
+            raise BankError(f"{BANKS_ENV}={raw!r}: {entry!r} is not a folder ({seen}); expected folders holding "
+                            f"labNN.json bank files, separated by {os.pathsep!r}")
+        if not any(d.glob("lab[0-9][0-9].json")):
+            found = sorted(p.name for p in d.iterdir())[:5]
+            raise BankError(f"{BANKS_ENV}={raw!r}: the folder {entry!r} holds no labNN.json bank (found {found}); "
+                            "expected sealed banks written by `python -m infralens_lab.quiz encode`")
+        extra.append(d)
     return [*extra, BANKS_DIR]
 
 
@@ -296,6 +312,12 @@ def question(qid: str) -> Question:
     if qid not in bank:
         raise BankError(f"no question {qid!r}; {qid.split('.')[0]} has {list(bank)}")
     return bank[qid]
+
+
+def is_exercise(qid: str) -> bool:
+    """True for an exercise (``lab01.ex1``): the learner computes its answer with code, and the grader reads
+    the value ``check`` recorded (docs/CONTRACTS.md, "quiz: the cell protocol")."""
+    return isinstance(qid, str) and re.match(r"lab\d{2}\.ex\d", qid) is not None
 
 
 def answer_variable(qid: str) -> str:

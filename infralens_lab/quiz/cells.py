@@ -12,6 +12,7 @@ Pure functions of a bank and a notebook dict: nothing here runs a cell.
 """
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,4 +118,26 @@ def lab_shape(nb: dict) -> LabShape:
             if want is None or _source(c).strip() != want.strip():
                 out.stale_markdown.append(qid or f"cell {i}")
     out.median_lines = float(statistics.median(lines)) if lines else 0.0
+    return out
+
+
+def question_sections(nb: dict) -> dict[str, str]:
+    """``{question id: heading}``: the nearest markdown heading above each question of a lab notebook.
+
+    A question is found by its cell's ``metadata.infralens.question`` (the cell protocol) or, in a lab not yet
+    converted, by its ``self_check("qid")`` / ``check("qid", ...)`` call; the first place it appears counts.
+    """
+    out: dict[str, str] = {}
+    heading = ""
+    for c in nb.get("cells", []):
+        src = _source(c)
+        if c.get("cell_type") == "markdown":
+            fenced = False
+            for line in src.splitlines():
+                fenced ^= line.lstrip().startswith("```")
+                if line.startswith("#") and not fenced:
+                    heading = line.lstrip("#").strip()
+        qids = [_qid(c)] if _qid(c) else re.findall(r"""check\(\s*["'](lab\d{2}\.[a-z0-9_]+)["']""", src)
+        for qid in qids:
+            out.setdefault(qid, heading)
     return out

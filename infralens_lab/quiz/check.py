@@ -2,7 +2,9 @@
 
 ``check(qid, answer, evidence=None)`` marks one answer. Outside grade mode it prints one
 deterministic block of feedback (right + explanation; why wrong + hint; or "not answered
-yet") and never raises for anything a learner typed. In grade mode (``INFRALENS_GRADE=1``,
+yet") and never raises for anything a learner typed. An answer cell whose last run stopped before
+its assignment (a SyntaxError; see :mod:`infralens_lab.notebook_guard`) leaves an older value in
+its variable: that value is not judged, and the check says so (unanswered). In grade mode (``INFRALENS_GRADE=1``,
 set by ``pytest --infralens-grade``) a wrong or unanswered answer raises ``AssertionError``
 carrying the feedback, so nbval fails that cell. A check decides no grade and writes no
 score: the grader (:mod:`.grader`) reads the answers from the submitted file and judges them
@@ -18,11 +20,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .bank import Question, normalise_word, question
+from .. import notebook_guard
+from .bank import Question, answer_variable, normalise_word, question
 from .derive import derive
 
 GRADE_ENV = "INFRALENS_GRADE"
 STATUSES = ("correct", "wrong", "unanswered")
+# The value a check judged, published as a display output of its cell: how the grader reads an exercise's
+# answer computed by code (quiz.answers.recorded_values). The empty text/plain keeps every front end quiet.
+ANSWER_MIME = "application/vnd.infralens.answer+json"
 
 
 def grade_mode() -> bool:
@@ -147,7 +153,7 @@ def _judge(q: Question, answer: Any, expected: Any) -> tuple[str, str]:
     return "wrong", f"{q.id}: not right. {why}"
 
 
-def _message(q: Question, status: str, text: str, evidence_answer: Any) -> str:
+def _message(q: Question, status: str, text: str, evidence_answer: Any, stale: bool = False) -> str:
     pts = f"{_fmt_points(q.points)} point{'s' if q.points != 1 else ''}"
     if status == "correct":
         derived = ""
@@ -157,8 +163,49 @@ def _message(q: Question, status: str, text: str, evidence_answer: Any) -> str:
                 if isinstance(shown, float) else f" (from your evidence: {shown})"
         return f"✓ {q.id}: right{derived}, {pts}. {q.explanation}"
     if status == "unanswered":
+        if stale:
+            return f"· {text} Fix the answer cell and run it again ({pts})."
         return f"· {text} Set the answer variable and run this cell again ({pts})."
     return f"✗ {text}\n  Hint: {q.hint}"
+
+
+def answer_record(qid: str, answer: Any) -> dict:
+    """``{"question": qid, "value": v}``: the judged answer as JSON. ``v`` is None when unanswered, the
+    string itself, a float for a finite number (numpy and 0-d torch scalars included), else the answer's
+    ``repr`` (cut to 200 characters), which the grader judges as the string it is."""
+    if is_unanswered(answer):
+        value = None
+    elif isinstance(answer, str):
+        value = answer
+    else:
+        try:
+            value = None if isinstance(answer, bool) else float(answer)
+        except Exception:  # noqa: BLE001 - whatever float() raises (a list, a tensor of many elements)
+            value = None
+        if value is None or not math.isfinite(value):
+            value = repr(answer)[:200]
+    return {"question": qid, "value": value}
+
+
+def _publish(record: dict) -> None:
+    """Show ``record`` as a display output of the running cell (in a Jupyter kernel only)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import publish_display_data
+    except ImportError:  # plain python3 (a GPU machine's script run): there is no cell output to write
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        publish_display_data({ANSWER_MIME: record, "text/plain": ""})
+
+
+def _not_run_message(q: Question) -> str | None:
+    """Feedback when the answer cell's last run stopped before assigning the answer (a SyntaxError, an
+    exception above the assignment): the variable holds an older value, which is not judged."""
+    why = notebook_guard.answer_not_run(answer_variable(q.id))
+    if why is None:
+        return None
+    return f"{q.id}: {why.sentence()}; that old value is not checked."
 
 
 def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
@@ -170,10 +217,12 @@ def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
     """
     q = question(qid)
     expected = expected_answer(q, evidence)
-    status, text = _judge(q, answer, expected)
+    stale = _not_run_message(q)
+    status, text = ("unanswered", stale) if stale else _judge(q, answer, expected)
     result = CheckResult(qid, status, q.points if status == "correct" else 0, q.points,
-                         _message(q, status, text, expected))
+                         _message(q, status, text, expected, stale=bool(stale)))
     print(result.message)
+    _publish(answer_record(qid, answer))
     if grade_mode() and status != "correct":
         raise AssertionError(result.message)
     return result

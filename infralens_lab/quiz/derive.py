@@ -24,6 +24,7 @@ import re
 from typing import Any, Callable
 
 from ..analysis import stalls
+from ..analysis.overlap import step_bound as _step_bound
 
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
 
@@ -222,6 +223,28 @@ def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = N
     return stalls.dominant_item(totals, include_selected=True)[0]  # the series' one rule (exclusions done above)
 
 
+@register_derivation("dominant_stall_share")
+def dominant_stall_share(evidence: Any, key: str | None = None, exclude: tuple[str, ...] | list[str] = ("selected",)) -> float:
+    """The share of all samples held by the dominant stall reason: its samples over the samples of every reason
+    (``selected`` included in the total, left out of the choice, by the series' one rule
+    :func:`infralens_lab.analysis.stalls.dominant_item`). Reads a breakdown with ``reason`` and ``samples``
+    columns (one copy or kernel: :func:`infralens_lab.analysis.copies.reason_shares`), a fraction 0..1."""
+    df = as_frame(evidence, key)
+    if not {"reason", "samples"} <= set(df.columns):
+        raise DerivationError(f"dominant_stall_share needs 'reason' and 'samples' columns; got {list(df.columns)}")
+    totals: dict[str, float] = {}
+    for r, v in zip(df["reason"], df["samples"]):
+        totals[stalls.normalize(str(r))] = totals.get(stalls.normalize(str(r)), 0.0) + _number(v, f"samples of {r!r}")
+    total = sum(totals.values())
+    if not total > 0:
+        raise DerivationError("dominant_stall_share: the breakdown has no samples")
+    skip = {stalls.normalize(e) for e in exclude}
+    kept = {r: v for r, v in totals.items() if r not in skip}
+    if not kept:
+        raise DerivationError(f"only excluded stall reasons {sorted(skip)} in the evidence")
+    return stalls.dominant_item(kept, include_selected=True)[1] / total
+
+
 @register_derivation("source")
 def source(evidence: Any) -> str:
     """Where an Evidence came from: ``'live'`` or ``'recorded'`` (its provenance source)."""
@@ -260,3 +283,62 @@ def masked_lanes(evidence: Any, n: str = "n", block: str = "block_size", where: 
     if elements < 1 or size < 1:
         raise DerivationError(f"masked_lanes needs n >= 1 and block >= 1, got n={elements}, block={size}")
     return -(-elements // size) * size - elements
+
+
+@register_derivation("programs")
+def programs(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
+    """Lab 00: programs in a 1-D launch that covers ``n`` elements ``block`` at a time, ``ceil(n/B)``."""
+    elements = int(_number(value(evidence, column=n, where=where), f"column {n!r}"))
+    size = int(_number(value(evidence, column=block, where=where), f"column {block!r}"))
+    if elements < 1 or size < 1:
+        raise DerivationError(f"programs needs n >= 1 and block >= 1, got n={elements}, block={size}")
+    return -(-elements // size)
+
+
+def _trace(evidence: Any, what: str):
+    """The evidence as a parsed trace (anything with ``summary``, ``steady_window`` and ``kernels``)."""
+    if not all(hasattr(evidence, a) for a in ("summary", "steady_window", "kernels")):
+        raise DerivationError(f"{what} needs a parsed trace (infralens_lab.parse.trace.Trace), got "
+                              f"{type(evidence).__name__}")
+    return evidence
+
+
+@register_derivation("trace_idle_share")
+def trace_idle_share(evidence: Any) -> float:
+    """Lab 01: the share (0..1) of the steady window (:meth:`Trace.steady_window`, whole periods) in which the GPU
+    ran none of the work the profiled steps launched: ``1 - summary()['gpu_utilization']``."""
+    util = _trace(evidence, "trace_idle_share").summary().get("gpu_utilization")
+    if util is None:
+        raise DerivationError("the trace has no GPU work in its profiled steps, so no idle share")
+    return 1.0 - util
+
+
+@register_derivation("trace_period_ms")
+def trace_period_ms(evidence: Any) -> float:
+    """Lab 01: the steady period (ms): from the end of the first profiled step's GPU work to the end of the last
+    one's, over the steps between (:meth:`Trace.steady_window`)."""
+    sw = _trace(evidence, "trace_period_ms").steady_window()
+    if sw is None:
+        raise DerivationError("the trace has fewer than two profiled steps that launched GPU work")
+    a, b, periods = sw
+    return (b - a) / periods / 1e3
+
+
+@register_derivation("hot_kernel_pct")
+def hot_kernel_pct(evidence: Any) -> float:
+    """Lab 01: the hottest kernel's share (%) of the kernel time the profiled steps launched (:meth:`Trace.kernels`)."""
+    k = _trace(evidence, "hot_kernel_pct").kernels()
+    if k.empty:
+        raise DerivationError("the trace has no kernels launched in its profiled steps")
+    return float(k["pct"].iloc[0])
+
+
+@register_derivation("step_bound")
+def step_bound(evidence: Any) -> float:
+    """Lab 01: the bound of a fix with both floors, :func:`infralens_lab.analysis.overlap.step_bound` on the
+    evidence's ``period_ms, gpu_ms, cpu_ms, fraction, speedup`` (a dict)."""
+    keys = ("period_ms", "gpu_ms", "cpu_ms", "fraction", "speedup")
+    if not isinstance(evidence, dict) or not set(keys) <= set(evidence):
+        seen = sorted(evidence) if isinstance(evidence, dict) else type(evidence).__name__
+        raise DerivationError(f"step_bound needs a dict with {list(keys)}; got {seen}")
+    return _step_bound(**{k: float(evidence[k]) for k in keys}).bound

@@ -1,42 +1,47 @@
 """Grading decided in the grader's own process, from the submitted file, never from the student's kernel.
 
-For one submitted ``.ipynb`` the grader
+For one submitted ``.ipynb`` (its bytes, read before any notebook ran) the grader
 
-1. reads the file with nbformat (a file that does not read costs only its owner: its rows say why);
-2. takes the lab from the notebook's metadata (``metadata.infralens.lab``, else the ``Lab NN``
-   title) and flags a file name that names another lab (``01_*.ipynb`` holding lab 00);
-3. takes the question list from that lab's bank, not from the check cells in the file, so a
-   deleted check cell still counts, at 0;
-4. reads each answer's FINAL value statically: the last assignment to ``ANSWER_QK`` in the
-   notebook's code cells, in cell order, parsed with :mod:`ast`. Only a plain literal counts
-   (a string, an int, a float, a signed number; ``None`` / ``...`` / ``""`` mean unanswered);
-   an answer set by code (an expression, a loop, a function, a ``try`` block) is ``invalid``,
-   whatever it would evaluate to;
-5. judges it with the same rules as :func:`~infralens_lab.quiz.check.check`, and for a question
-   whose answer is derived from evidence, computes the right answer here from the evidence the
-   bank's ``evidence`` provider returns in this process (recorded evidence on a CPU machine,
-   live measurements on a GPU: the same rule the labs follow).
+1. reads it with nbformat (a file that does not read costs only its owner: its rows say why);
+2. takes the lab from the notebook's metadata (``metadata.infralens.lab``, else the ``Lab NN`` title) and
+   flags a file name that names another lab (``01_*.ipynb`` holding lab 00); metadata naming a lab that has
+   no bank (``lab99``) is flagged and the file is graded as its name says;
+3. takes the question list from that lab's bank, not from the check cells in the file, so a deleted
+   check cell still counts, at 0;
+4. reads each answer's FINAL value statically (:mod:`.answers`): the last binding of ``ANSWER_QK`` in cell
+   order. A literal (or arithmetic on written-out numbers) counts; an answer set by code is ``invalid``.
+   An exercise (``lab01.ex1``) set by code is read from the value ``check`` recorded in the output of the
+   cell holding that binding: in the executed scratch copy when the grader ran the notebook (``RUN=1``)
+   and that cell ran, else in the submitted file;
+5. judges it with the same rules as :func:`~infralens_lab.quiz.check.check`, and for a question whose
+   answer is derived from evidence (every exercise is), computes the right answer here from the evidence
+   the bank's ``evidence`` provider returns in this process.
 
-Nothing a cell prints, patches or writes reaches these decisions: execution (nbval) only shows
-the instructor whether the notebook runs. See docs/instructors.md.
+Every error while grading one notebook (RecursionError, MemoryError, anything) stays in that notebook's
+rows. Nothing a cell prints, patches or writes reaches these decisions. See docs/instructors.md.
 """
 from __future__ import annotations
 
-import ast
 import functools
+import hashlib
 import importlib
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .bank import BankError, Question, answer_variable, load_bank
+from .answers import Answer, cell_text, final_answers, nfkc, recorded_values, saved_payloads
+from .bank import BankError, Question, answer_variable, is_exercise, labs, load_bank
 from .check import _judge, expected_answer
 
-COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback")
+COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
 STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "unreadable", "unknown lab")
+MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 _FILE_LAB = re.compile(r"^(\d{2})_")
 _TITLE_LAB = re.compile(r"\bLab\s+(\d{2})\b")
+
+__all__ = ["Answer", "COLUMNS", "EvidenceUnavailable", "NotebookError", "Row", "STATUSES", "expected_for_grading",
+           "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook"]
 
 
 class NotebookError(ValueError):
@@ -45,7 +50,7 @@ class NotebookError(ValueError):
 
 @dataclass(frozen=True)
 class Row:
-    """One line of scores.csv: a (notebook, question) pair and what it earned."""
+    """One line of scores.csv: a (notebook, question) pair, what it earned, the answer read and flags."""
 
     notebook: str
     lab: str
@@ -54,32 +59,31 @@ class Row:
     points: float
     max_points: float
     feedback: str
+    answer: str = ""     # the value graded, as text ("" when none)
+    flags: str = ""      # short tags for the instructor, "; "-separated (lab mismatch, timed out, ...)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Answer:
-    """The final value of one answer variable as read from the file: a literal, or why it is not one."""
-
-    value: Any = None
-    literal: bool = True
-    cell: int | None = None     # index among code cells (nbval's "Cell N") of the final assignment
-    source: str = ""            # the code that set it, when it is not a literal
-
-
 # ---------------------------------------------------------------- reading the file
-def read_notebook(path: str | Path):
-    """The notebook at ``path`` (nbformat v4 node); NotebookError naming the problem otherwise."""
+def read_notebook(path: str | Path, data: bytes | None = None):
+    """The notebook at ``path`` (or its bytes ``data``) as an nbformat v4 node; NotebookError otherwise."""
     import nbformat
 
     path = Path(path)
     try:
-        nb = nbformat.read(str(path), as_version=4)
+        if data is None:
+            if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+                raise NotebookError(f"{path.name} is {path.stat().st_size:,} bytes, over the grader's "
+                                    f"{MAX_NOTEBOOK_BYTES:,}; expected an .ipynb saved by Jupyter")
+            data = path.read_bytes()
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except NotebookError:
+        raise
     except Exception as exc:  # JSON errors, nbformat validation, unreadable bytes: all the file's fault
-        raise NotebookError(f"{path.name} could not be read as a Jupyter notebook "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise NotebookError(f"{path.name} could not be read as a Jupyter notebook ({type(exc).__name__}: {first}); "
                             "expected an .ipynb saved by Jupyter") from None
     if not isinstance(getattr(nb, "cells", None), list):
         raise NotebookError(f"{path.name} has no list of cells; expected an .ipynb saved by Jupyter")
@@ -104,115 +108,28 @@ def lab_from_metadata(nb) -> str | None:
 
 
 def identify_lab(nb, path: str | Path) -> tuple[str | None, str]:
-    """``(lab, flag)``: the lab from the metadata (the file name when there is none), and a
-    sentence when the two disagree (empty otherwise)."""
+    """``(lab, flag)``: the lab from the metadata (the file name when there is none, or when the metadata
+    names a lab that has no bank), and a sentence when the two disagree (empty otherwise)."""
     meta, name = lab_from_metadata(nb), lab_from_file_name(path)
     if meta and name and meta != name:
+        known = labs()
+        if meta not in known and name in known:
+            return name, (f"unknown lab in metadata: the notebook's metadata says {meta}, which has no question "
+                          f"bank; graded as {name}, from the file name {Path(path).name!r}.")
         return meta, (f"lab mismatch: the file name {Path(path).name!r} says {name} but the notebook is "
                       f"{meta} (from its metadata); graded as {meta}.")
     return meta or name, ""
 
 
-def _python_source(src: str) -> str:
-    """A cell's source with IPython syntax (``%magic``, ``!cmd``) turned into plain Python."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:  # without IPython, magics stay and such a cell is skipped as not Python
-        return src
-    try:
-        return TransformerManager().transform_cell(src)
-    except Exception:
-        return src
-
-
-def _literal(node: ast.AST) -> tuple[bool, Any]:
-    """``(True, value)`` for a plain str/int/float literal (or None/...), else ``(False, None)``."""
-    if isinstance(node, ast.Constant) and (node.value is None or node.value is Ellipsis
-                                           or type(node.value) in (str, int, float)):
-        return True, node.value
-    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
-            and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)):
-        v = node.operand.value
-        return True, -v if isinstance(node.op, ast.USub) else v
-    return False, None
-
-
-def _bindings(tree: ast.Module):
-    """Every binding of an ``ANSWER_*`` name in a cell, in source order: ``(pos, name, Answer-ish)``.
-
-    A plain top-level ``ANSWER_QK = <literal>`` is a literal; any other binding (inside a loop,
-    ``if``, ``try``, function or class, an augmented or tuple assignment, a ``for`` target, an
-    import alias, ``del``) is recorded as code, because its final value is only known by running it.
-    """
-    top = {id(s) for s in tree.body}
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and id(node) in top:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            simple = len(targets) == 1 and isinstance(targets[0], ast.Name) and node.value is not None
-            if simple and targets[0].id.startswith("ANSWER_"):
-                ok, value = _literal(node.value)
-                out.append(((node.lineno, node.col_offset), targets[0].id, ok, value, ast.unparse(node)))
-                continue
-        names = []
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names = [node.id]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.alias):
-            names = [(node.asname or node.name).split(".")[0]]
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names = list(node.names)
-        for name in names:
-            if name.startswith("ANSWER_"):
-                pos = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-                out.append((pos, name, False, None, _statement_of(tree, node)))
-    # a top-level simple assignment is walked again as its target Name: keep the first (literal) entry
-    seen, uniq = set(), []
-    for item in sorted(out, key=lambda t: (t[0], not t[2])):
-        key = (item[0], item[1])
-        if key in seen:
-            continue
-        seen.add(key)
-        uniq.append(item)
-    return uniq
-
-
-def _statement_of(tree: ast.Module, node: ast.AST) -> str:
-    line = getattr(node, "lineno", None)
-    for s in tree.body:
-        if line is not None and s.lineno <= line <= (s.end_lineno or s.lineno):
-            text = ast.unparse(s)
-            return text if len(text) <= 120 else text[:117] + "..."
-    return "?"
-
-
-def final_answers(nb) -> tuple[dict[str, Answer], list[str]]:
-    """The final value of every ``ANSWER_*`` variable in ``nb`` and notes on cells that are not Python.
-
-    Cells are read in order; within a cell, statements in source order; the last binding wins.
-    """
-    answers: dict[str, Answer] = {}
-    notes = []
-    code_index = -1
-    for cell in nb.cells:
-        if cell.get("cell_type") != "code":
-            continue
-        code_index += 1
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else str(src)
-        if "ANSWER_" not in src:
-            continue
-        try:
-            tree = ast.parse(_python_source(src))
-        except SyntaxError as exc:
-            notes.append(f"code cell {code_index} is not valid Python ({exc.msg}, line {exc.lineno}), so its "
-                         "answers were not read")
-            continue
-        for _, name, ok, value, text in _bindings(tree):
-            answers[name] = Answer(value=value if ok else None, literal=ok, cell=code_index,
-                                   source="" if ok else text)
-    return answers, notes
+def fingerprint(nb) -> str | None:
+    """A hash of the notebook's answer cells (code cells that set an ``ANSWER_*``), or None when none is
+    answered: two submissions with the same fingerprint handed in the same answer cells."""
+    cells = [nfkc(cell_text(c)).strip() for c in nb.cells
+             if c.get("cell_type") == "code" and "ANSWER_" in nfkc(cell_text(c))]
+    answers, _ = final_answers(nb)
+    if not any(a.how != "literal" or a.value not in (None, Ellipsis, "") for a in answers.values()):
+        return None
+    return hashlib.sha256("\n\x00\n".join(cells).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- evidence for derived questions
@@ -220,13 +137,7 @@ class EvidenceUnavailable(RuntimeError):
     """The grader could not get the evidence a derived question is marked against."""
 
 
-@functools.lru_cache(maxsize=None)
-def grader_evidence(spec: str) -> Any:
-    """Call the bank's evidence provider ``'package.module:function'`` once per grading process.
-
-    Only providers inside ``infralens_lab`` are called. The result is cached: every notebook of
-    a class folder is marked against the same evidence.
-    """
+def _build_evidence(spec: str) -> Any:
     mod_name, _, fn_name = spec.partition(":")
     if not mod_name.startswith("infralens_lab.") or not fn_name:
         raise EvidenceUnavailable(f"evidence provider {spec!r} must look like 'infralens_lab.module:function'")
@@ -243,6 +154,29 @@ def grader_evidence(spec: str) -> Any:
     return ev
 
 
+@functools.lru_cache(maxsize=None)
+def _evidence_or_error(spec: str) -> tuple[bool, Any]:
+    try:
+        return True, _build_evidence(spec)
+    except EvidenceUnavailable as exc:
+        return False, str(exc)
+
+
+def grader_evidence(spec: str) -> Any:
+    """Call the bank's evidence provider ``'package.module:function'`` once per grading process.
+
+    Only providers inside ``infralens_lab`` are called. The result, or the failure, is cached: every
+    notebook of a class folder is marked against the same evidence, built before any notebook runs.
+    """
+    ok, value = _evidence_or_error(spec)
+    if not ok:
+        raise EvidenceUnavailable(value)
+    return value
+
+
+grader_evidence.cache_clear = _evidence_or_error.cache_clear  # type: ignore[attr-defined]
+
+
 def expected_for_grading(q: Question) -> Any:
     """The right answer to ``q`` computed in this process: stored, or derived from the grader's evidence."""
     if q.derive is None:
@@ -257,11 +191,36 @@ def expected_for_grading(q: Question) -> Any:
 
 
 # ---------------------------------------------------------------- judging
+def exercise_answer(q: Question, answer: Answer, saved: dict[int, list], run=None) -> Answer:
+    """The value an exercise set by code is graded on: what ``check`` recorded in the output of the cell
+    holding the final binding, in the run (when it reached that cell), else in the submitted file."""
+    var, cell = answer_variable(q.id), answer.cell
+    ran = run is not None and cell in run.finished_cells
+    state, value, why = recorded_values(run.records if ran else saved, cell, q.id)
+    where = (f"when the grader ran code cell {cell}" if ran else
+             f"in the output saved in the file for code cell {cell}"
+             + (" (the grader's run did not reach that cell)" if run is not None else ""))
+    if state == "ok":
+        return Answer(value=value, literal=True, cell=cell, how="recorded", source=where)
+    if state == "bad":
+        return Answer(literal=False, cell=cell, how="bad record",
+                      source=f"{var} is computed by code, and the value recorded {where} is refused: {why}")
+    error = run.cells.get(cell, {}).get("error", "").splitlines()[:1] if ran else []
+    stopped = f"; the cell stopped with {error[0]}" if error else ""
+    return Answer(literal=False, cell=cell, how="unrecorded",
+                  source=(f"{var} is computed by code ({answer.source}) and no value for {q.id} was recorded "
+                          f"{where}{stopped}: run the cell (its check(...) records the value) and save the notebook"))
+
+
 def judge_question(q: Question, answer: Answer | None) -> tuple[str, float, str]:
     """``(status, points, feedback)`` for one question given the answer read from the file."""
     var = answer_variable(q.id)
     if answer is None:
         return "unanswered", 0, f"no {var} = ... cell in the notebook"
+    if answer.how == "unrecorded":
+        return "unanswered", 0, answer.source
+    if answer.how == "bad record":
+        return "invalid", 0, answer.source
     if not answer.literal:
         return "invalid", 0, (f"{var} is set by code ({answer.source}), not written out as a value; the grader "
                               f"reads only plain values, e.g. {var} = \"B\" or {var} = 42")
@@ -270,45 +229,75 @@ def judge_question(q: Question, answer: Answer | None) -> tuple[str, float, str]
     except EvidenceUnavailable as exc:
         return "no evidence", 0, f"not marked: {exc}"
     status, text = _judge(q, answer.value, expected)
-    if status == "correct":
-        return status, q.points, ""
-    return status, 0, text
+    note = f" (value recorded {answer.source})" if answer.how == "recorded" and status != "correct" else ""
+    return status, (q.points if status == "correct" else 0), (text + note if status != "correct" else "")
 
 
-def grade_notebook(path: str | Path, name: str | None = None) -> list[Row]:
-    """Every row of scores.csv for one submitted notebook (``name`` is how the row names it)."""
+def _shown(answer: Answer | None) -> str:
+    if answer is None or not answer.literal or answer.value is None or answer.value is Ellipsis:
+        return ""
+    return f"{answer.value:g}" if isinstance(answer.value, float) else str(answer.value)[:200]
+
+
+def grade_notebook(path: str | Path, name: str | None = None, *, data: bytes | None = None, run=None) -> list[Row]:
+    """Every row of scores.csv for one submitted notebook (``name`` is how the row names it).
+
+    ``data``: the file's bytes as read before anything ran (read from ``path`` when None). ``run``: the
+    :class:`~.isolation.RunOutcome` of executing it (RUN=1), or None. Never raises: a failure of the
+    grader on this notebook becomes its rows.
+    """
     path = Path(path)
     name = name or str(path)
     try:
-        nb = read_notebook(path)
+        return _grade(path, name, data, run)
+    except Exception as exc:  # RecursionError, MemoryError, anything: it stays in this notebook's rows
+        why = (f"the grader could not grade this notebook ({type(exc).__name__}: {str(exc)[:200]}); "
+               "its other rows are lost, no one else's are")
+        return _rows_for_all(name, lab_from_file_name(path), "unreadable", why, "grader error")
+
+
+def _grade(path: Path, name: str, data: bytes | None, run) -> list[Row]:
+    try:
+        nb = read_notebook(path, data)
     except NotebookError as exc:
-        lab = lab_from_file_name(path)
-        return _rows_for_all(name, lab, "unreadable", str(exc))
+        return _rows_for_all(name, lab_from_file_name(path), "unreadable", str(exc), "unreadable")
     lab, flag = identify_lab(nb, path)
+    flags = [flag.split(":", 1)[0]] if flag else []
     if lab is None:
         return [Row(name, "", "", "unknown lab", 0, 0,
                     "cannot tell which lab this is: no metadata.infralens.lab, no 'Lab NN' title and no NN_ "
-                    "prefix in the file name")]
+                    "prefix in the file name", flags="unknown lab")]
     try:
         bank = load_bank(lab)
     except BankError as exc:
-        return [Row(name, lab, "", "unknown lab", 0, 0, f"{flag} {exc}".strip())]
+        return [Row(name, lab, "", "unknown lab", 0, 0, f"{flag} {exc}".strip(), flags="; ".join(flags + ["unknown lab"]))]
     answers, notes = final_answers(nb)
+    saved = saved_payloads(nb)
+    run_note = ""
+    if run is not None and run.state != "ok":
+        flags.append(run.state)
+        run_note = f"Run: {run.detail}; scored from the answers written in the file."
     rows = []
     for q in bank.values():
-        status, points, feedback = judge_question(q, answers.get(answer_variable(q.id)))
+        answer = answers.get(answer_variable(q.id))
+        if answer is not None and is_exercise(q.id) and not answer.literal:
+            answer = exercise_answer(q, answer, saved, run)
+        status, points, feedback = judge_question(q, answer)
         extra = [flag] if flag else []
         if status != "correct":
             extra += notes
-        rows.append(Row(name, lab, q.id, status, points, q.points, " ".join([feedback, *extra]).strip()))
+        if run_note:
+            extra.append(run_note)
+        rows.append(Row(name, lab, q.id, status, points, q.points, " ".join([feedback, *extra]).strip(),
+                        answer=_shown(answer), flags="; ".join(flags)))
     return rows
 
 
-def _rows_for_all(name: str, lab: str | None, status: str, why: str) -> list[Row]:
+def _rows_for_all(name: str, lab: str | None, status: str, why: str, flag: str) -> list[Row]:
     try:
         bank = load_bank(lab) if lab else {}
     except BankError:
         bank = {}
     if not bank:
-        return [Row(name, lab or "", "", status, 0, 0, why)]
-    return [Row(name, lab, q.id, status, 0, q.points, why) for q in bank.values()]
+        return [Row(name, lab or "", "", status, 0, 0, why, flags=flag)]
+    return [Row(name, lab, q.id, status, 0, q.points, why, flags=flag) for q in bank.values()]

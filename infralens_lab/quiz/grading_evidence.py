@@ -1,7 +1,7 @@
 """Evidence the grader marks derived questions against, rebuilt in the grader's own process.
 
 A bank question with ``"derive"`` names one of these functions in its ``"evidence"`` field
-(``"infralens_lab.quiz.grading_evidence:lab04_stride8_stalls"``). Each one repeats, step for
+(``"infralens_lab.quiz.grading_evidence:lab01_idle_by_cause"``). Each one repeats, step for
 step, what its lab's notebook does to build the table the question is about, so the grader
 computes the right answer from the same evidence the notebook shows on the same machine:
 the recorded reference set on a CPU machine, live measurements where the lab measures live
@@ -10,68 +10,12 @@ returns None when the evidence is not there (no recording); the row then says so
 
 This module belongs to the grader (an app, like ``record`` and ``site``), above the labs:
 it imports ``labs_support`` lazily, inside each function, so ``quiz``'s own modules never do.
-A new lab adds its provider here or in its own ``labs_support`` module and names it in its bank.
+Labs rewritten in round 2 keep their providers in :mod:`infralens_lab.quiz.keys` (issue 30: built from the
+evidence store and ``analysis`` alone, no ``labs_support`` import); the other labs follow, then this module goes.
 """
 from __future__ import annotations
 
 import functools
-
-# Lab 00's vector_add check: the length the notebook launches with (a test holds it against the
-# notebook's `n = ...` cell, so the two cannot drift apart).
-LAB00_N = 98_437
-
-
-def lab00_vector_add():
-    """Lab 00: the vector_add check record (live, n and block size of the notebook's launch)."""
-    from infralens_lab import evidence
-    from infralens_lab.kernels import intro
-
-    return evidence.live("vector_add_check",
-                         {"rows": [{"kernel": "add_kernel", "n": LAB00_N, "dtype": "float32",
-                                    "block_size": intro.BLOCK_SIZE}]},
-                         command="grader: labs/00_start_here.ipynb's vector_add launch",
-                         units={"n": "elements", "block_size": "elements per program"})
-
-
-def _lab01_traces():
-    from infralens_lab.labs_support import lab01
-
-    st = lab01.store()
-    return lab01, (lab01.recorded_traces(st) if st is not None else None)
-
-
-def lab01_idle_by_cause():
-    """Lab 01: GPU idle time by CPU cause in the recorded bubble trace."""
-    lab01, traces = _lab01_traces()
-    return lab01.idle_by_cause(traces["bubble"][0]) if traces is not None else None
-
-
-def lab01_bubble_row():
-    """Lab 01: the bubble step alone (its period and GPU busy share), shown before the fix."""
-    lab01, traces = _lab01_traces()
-    return lab01.compare({"bubble": traces["bubble"]}) if traces is not None else None
-
-
-def lab01_before_after():
-    """Lab 01: the before/after table of the bubble and fixed recorded traces."""
-    lab01, traces = _lab01_traces()
-    return lab01.compare(traces) if traces is not None else None
-
-
-def lab01_matmul_ceilings():
-    """Lab 01: the recorded matmul rate per precision (``dtype, rate_TFLOPs``), as the notebook shows it."""
-    from infralens_lab.labs_support import lab01
-
-    got = lab01.matmul_ceilings(lab01.store())
-    return got[0] if got is not None else None
-
-
-def lab01_one_change():
-    """Lab 01: the one-change table of the recorded pipeline variants (None while the set lacks them)."""
-    from infralens_lab.labs_support import lab01
-
-    ev = lab01.variants(lab01.store())
-    return lab01.one_change_table(ev.values) if ev is not None else None
 
 
 def _lab02_tables():
@@ -150,49 +94,6 @@ def lab03_scaling():
     from infralens_lab.labs_support import lab03
 
     return lab03.scaling()
-
-
-def _lab04_store():
-    from infralens_lab.labs_support import lab04
-
-    return lab04, lab04.store()
-
-
-def lab04_stride8_stalls():
-    """Lab 04: the stride-8 copy's stall breakdown (recorded)."""
-    lab04, st = _lab04_store()
-    fam = lab04.recorded_copy_family(st) if st is not None else None
-    if fam is None or fam.breakdown is None:
-        return None
-    return fam.stalls_for("stride 8")
-
-
-def lab04_copy_family():
-    """Lab 04: the copy-family table (recorded)."""
-    lab04, st = _lab04_store()
-    fam = lab04.recorded_copy_family(st) if st is not None else None
-    return fam.table if fam is not None else None
-
-
-def lab04_attention_variants():
-    """Lab 04: DRAM traffic per attention variant (recorded)."""
-    lab04, st = _lab04_store()
-    att = lab04.recorded_attention(st) if st is not None else None
-    return att.variants if att is not None else None
-
-
-def lab04_stall_shift():
-    """Lab 04: each stall reason's share at the coalesced copy and at the largest stride, and the change (recorded)."""
-    lab04, st = _lab04_store()
-    fam = lab04.recorded_copy_family(st) if st is not None else None
-    return lab04.shift_table(fam) if fam is not None else None
-
-
-def lab04_sol_pairs():
-    """Lab 04: per attention variant, SM % and memory % of peak and the larger of the two (recorded)."""
-    lab04, st = _lab04_store()
-    att = lab04.recorded_attention(st) if st is not None else None
-    return lab04.sol_evidence(att) if att is not None else None
 
 
 # ---------------------------------------------------------------- lab 05

@@ -1,35 +1,41 @@
-"""pytest plugin: grade submitted notebooks; nbval executes them, the grader decides the score.
+"""pytest plugin: grade submitted notebooks; the grader decides every score in its own process.
 
-Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing unless grade
-mode is on (``--infralens-grade`` or ``INFRALENS_GRADE=1``). Then every collected ``.ipynb``
-gets, next to nbval's cell items, one item per question of its lab's bank
-(``path::grade::lab00.q1``): it passes for a right answer and fails with the feedback
-otherwise, so JUnit and ``-k`` work per question. Those items are judged in this process by
-:mod:`infralens_lab.quiz.grader` from the file itself (the bank's question list, each answer's
-final literal, evidence rebuilt here), never from what the notebook's kernel prints or writes.
-nbval still runs every cell (``INFRALENS_GRADE=1`` reaches the kernels, so a wrong check cell
-fails there too): that shows the instructor whether a notebook runs, and decides nothing.
+Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing unless grade mode is on
+(``--infralens-grade`` or ``INFRALENS_GRADE=1``), apart from making nbval ignore the answer record
+``check`` publishes in a cell's outputs (grading data, not what the cell shows). In grade mode
 
-A file that is not a readable notebook is not handed to nbval (which would stop the whole
-run at collection); it gets rows saying why. At the end the plugin prints points per
-notebook, lab and question; ``--infralens-score-csv`` and ``--infralens-score-junit`` write
-the same rows, from this process only. Both paths are checked at start-up.
+* before anything runs: the score paths are checked, the grader's own files are checked against
+  ``quiz/manifest.json`` (refused when changed), and every submitted ``.ipynb`` is read into memory;
+* each notebook gets one item per question of its lab's bank (``path::grade::lab00.q1``), judged by
+  :mod:`.grader` from those bytes, and, with ``--infralens-run`` (``make grade``'s ``RUN=1``), one item per
+  code cell (``path::Cell 3``) showing whether it ran: the notebook is executed by :mod:`.isolation` in a
+  child process, in its own session, in a scratch copy, within ``--infralens-timeout`` seconds, and every
+  process it left is killed before the next one starts;
+* at the end, once no process of any notebook is left, the rows are written once, atomically:
+  ``--infralens-score-csv``, ``--infralens-score-junit`` and the class report (``--infralens-report``,
+  by default ``class_report.html`` beside the CSV). Duplicate submissions are flagged there.
 """
 from __future__ import annotations
 
-import csv
+import hashlib
+import json
 import os
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from .scores import summary_lines, write_csv  # noqa: F401 - the plugin's summary and CSV (tests use these names)
+
 GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
+ON, OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 # a check in a notebook cell: check("lab01.q2", ...), quiz.check(...), lab01.check_on("lab01.q3", ...)
 CHECK_RE = re.compile(r"""(?<![\w.])(?:\w+\.)*check(?:_on)?\(\s*["'](lab\d{2}\.[a-z0-9_]+)["']""")
-COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback")
+COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
+ANSWER_MIME = "application/vnd.infralens.answer+json"  # quiz.check.ANSWER_MIME (a test holds them equal)
+DEFAULT_TIMEOUT_S = 120
+REPORT_NAME = "class_report.html"
 
 
 def pytest_addoption(parser):
@@ -37,14 +43,27 @@ def pytest_addoption(parser):
     group.addoption("--infralens-grade", action="store_true", default=False,
                     help="grade mode: one item per bank question per notebook, judged by the grader; "
                          "print a score summary")
+    group.addoption("--infralens-run", action="store_true", default=False,
+                    help="grade mode: also execute each notebook, isolated (own process, session and scratch "
+                         "copy, a timeout; whatever it leaves running is killed)")
+    group.addoption("--infralens-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                    help=f"grade mode, --infralens-run: seconds one notebook may run (default {DEFAULT_TIMEOUT_S})")
     group.addoption("--infralens-score-csv", default=None, metavar="PATH",
                     help="grade mode: also write the score rows as CSV")
     group.addoption("--infralens-score-junit", default=None, metavar="PATH",
                     help="grade mode: also write the score rows as JUnit XML (one testcase per question)")
+    group.addoption("--infralens-report", default=None, metavar="PATH",
+                    help=f"grade mode: the class report (default: {REPORT_NAME} beside the score CSV)")
 
 
-def _env_grade() -> bool:
-    return os.environ.get(GRADE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+def env_grade() -> bool:
+    """``$INFRALENS_GRADE`` read strictly: on, off (or unset), else a UsageError naming the value."""
+    raw = os.environ.get(GRADE_ENV, "")
+    value = raw.strip().lower()
+    if value in ON or value in OFF:
+        return value in ON
+    raise pytest.UsageError(f"{GRADE_ENV}={raw!r} is neither on ({', '.join(ON)}) nor off "
+                            f"({', '.join(v for v in OFF if v)}, or unset); set it to one of those")
 
 
 def check_writable(path: str | os.PathLike, option: str) -> None:
@@ -64,17 +83,52 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
         p.unlink()
 
 
+def report_path(config) -> str | None:
+    explicit, csv_path = config.getoption("infralens_report", None), config.getoption("infralens_score_csv")
+    return explicit or (str(Path(csv_path).with_name(REPORT_NAME)) if csv_path else None)
+
+
 def pytest_configure(config):
-    on = config.getoption("infralens_grade") or _env_grade()
+    on = config.getoption("infralens_grade") or env_grade()
     csv_path, junit_path = config.getoption("infralens_score_csv"), config.getoption("infralens_score_junit")
-    if (csv_path or junit_path) and not on:
-        raise pytest.UsageError("--infralens-score-csv/--infralens-score-junit need --infralens-grade "
-                                "(or INFRALENS_GRADE=1)")
-    if on:
-        for path, option in ((csv_path, "--infralens-score-csv"), (junit_path, "--infralens-score-junit")):
-            if path:
-                check_writable(path, option)
-        config.pluginmanager.register(GradeSession(config), "infralens-grade-session")
+    if (csv_path or junit_path or config.getoption("infralens_run", False)) and not on:
+        raise pytest.UsageError("--infralens-score-csv/--infralens-score-junit/--infralens-run need "
+                                "--infralens-grade (or INFRALENS_GRADE=1)")
+    if not on:
+        return
+    if config.getoption("nbval", False) or config.getoption("nbval_lax", False):
+        raise pytest.UsageError("grade mode executes the notebooks itself, each isolated in its own process "
+                                "(--infralens-run, make grade's RUN=1): drop --nbval/--nbval-lax")
+    for path, option in ((csv_path, "--infralens-score-csv"), (junit_path, "--infralens-score-junit"),
+                         (report_path(config), "--infralens-report")):
+        if path:
+            check_writable(path, option)
+    from .bank import BankError, banks_dirs
+    from .manifest import ManifestError, verify
+
+    try:
+        verify()
+        banks_dirs()
+    except (ManifestError, BankError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(GradeSession(config), "infralens-grade-session")
+
+
+# ---------------------------------------------------------------- nbval (any run)
+def _without_answer_records(outputs):
+    return [o for o in outputs if not (isinstance(o, dict) and isinstance(o.get("data"), dict)
+                                       and ANSWER_MIME in o["data"])]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """nbval compares a cell's outputs without the answer record ``check`` publishes (grading data, not
+    what a cell shows), so notebooks committed before or after checks recorded values both compare."""
+    for item in items:
+        compare = getattr(item, "compare_outputs", None)
+        if type(item).__name__ == "IPyNbCell" and callable(compare):
+            item.compare_outputs = (lambda cmp: lambda test, ref, skip_compare=None: cmp(
+                _without_answer_records(test), _without_answer_records(ref), skip_compare))(compare)
 
 
 def notebook_name(config, path: Path) -> str:
@@ -85,18 +139,21 @@ def notebook_name(config, path: Path) -> str:
         return str(path)
 
 
+# ---------------------------------------------------------------- items
 class GradeFailure(Exception):
-    """A question that did not earn its points (wrong, unanswered, invalid, ...)."""
+    """A question that did not earn its points, or a cell that did not run."""
 
 
 class GradeItem(pytest.Item):
-    """One (notebook, question): its row was decided by the grader when the notebook was collected."""
+    """One (notebook, question): its row is decided by the grader (after the notebook ran, with RUN=1)."""
 
-    def __init__(self, *, row: dict, **kw):
+    def __init__(self, *, qid: str, **kw):
         super().__init__(**kw)
-        self.row = row
+        self.qid = qid
+        self.row: dict = {}
 
     def runtest(self):
+        self.row = self.parent.row(self.qid)
         self.session.config.pluginmanager.get_plugin("infralens-grade-session").record(self.row)
         if self.row["status"] != "correct":
             raise GradeFailure(f"{self.row['status']}: {self.row['feedback']}")
@@ -108,29 +165,130 @@ class GradeItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, None, f"{self.row['notebook']}::grade::{self.row['question'] or 'notebook'}"
+        return self.path, None, f"{self.parent.name_}::grade::{self.qid or 'notebook'}"
+
+
+class CellItem(pytest.Item):
+    """One code cell of an executed notebook: passes when it ran without an error (nbval's lax mode)."""
+
+    def __init__(self, *, cell: int, **kw):
+        super().__init__(**kw)
+        self.cell = cell
+
+    def runtest(self):
+        outcome = self.parent.outcome()
+        got = outcome.cells.get(self.cell)
+        if got is None:
+            raise GradeFailure(f"not run: {outcome.detail or 'the run ended before this cell'}")
+        if got["state"] != "ok":
+            raise GradeFailure(got["error"] or "the cell raised an error")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, GradeFailure):
+            return f"{self.parent.name_} code cell {self.cell}: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.parent.name_}::Cell {self.cell}"
 
 
 class GradeFile(pytest.File):
-    """The grader's view of one submitted notebook: one item per row of its score."""
+    """One submitted notebook: its bytes (read at collection, before any notebook runs) and its rows."""
 
     def collect(self):
-        from .grader import grade_notebook
+        from .grader import MAX_NOTEBOOK_BYTES, NotebookError, fingerprint, grade_notebook, read_notebook
 
-        name = notebook_name(self.config, self.path)
-        for row in grade_notebook(self.path, name):
-            yield GradeItem.from_parent(self, name=row.question or "notebook", row=row.as_dict())
+        plugin = self.config.pluginmanager.get_plugin("infralens-grade-session")
+        self.plugin, self.name_ = plugin, notebook_name(self.config, self.path)
+        self._outcome, self._rows, self.changed = None, None, []
+        try:
+            size = self.path.stat().st_size
+            self.data = self.path.read_bytes() if size <= MAX_NOTEBOOK_BYTES else None
+        except OSError:
+            self.data = None
+        self.sha = hashlib.sha256(self.data).hexdigest() if self.data is not None else None
+        try:
+            nb = read_notebook(self.path, self.data) if self.data is not None else None
+        except NotebookError:
+            nb = None
+        try:
+            self.fingerprint = fingerprint(nb) if nb is not None else None
+        except Exception:  # noqa: BLE001 - a notebook the grader cannot fingerprint is just not compared
+            self.fingerprint = None
+        self.readable = nb is not None
+        static = grade_notebook(self.path, self.name_, data=self.data)
+        self.lab = static[0].lab if static else ""
+        plugin.files.append(self)
+        if plugin.run and self.readable:
+            for k in range(sum(1 for c in nb.cells if c.get("cell_type") == "code")):
+                yield CellItem.from_parent(self, name=f"Cell {k}", cell=k)
+        for row in static:
+            yield GradeItem.from_parent(self, name=row.question or "notebook", qid=row.question)
+
+    def outcome(self):
+        if self._outcome is None:
+            self._outcome = self.plugin.execute(self)
+        return self._outcome
+
+    def row(self, qid: str) -> dict:
+        if self._rows is None:
+            from .grader import grade_notebook
+            from .scores import add_flag
+
+            run = self.outcome() if (self.plugin.run and self.readable) else None
+            rows = [r.as_dict() for r in grade_notebook(self.path, self.name_, data=self.data, run=run)]
+            if self.changed:
+                for r in rows:
+                    add_flag(r, "changed grader files", "While it ran, the grader's own files changed: "
+                             f"{', '.join(self.changed[:5])}. Its score is unaffected (the grader's code and "
+                             "answer keys were loaded before any notebook ran).")
+            self._rows = {r["question"]: r for r in rows}
+        return self._rows[qid]
 
 
 class GradeSession:
-    """State of one grading run: the rows the grade items decided, in run order."""
+    """State of one grading run: the submissions, the runs, and the rows the grade items decided."""
 
     def __init__(self, config):
         self.config = config
         self.saved_env = {k: os.environ.get(k) for k in (GRADE_ENV, SCORE_ENV)}
         os.environ[GRADE_ENV] = "1"       # checks in the kernels print and fail cells, as learners see them
         os.environ.pop(SCORE_ENV, None)   # and the kernels get no score file: only this process writes one
+        from .bank import BANKS_ENV, banks_dirs
+
+        self.saved_env[BANKS_ENV] = os.environ.get(BANKS_ENV)
+        extra = [str(d.resolve()) for d in banks_dirs()[:-1]]   # kernels run elsewhere: absolute paths
+        if extra:
+            os.environ[BANKS_ENV] = os.pathsep.join(extra)
+        self.run = bool(config.getoption("infralens_run", False))
+        self.timeout = float(config.getoption("infralens_timeout", DEFAULT_TIMEOUT_S))
+        if self.run and not self.timeout > 0:
+            raise pytest.UsageError(f"--infralens-timeout {self.timeout:g}: expected a positive number of seconds")
+        self.files: list[GradeFile] = []
         self.rows: list[dict] = []
+        self.messages: list[str] = []
+        self.stopped = ""   # why no notebook runs any more (the grader's files changed during a run)
+        self.snapshot = None
+        if self.run:
+            self._prepare_runs()
+
+    def _prepare_runs(self) -> None:
+        import compileall
+
+        from . import isolation, runner  # noqa: F401 - loaded (and compiled) before any notebook runs
+        from .bank import banks_dirs
+        from .manifest import PACKAGE_DIR, Snapshot
+
+        if not isolation.become_subreaper():
+            self.messages.append("note: not Linux, so the grader cannot adopt processes a notebook detaches; "
+                                 "only each run's process group is killed. Grade untrusted work in a container.")
+        compileall.compile_dir(str(PACKAGE_DIR), quiet=2)  # every .pyc exists now: a new or changed one is not ours
+        try:
+            from infralens_lab.evidence import data_root
+            data = [data_root()]
+        except Exception:  # noqa: BLE001 - no recorded data in this install: nothing there to watch
+            data = []
+        self.snapshot = Snapshot([PACKAGE_DIR, *banks_dirs(), *data])
 
     # ------------------------------------------------------------ hooks
     @pytest.hookimpl(wrapper=True)
@@ -138,34 +296,95 @@ class GradeSession:
         result = yield
         if file_path.suffix != ".ipynb":
             return result
-        from .grader import NotebookError, read_notebook
-
-        result = list(result or [])
-        try:
-            read_notebook(file_path)
-        except NotebookError:  # nbval would fail collection and stop every notebook; the rows say why
-            result = [c for c in result if Path(str(getattr(c, "path", ""))) != Path(file_path)]
         nodeid = notebook_name(self.config, file_path) + "::grade"
-        result.append(GradeFile.from_parent(parent, path=file_path, nodeid=nodeid))
-        return result
+        return [GradeFile.from_parent(parent, path=file_path, nodeid=nodeid)]
+
+    def pytest_collection_finish(self, session):
+        if not self.files:
+            where = " ".join(str(a) for a in self.config.args)
+            raise pytest.UsageError(f"no .ipynb files found under {where}: expected a folder of submitted "
+                                    "notebooks (one sub-folder per learner works well); no scores written")
+        from .bank import BankError, load_bank
+        from .grader import EvidenceUnavailable, expected_for_grading
+
+        for lab in sorted({f.lab for f in self.files if f.lab}):
+            try:
+                bank = load_bank(lab)
+            except BankError:
+                continue
+            for q in bank.values():  # every answer key is computed before any notebook runs
+                try:
+                    expected_for_grading(q)
+                except EvidenceUnavailable:
+                    pass
+
+    def execute(self, gf: GradeFile):
+        from .isolation import RunOutcome, run_notebook
+
+        if self.stopped:
+            return RunOutcome("not run", self.stopped)
+        outcome = run_notebook(gf.data, self.timeout, env=dict(os.environ))
+        changed = self.snapshot.changes() if self.snapshot is not None else []
+        if changed:
+            gf.changed = changed
+            self.stopped = (f"not run: {gf.name_}'s run changed the grader's own files, so no notebook runs after "
+                            "it; exercises are read from the saved outputs")
+            self.messages.append(f"WARNING: while {gf.name_} ran, these files changed: {', '.join(changed[:10])}. "
+                                 "Scores are unaffected (computed with what was loaded before any notebook ran), "
+                                 "but restore them (git checkout -- <file>) before grading again: make grade "
+                                 "will refuse until then.")
+        if outcome.leftover:
+            self.messages.append(f"ERROR: processes {outcome.leftover} left by {gf.name_} would not die")
+        return outcome
 
     def record(self, row: dict) -> None:
         self.rows.append(row)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        if self.run:
+            from .isolation import kill_descendants
+
+            left = kill_descendants()
+            if left:
+                self.messages.append(f"ERROR: processes {left} started by the notebooks would not die; "
+                                     "no score file written")
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+                return
+        if not self.rows:
+            return
+        from .scores import flag_duplicates, write_junit
+
+        seen = {r["notebook"] for r in self.rows}
+        files = [f for f in self.files if f.name_ in seen]
+        flag_duplicates(self.rows, {f.name_: f.fingerprint for f in files}, {f.name_: f.sha for f in files})
+        from .report import write_report
+
+        students = {f.name_: student_of(self.config, f.path) for f in files}
+        submitted = {}
+        for f in files:
+            if f.readable and f.lab and f.lab not in submitted:
+                try:
+                    submitted[f.lab] = json.loads(f.data)
+                except ValueError:
+                    pass
+        outputs = ((self.config.getoption("infralens_score_csv"), write_csv, "score rows"),
+                   (self.config.getoption("infralens_score_junit"), write_junit, "score JUnit XML"),
+                   (report_path(self.config), lambda rows, p: write_report(rows, p, students, submitted), "class report"))
+        for path, write, what in outputs:
+            if path:
+                try:
+                    write(self.rows, path)
+                    self.messages.append(f"{what} written to {path}")
+                except OSError as exc:
+                    self.messages.append(f"ERROR: {what} could not be written to {path}: {exc}")
+                    session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
     def pytest_terminal_summary(self, terminalreporter):
-        rows = self.rows
         tr = terminalreporter
         tr.write_sep("=", "InfraLens grade summary")
-        for line in summary_lines(rows):
+        for line in [*summary_lines(self.rows), *self.messages]:
             tr.write_line(line)
-        csv_path = self.config.getoption("infralens_score_csv")
-        if csv_path:
-            write_csv(rows, csv_path)
-            tr.write_line(f"score rows written to {csv_path}")
-        junit_path = self.config.getoption("infralens_score_junit")
-        if junit_path:
-            write_junit(rows, junit_path)
-            tr.write_line(f"score JUnit XML written to {junit_path}")
 
     def pytest_unconfigure(self, config):
         for k, v in self.saved_env.items():
@@ -175,54 +394,13 @@ class GradeSession:
                 os.environ[k] = v
 
 
-# ---------------------------------------------------------------- output
-def _p(x: float) -> str:
-    return f"{x:g}"
-
-
-def summary_lines(rows: list[dict]) -> list[str]:
-    """Human summary: per notebook, per lab, per question, then the total over all notebooks."""
-    if not rows:
-        return ["no quiz checks found in the collected notebooks"]
-    lines = []
-    notebooks = list(dict.fromkeys(r["notebook"] for r in rows))
-    for nb in notebooks:
-        nb_rows = [r for r in rows if r["notebook"] == nb]
-        lines.append(nb)
-        for lab in dict.fromkeys(r["lab"] for r in nb_rows):
-            lab_rows = [r for r in nb_rows if r["lab"] == lab]
-            lines.append(f"  {lab}: {_p(sum(r['points'] for r in lab_rows))}/{_p(sum(r['max_points'] for r in lab_rows))} points")
-            for r in lab_rows:
-                lines.append(f"    {r['question']:<12} {r['status']:<12} {_p(r['points'])}/{_p(r['max_points'])}")
-        lines.append(f"  total: {_p(sum(r['points'] for r in nb_rows))}/{_p(sum(r['max_points'] for r in nb_rows))}")
-    lines.append(f"all notebooks: {_p(sum(r['points'] for r in rows))}/{_p(sum(r['max_points'] for r in rows))} "
-                 f"points over {len(notebooks)} notebook(s)")
-    return lines
-
-
-def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r[k] for k in COLUMNS})
-
-
-def write_junit(rows: list[dict], path: str | os.PathLike) -> None:
-    failed = [r for r in rows if r["status"] != "correct"]
-    suite = ET.Element("testsuite", name="infralens-grade", tests=str(len(rows)), failures=str(len(failed)),
-                       errors="0", skipped="0")
-    props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", name="points", value=_p(sum(r["points"] for r in rows)))
-    ET.SubElement(props, "property", name="max_points", value=_p(sum(r["max_points"] for r in rows)))
-    for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=r["notebook"], name=r["question"], time="0")
-        cp = ET.SubElement(case, "properties")
-        ET.SubElement(cp, "property", name="points", value=_p(r["points"]))
-        ET.SubElement(cp, "property", name="max_points", value=_p(r["max_points"]))
-        if r["status"] != "correct":
-            fail = ET.SubElement(case, "failure", message=r["status"], type=r["status"].replace(" ", "_"))
-            fail.text = r["feedback"]
-    root = ET.Element("testsuites")
-    root.append(suite)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+def student_of(config, path: Path) -> str:
+    """Who handed a notebook in: its first folder under the submissions path, else the file's name."""
+    for arg in config.args:
+        base = Path(arg).resolve()
+        try:
+            rel = Path(path).resolve().relative_to(base)
+        except ValueError:
+            continue
+        return rel.parts[0] if len(rel.parts) > 1 else Path(path).stem
+    return Path(path).stem

@@ -7,17 +7,28 @@ answer, even in grade mode. In JupyterLab it shows radio buttons (choice) or a t
 carries the question as plain text and HTML, so an offline reader (or an HTML export
 without widget state) still sees the question. Without IPython or ipywidgets (a plain
 ``python3`` run on a GPU machine) it prints the question.
+
+A saved notebook keeps only a reference to each widget (its model id). In a fresh kernel (a reopened
+notebook, a restart) that model is gone, and JupyterLab would show "Error displaying widget: model
+not found". :func:`restore_self_checks`, run at kernel start by ``infralens_lab.notebook_guard``
+(``make lab``), builds each saved self-check again under its saved model id, so it shows and works
+before any cell is re-run.
 """
 from __future__ import annotations
 
 import html
+import json
+import re
+from pathlib import Path
 from typing import Any
 
-from .bank import Question, answer_variable, question
+from .bank import BankError, Question, answer_variable, question
 from .check import _judge, _message, expected_answer
 
 CSS_CLASS = "infralens-selfcheck"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# A code cell's call of self_check and the question it shows (the site and the restore read it).
+SELF_CHECK_CALL = re.compile(r"""self_check\(\s*["']([^"']+)["']""")
 
 
 def question_text(qid: str) -> str:
@@ -103,7 +114,7 @@ def _literal(q: Question, value: Any) -> str:
     return repr(value.strip() if isinstance(value, str) else value)
 
 
-def _build(q: Question, ipywidgets, evidence: Any):
+def _build(q: Question, ipywidgets, evidence: Any, model_id: str | None = None):
     if q.kind == "choice":
         # option letters only: the full option texts are shown above the widget, and long labels
         # wrap onto the next radio button in JupyterLab
@@ -124,9 +135,54 @@ def _build(q: Question, ipywidgets, evidence: Any):
             print(widget_feedback(q, picker.value, evidence))
 
     button.on_click(on_click)
-    box = ipywidgets.VBox([ipywidgets.HTML(question_html(q.id)), picker, button, out])
+    box = ipywidgets.VBox([ipywidgets.HTML(question_html(q.id)), picker, button, out],
+                          **({"model_id": model_id} if model_id else {}))
     box.add_class(CSS_CLASS)
     return box
+
+
+_restored: list = []  # the restored boxes, kept alive for the kernel's lifetime
+
+
+def saved_self_checks(notebook: str | Path) -> list[tuple[str, str]]:
+    """``(question id, widget model id)`` of every self-check output saved in ``notebook`` (the k-th widget
+    output of a cell belongs to its k-th ``self_check("...")`` call)."""
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    found = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        qids = SELF_CHECK_CALL.findall("".join(src) if isinstance(src, list) else src)
+        views = [o["data"][WIDGET_VIEW].get("model_id") for o in cell.get("outputs", [])
+                 if isinstance(o.get("data"), dict) and isinstance(o["data"].get(WIDGET_VIEW), dict)]
+        found += [(qid, mid) for qid, mid in zip(qids, views) if mid]
+    return found
+
+
+def restore_self_checks(notebook: str | Path) -> int:
+    """Build every self-check saved in ``notebook`` again in this kernel, each under its saved widget model id,
+    so that JupyterLab shows (and can use) it without re-running its cell. Questions the bank does not know
+    are skipped; does nothing without IPython and ipywidgets. Returns how many were restored."""
+    env = _ipython_and_widgets()
+    if env is None:
+        return 0
+    _, ipywidgets = env
+    try:
+        saved = saved_self_checks(notebook)
+    except (OSError, ValueError):  # an unreadable notebook: nothing to restore
+        return 0
+    n = 0
+    for qid, model_id in saved:
+        try:
+            q = question(qid)
+        except (BankError, KeyError):
+            continue
+        if any(box.model_id == model_id for box in _restored):  # already restored in this kernel
+            continue
+        _restored.append(_build(q, ipywidgets, None, model_id=model_id))
+        n += 1
+    return n
 
 
 def self_check(qid: str, evidence: Any = None) -> None:

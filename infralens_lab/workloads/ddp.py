@@ -162,9 +162,9 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
         finally:
             dist.destroy_process_group()
         results.put((rank, "ok", out))
-    except BaseException:  # report every failure (timeouts included) to the parent, then exit non-zero
+    except BaseException as exc:  # report every failure (timeouts included) to the parent, then exit non-zero
         results.put((rank, "error", traceback.format_exc()[-4000:]))
-        raise SystemExit(1)
+        raise SystemExit(1) from exc  # an interrupt (it reaches the ranks too) ends the rank as well
 
 
 @contextmanager
@@ -244,6 +244,9 @@ def launch(job: Callable, world: int = 2, args: tuple = (), backend: str = "gloo
             if time.monotonic() > deadline:
                 errors[-1] = f"the job ran past timeout_s={timeout_s:g} s"
                 break
+    except BaseException:  # interrupted (Kernel > Interrupt) or failed here: no rank outlives the call
+        errors.setdefault(-1, "the parent stopped")
+        raise
     finally:
         for p in procs:
             if p.exitcode is None and errors:

@@ -136,9 +136,11 @@ def run_two_stage(stage0: Callable[[int], object], stage1: Callable[[object], No
                 free.acquire()
                 with annotate("stage0"):
                     q.put(stage0(i))
-        except BaseException as exc:  # surface the producer's error in the caller's thread
+        except BaseException as exc:  # surface the producer's error in the caller's thread (re-raised there)
             failed.append(exc)
             q.put(StopIteration)
+            if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: this thread stops too
+                raise
 
     t0 = time.perf_counter()
     th = threading.Thread(target=producer, name="stage0", daemon=True)

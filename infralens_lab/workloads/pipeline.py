@@ -6,10 +6,12 @@ ordinary pageable memory (the copy is synchronous for the CPU), and reads ``loss
 (a device->host sync) at the end. While the host tokenizes, the GPU has nothing queued: on a
 fast GPU the step is mostly idle time.
 
-``fixed``: batches are prepared ahead into pinned (page-locked) host memory, standing in for
-DataLoader worker processes; each step starts an asynchronous copy (``non_blocking=True``)
-and never synchronises: the loss is summed on the device and read once at the end
-(:meth:`Pipeline.mean_loss`). The host runs ahead and keeps the GPU fed.
+``fixed``: the same batches are tokenized by DataLoader worker processes while the GPU works
+(:class:`TokenBatches`, the same :func:`tokenize_batch` on the same per-batch seeds, so both versions
+train on the same data and compute the same losses), handed over in pinned (page-locked) host memory;
+each step starts an asynchronous copy (``non_blocking=True``) and never synchronises: the loss is
+summed on the device and read once at the end (:meth:`Pipeline.mean_loss`). The host runs ahead and
+keeps the GPU fed, and the tokenizer's time is hidden behind the GPU's work, not skipped.
 
 Both wrap their phases in ranges ``data``, ``forward``, ``backward``, ``optimizer`` (and
 ``log`` for the bubble's ``loss.item()``), visible in torch.profiler and, on a GPU, in NVTX.
@@ -20,7 +22,8 @@ launch it and the tokenizer's gap stands out.
 
 **One change at a time** (:data:`VARIANTS`, :func:`make_variant`): the same step built from four
 orthogonal switches (:class:`Variant`), so each edit of the fix can be profiled on its own.
-``prefetch``: batches prepared ahead (a ring of ``depth`` batches) instead of tokenized in the step.
+``prefetch``: each step's batch is tokenized ahead by ``workers`` DataLoader worker processes (up to ``depth``
+batches in flight) instead of in the step: the same work, overlapped with the GPU's, not skipped.
 ``pinned``: the host batch sits in pinned memory and is copied with ``non_blocking=True``; without
 ``prefetch`` the freshly tokenized batch is pinned every step, which costs a host copy into pinned memory
 per step (``pin_memory()`` takes the block from PyTorch's caching host allocator, so the page-locking
@@ -34,11 +37,13 @@ of that table.
 """
 from __future__ import annotations
 
+import itertools
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.utils.data
 
 from ..annotate import annotate
 from .tiny_gpt import GPTConfig, TinyGPT
@@ -63,6 +68,23 @@ def tokenize_batch(rng: np.random.Generator, batch: int, seq: int, vocab: int) -
             toks.append(h % vocab)
         out[b] = toks
     return out
+
+
+def batch_rng(seed: int, index: int) -> np.random.Generator:
+    """The random stream of batch ``index`` of a run seeded ``seed``: every variant tokenizes batch ``i`` from
+    the same stream, in the step or in a worker process, so all of them train on the same data."""
+    return np.random.default_rng([seed, index])
+
+
+class TokenBatches(torch.utils.data.Dataset):
+    """Batch ``i`` = :func:`tokenize_batch` on :func:`batch_rng` ``(seed, i)``, as an int64 tensor: the work a
+    prefetching variant hands to DataLoader worker processes (picklable, so spawned workers can rebuild it)."""
+
+    def __init__(self, seed: int, batch: int, seq: int, vocab: int):
+        self.seed, self.batch, self.seq, self.vocab = seed, batch, seq, vocab
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.from_numpy(tokenize_batch(batch_rng(self.seed, index), self.batch, self.seq, self.vocab))
 
 
 GPU_CONFIG = GPTConfig(n_layer=4, n_head=8, n_kv_head=8, n_embd=512, ffn=2048, vocab=4096, block_size=256)
@@ -119,10 +141,12 @@ def matmul_precision(p: str):
 
 class Pipeline:
     """One training step per call. ``version`` is a name in :data:`VARIANTS` (``'bubble'``, ``'fixed'``,
-    ...) or a :class:`Variant`; ``depth`` batches are prepared ahead when the variant prefetches."""
+    ...) or a :class:`Variant`. A prefetching variant starts ``workers`` DataLoader worker processes when it is
+    built; they tokenize the batches the steps will use, up to ``depth`` ahead (:meth:`close` stops them)."""
 
     def __init__(self, version: str | Variant, device: str | None = None, config: GPTConfig | None = None,
-                 batch: int | None = None, seq: int | None = None, depth: int = 4, seed: int = 0):
+                 batch: int | None = None, seq: int | None = None, depth: int = 4, seed: int = 0,
+                 workers: int = 2):
         if isinstance(version, Variant):
             self.variant, self.version = version, "custom"
         elif version in VARIANTS:
@@ -140,12 +164,14 @@ class Pipeline:
             raise ValueError(f"seq={self.seq!r}; expected an int in [1, block_size={self.config.block_size}]")
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth={depth!r}; expected a positive int (batches prepared ahead)")
-        self.batch = batch
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers={workers!r}; expected a positive int (DataLoader worker processes)")
+        self.batch, self.seed = batch, seed
         torch.manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
         self.model = TinyGPT(self.config).to(self.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.losses: list[float] = []
+        self.losses: list[float] = []  # per step, read with .item() (sync_every_step)
+        self._curve: list[torch.Tensor] = []  # per step, left on the device (no sync until loss_curve())
         self.loss_sum = torch.zeros((), device=self.device)
         self.steps = 0
         kind = torch.device(self.device).type
@@ -153,17 +179,23 @@ class Pipeline:
         v = self.variant
         self.tf32 = (lambda: matmul_precision("high")) if v.precision == "tf32" else nullcontext
         self.autocast = (lambda: torch.autocast(kind, torch.bfloat16)) if v.precision == "bf16" else nullcontext
-        self.ready: list[torch.Tensor] = []
-        if v.prefetch:
-            for _ in range(depth):  # prepared ahead, as DataLoader workers would
-                t = torch.from_numpy(tokenize_batch(self.rng, batch, self.seq, self.config.vocab))
-                self.ready.append(t.pin_memory() if self.pins else t)
+        self.data = TokenBatches(seed, batch, self.seq, self.config.vocab)
+        self._ahead = None
+        if v.prefetch:  # worker processes tokenize the steps' batches, as a training script's DataLoader does
+            self.workers = workers
+            self._ahead = iter(torch.utils.data.DataLoader(
+                self.data, batch_size=None, sampler=itertools.count(), num_workers=workers,
+                prefetch_factor=max(1, depth // workers), pin_memory=self.pins))
+        else:
+            self.workers = 0
 
     def _batch(self):
         if self.variant.prefetch:
-            host = self.ready[self.steps % len(self.ready)]
+            if self._ahead is None:
+                raise RuntimeError("this pipeline was closed (its DataLoader workers are stopped); build a new one")
+            host = next(self._ahead)  # batch number self.steps, tokenized by a worker (pinned by the loader)
         else:
-            host = torch.from_numpy(tokenize_batch(self.rng, self.batch, self.seq, self.config.vocab))
+            host = self.data[self.steps]  # the same batch, tokenized here, in the step
             if self.pins:
                 host = host.pin_memory()  # one more host copy per step, into a pinned block
         # pinned: an asynchronous DMA; pageable: the CPU waits for this copy
@@ -185,8 +217,16 @@ class Pipeline:
             with annotate("log"):
                 self.losses.append(loss.item())  # device -> host sync, every step
         else:
-            self.loss_sum += loss.detach()  # stays on the device; no sync
+            kept = loss.detach()
+            self.loss_sum += kept  # stays on the device; no sync
+            self._curve.append(kept)
         self.steps += 1
+
+    def loss_curve(self) -> list[float]:
+        """The loss of every step run so far, in order (one sync when the losses stayed on the device)."""
+        if self.variant.sync_every_step:
+            return list(self.losses)
+        return torch.stack(self._curve).tolist() if self._curve else []
 
     def mean_loss(self) -> float:
         """Mean loss over the steps run so far (one sync when the loss was summed on the device)."""
@@ -195,6 +235,13 @@ class Pipeline:
         if self.variant.sync_every_step:
             return float(np.mean(self.losses))
         return float(self.loss_sum.item()) / self.steps
+
+    def close(self) -> None:
+        """Stop the DataLoader worker processes of a prefetching variant (a no-op otherwise); the pipeline
+        cannot step after it."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead._shutdown_workers()  # what the iterator's own __del__ calls: joins the workers now
 
 
 def make_step(version: str, device: str | None = None, **kwargs) -> Pipeline:

@@ -1,1 +1,1 @@
-"""Grading providers, one module per lab: the evidence each derived question is marked against, rebuilt in the grader's process."""
+"""The grader's evidence providers, one module per lab: each rebuilds, from the recorded set and the analysis layer alone, the table a derived question is marked against."""

@@ -1,0 +1,131 @@
+"""The grader's own files, checked before every grading run, and snapshots that catch changes during one.
+
+``infralens_lab/quiz/manifest.json`` lists every file the grade is decided with (every ``.py`` under
+``quiz/`` and the banks ``quiz/banks/*.json``) with its SHA-256, as ``data/recorded/<gpu>/manifest.json`` does for a
+recorded set. ``make grade`` refuses to start when one of them differs, is missing or was added (a
+submission's cell that appended to ``quiz/check.py`` in an earlier run, say), naming the file and the fix.
+After a deliberate change, regenerate it::
+
+    python -m infralens_lab.quiz manifest           # rewrite quiz/manifest.json
+    python -m infralens_lab.quiz manifest --check   # what make grade checks
+
+During a run the grader also holds a :class:`Snapshot` (hashes in its own memory, which a notebook cannot
+rewrite) of the whole package, the bank folders and the recorded evidence, and compares it after each
+executed notebook. A process running as your user can rewrite a file *and* this manifest; the manifest
+catches a cell that edits the package, not one that also re-hashes it (docs/instructors.md).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+SCHEMA = "infralens.quiz-manifest/1"
+QUIZ_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = QUIZ_DIR.parent
+MANIFEST = QUIZ_DIR / "manifest.json"
+REGENERATE = "python -m infralens_lab.quiz manifest"
+
+
+class ManifestError(RuntimeError):
+    """The grader's files do not match the manifest; the message names each file and the fix."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def graded_files(quiz_dir: Path = QUIZ_DIR) -> list[Path]:
+    """The files the manifest covers: every ``.py`` under ``quiz/`` (``quiz/keys/`` included) and the banks
+    ``quiz/banks/*.json``, sorted."""
+    py = [p for p in quiz_dir.rglob("*.py") if "__pycache__" not in p.relative_to(quiz_dir).parts]
+    return sorted([*py, *(quiz_dir / "banks").glob("*.json")])
+
+
+def _rel(path: Path, quiz_dir: Path) -> str:
+    return path.relative_to(quiz_dir).as_posix()
+
+
+def build(quiz_dir: Path = QUIZ_DIR) -> dict:
+    """The manifest document for the files in ``quiz_dir`` as they are now."""
+    return {"schema": SCHEMA, "note": "written by `" + REGENERATE + "`; checked by make grade",
+            "files": {_rel(p, quiz_dir): _sha256(p) for p in graded_files(quiz_dir)}}
+
+
+def write(quiz_dir: Path = QUIZ_DIR) -> Path:
+    path = quiz_dir / "manifest.json"
+    path.write_text(json.dumps(build(quiz_dir), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def _shown(quiz_dir: Path, rel: str) -> str:
+    """How a message names a file: from the repository root when the package sits in a checkout."""
+    root = quiz_dir.parent.parent
+    return f"{quiz_dir.parent.name}/{quiz_dir.name}/{rel}" if (root / "pyproject.toml").is_file() else str(quiz_dir / rel)
+
+
+def verify(quiz_dir: Path = QUIZ_DIR) -> None:
+    """Raise :class:`ManifestError` when a covered file changed, is missing or is not listed."""
+    mpath = quiz_dir / "manifest.json"
+    if not mpath.is_file():
+        raise ManifestError(f"{_shown(quiz_dir, 'manifest.json')} is missing: the grader checks its own files against it "
+                            "before grading. In a git checkout restore it with `git checkout -- "
+                            f"{_shown(quiz_dir, 'manifest.json')}`; after a deliberate change to the quiz package "
+                            f"write it again with `{REGENERATE}`")
+    try:
+        doc = json.loads(mpath.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{_shown(quiz_dir, 'manifest.json')} is not valid JSON ({exc}); expected the file "
+                            f"`{REGENERATE}` writes") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("files"), dict):
+        seen = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ManifestError(f"{_shown(quiz_dir, 'manifest.json')}: schema {seen!r}, expected {SCHEMA!r} with a "
+                            f"'files' object (written by `{REGENERATE}`)")
+    listed: dict = doc["files"]
+    now = {_rel(p, quiz_dir): p for p in graded_files(quiz_dir)}
+    changed = sorted(r for r in listed if r in now and _sha256(now[r]) != listed[r])
+    missing = sorted(r for r in listed if r not in now)
+    added = sorted(r for r in now if r not in listed)
+    if not (changed or missing or added):
+        return
+    parts = []
+    for what, names in (("changed", changed), ("missing", missing), ("not in the manifest", added)):
+        if names:
+            parts.append(f"{what}: {', '.join(_shown(quiz_dir, r) for r in names)}")
+    fix = " ".join(_shown(quiz_dir, r) for r in changed + missing)
+    restore = f"`git checkout -- {fix}`" if fix else "deleting the added files"
+    raise ManifestError(
+        "refusing to grade: the grader's own files differ from infralens_lab/quiz/manifest.json ("
+        + "; ".join(parts) + "). If you did not change them, something else did (a submission's code run as "
+        f"your user can): restore them with {restore}, or reinstall the package. If you changed them on "
+        f"purpose, record the change with `{REGENERATE}`.")
+
+
+class Snapshot:
+    """SHA-256 of every file under some folders, taken once and held in this process's memory."""
+
+    SUFFIXES = (".py", ".pyc", ".json", ".csv", ".txt", ".ipynb")  # .pyc: the grader compiles them all first
+
+    def __init__(self, folders: list[Path]):
+        self.folders = [Path(f) for f in folders if Path(f).is_dir()]
+        self.hashes = self._hash()
+
+    def _hash(self) -> dict[str, str]:
+        out = {}
+        for folder in self.folders:
+            for p in sorted(folder.rglob("*")):
+                if p.is_file() and p.suffix in self.SUFFIXES:
+                    try:
+                        out[str(p)] = _sha256(p)
+                    except OSError:
+                        out[str(p)] = "unreadable"
+        return out
+
+    def changes(self) -> list[str]:
+        """Files changed, added or removed since the snapshot (paths as strings, sorted)."""
+        now = self._hash()
+        return sorted(p for p in set(now) | set(self.hashes) if now.get(p) != self.hashes.get(p))

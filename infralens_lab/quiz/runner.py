@@ -1,0 +1,111 @@
+"""The child that runs one submitted notebook for the grader: ``python -m infralens_lab.quiz.runner NB RESULTS``.
+
+Started by :mod:`.isolation` in its own session and process group, in a scratch folder holding a copy of
+the submission. It starts a fresh kernel (this environment's Python, whatever the notebook's metadata
+names), executes the code cells in order, cell by cell (a failing cell does not stop the next, as with
+nbval's lax mode), and appends one JSON line per event to RESULTS, flushed at once so that what it saw
+survives if it is killed:
+
+* ``{"event": "start", "runner": pid}`` then, per code cell, ``{"event": "cell", "cell": N, "state":
+  "running"}`` and ``{"event": "cell", "cell": N, "state": "ok" | "error", "error": text, "records": [...]}``
+  (``records``: the answer payloads ``check`` published in that cell's outputs, see ``quiz.answers``);
+* ``{"event": "dead", "cell": N}`` when the kernel died in cell N; ``{"event": "end"}`` after the last cell.
+
+The kernel is this process's child, not the grader's: a cell that signals ``os.getppid()`` reaches this
+runner. The kernel's stdout and stderr go to a log file, never to RESULTS. The grader decides nothing from
+this file but whether cells ran and the values ``check`` recorded for exercises (forging one is answering
+it: see docs/instructors.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from .check import ANSWER_MIME
+
+MAX_RECORDS = 100        # answer payloads kept per cell
+MAX_ERROR = 3000         # characters of a cell's error kept
+KERNEL_NAME = ":infralens-grader-env"
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _spec_manager():
+    """A kernel-spec manager whose KERNEL_NAME is this environment's Python (as nbval's current-env)."""
+    import ipykernel.kernelspec
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    class CurrentEnv(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            if kernel_name == KERNEL_NAME:
+                return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
+                                              **ipykernel.kernelspec.get_kernel_dict())
+            return super().get_kernel_spec(kernel_name)
+
+    return CurrentEnv()
+
+
+def _records(cell) -> list:
+    out = []
+    for o in cell.get("outputs", []):
+        data = o.get("data") if isinstance(o, dict) else None
+        if isinstance(data, dict) and ANSWER_MIME in data:
+            out.append(data[ANSWER_MIME])
+    return out[-MAX_RECORDS:]
+
+
+def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
+    import nbformat
+    from jupyter_client import AsyncKernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    with open(results, "a", encoding="utf-8", buffering=1) as out:
+        def emit(**event):
+            out.write(json.dumps(event) + "\n")
+            out.flush()
+
+        emit(event="start", runner=os.getpid())
+        nb = nbformat.read(str(nb_path), as_version=4)
+        km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=_spec_manager())
+        client = NotebookClient(nb, km=km, timeout=cell_timeout, allow_errors=False,
+                                resources={"metadata": {"path": str(nb_path.parent)}})
+        code = -1
+        with open(log, "ab") as kernel_log, client.setup_kernel(stdout=kernel_log, stderr=kernel_log,
+                                                                 stdin=None, cwd=str(nb_path.parent)):
+            for index, cell in enumerate(nb.cells):
+                if cell.get("cell_type") != "code":
+                    continue
+                code += 1
+                emit(event="cell", cell=code, state="running")
+                state, error = "ok", ""
+                try:
+                    client.execute_cell(cell, index)
+                except DeadKernelError:
+                    emit(event="dead", cell=code)
+                    return 0
+                except CellTimeoutError:
+                    state, error = "error", f"the cell ran past {cell_timeout:g} s"
+                except CellExecutionError as exc:
+                    tb = _ANSI.sub("", str(exc))
+                    state, error = "error", (f"{exc.ename}: {exc.evalue}\n" + tb[-MAX_ERROR:]).strip()
+                emit(event="cell", cell=code, state=state, error=error[:MAX_ERROR + 500], records=_records(cell))
+        emit(event="end")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab.quiz.runner", description=__doc__.splitlines()[0])
+    ap.add_argument("notebook", type=Path)
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--cell-timeout", type=float, default=600.0)
+    ap.add_argument("--log", type=Path, default=None)
+    args = ap.parse_args(argv)
+    return run(args.notebook, args.results, args.cell_timeout, args.log or args.results.with_suffix(".log"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""A hostile class for the grader (issue 28): three honest students and the nine attacks, on lab 00.
+
+``build(subs, banks, scores, delay_s)`` writes one sub-folder per student under ``subs`` (made from the
+committed ``labs/00_start_here.ipynb``, outputs cleared), and under ``banks`` a copy of lab 00's bank with
+one exercise added, ``lab00.ex9`` (the masked lanes of the last program, computed by code: graded from the
+value ``check`` records), to be found through ``$INFRALENS_QUIZ_BANKS``. ``EXPECTED`` says what each
+student's final answers earn, and ``FLAGS`` the flags each must carry (in a ``RUN=1`` and a ``RUN=0`` run).
+
+Students: alice (all right), bob (one wrong), carol (blank); the attacks: 1 dan (q3 as an 891-term sum),
+2 eve (kills its parent process), 3 fay (``os._exit(0)``), 4 gus (a detached process that, ``delay_s`` later,
+waits for the grader's score file and rewrites it), 5 zed (appends a judge that says "correct" to ``quiz/check.py``), 6 ida (``%%time``
+answer cell), 7 hal (``ＡＮＳＷＥＲ_Q1``), 8 jon (metadata names lab99), 9 kim and lea (the same file).
+
+Run by hand (the real scenario: a minute's wait): ``python tests/hostile_class.py OUT --delay 20``, then
+``INFRALENS_QUIZ_BANKS=OUT/banks make grade SUBMISSIONS=OUT/class SCORES=OUT/scores.csv`` (see the note
+it prints).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB00 = ROOT / "labs" / "00_start_here.ipynb"
+EX = "lab00.ex9"
+EX_CODE = ("# Exercise 9: the lanes masked off in the last program of the vector_add launch.\n"
+           "ANSWER_EX9 = -(-n // intro.BLOCK_SIZE) * intro.BLOCK_SIZE - n\n"
+           f"check({EX!r}, ANSWER_EX9, evidence=add_ev)")
+EX_BLANK = EX_CODE.replace("-(-n // intro.BLOCK_SIZE) * intro.BLOCK_SIZE - n", "...  # your code")
+EXERCISE = {"id": EX, "kind": "number", "points": 1, "unit": "lanes", "tolerance": {"abs": 0},
+            "prompt": "Compute, with code, how many lanes of the last program are masked off.",
+            "hint": "Round n up to whole programs of BLOCK_SIZE, then subtract n.",
+            "explanation": "ceil(n / B) * B - n lanes load and store nothing.",
+            "derive": "masked_lanes", "evidence": "infralens_lab.quiz.grading_evidence:lab00_vector_add"}
+
+
+def _bank():
+    from infralens_lab.quiz.bank import BANKS_DIR, decode_bank, encode_bank
+
+    plain = decode_bank(json.loads((BANKS_DIR / "lab00.json").read_text()))
+    plain["questions"] = [q for q in plain["questions"] if q["id"] != EX] + [EXERCISE]
+    return encode_bank(plain)
+
+
+def right_answers() -> dict[str, str]:
+    """Source of the right final answers of lab 00's questions (q1, q2, q3), from the bank and grader."""
+    from infralens_lab.quiz import question
+    from infralens_lab.quiz.grader import expected_for_grading
+
+    q2 = expected_for_grading(question("lab00.q2"))
+    return {"ANSWER_Q1": repr(question("lab00.q1").answer), "ANSWER_Q2": repr(q2[0] if isinstance(q2, tuple) else q2),
+            "ANSWER_Q3": str(int(expected_for_grading(question("lab00.q3"))))}
+
+
+def template():
+    """Lab 00 as handed out, outputs cleared, with the exercise cell after the q3 answer cell."""
+    nb = nbformat.read(LAB00, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    at = _cell_index(nb, "ANSWER_Q3")
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(EX_BLANK, metadata={"tags": ["exercise"],
+                                                                          "infralens": {"question": EX}}))
+    return nb
+
+
+def _cell_index(nb, var: str) -> int:
+    hits = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and re.search(rf"^{var} = ", c.source, re.M)]
+    assert len(hits) == 1, f"expected one code cell setting {var} in lab 00, found {len(hits)}"
+    return hits[0]
+
+
+def answer(nb, var: str, src: str, whole_line: str | None = None):
+    """Set ``var``'s line in its answer cell to ``var = src`` (or to ``whole_line``), keeping the rest."""
+    cell = nb.cells[_cell_index(nb, var)]
+    cell.source = re.sub(rf"^{var} = .*$", (whole_line or f"{var} = {src}").replace("\\", r"\\"), cell.source,
+                         count=1, flags=re.M)
+    return nb
+
+
+def exercise(nb, saved_value: float | None = None):
+    """Write the exercise's code; with ``saved_value``, also the output ``check`` leaves when the student
+    ran it (the record the grader reads in RUN=0), made by ``quiz.check.answer_record``."""
+    from infralens_lab.quiz.check import ANSWER_MIME, answer_record
+
+    cell = nb.cells[_cell_index(nb, "ANSWER_EX9")]
+    cell.source = EX_CODE
+    if saved_value is not None:
+        cell.outputs = [nbformat.v4.new_output("display_data", data={ANSWER_MIME: answer_record(EX, saved_value),
+                                                                     "text/plain": ""})]
+    return nb
+
+
+def after(nb, var: str, source: str):
+    nb.cells.insert(_cell_index(nb, var) + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
+    """Write the class folder (one sub-folder per student) and the bank folder; see the module doc."""
+    from infralens_lab.quiz import question
+
+    banks.mkdir(parents=True, exist_ok=True)
+    (banks / "lab00.json").write_text(json.dumps(_bank(), indent=1))
+    right = right_answers()
+    lanes = float(right["ANSWER_Q3"])
+    wrong_q1 = repr(next(k for k in question("lab00.q1").options if k != question("lab00.q1").answer))
+
+    def put(who, nb, name="00_start_here.ipynb"):
+        (subs / who).mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, subs / who / name)
+
+    def all_right(nb):
+        for var, src in right.items():
+            answer(nb, var, src)
+        return exercise(nb, lanes)
+
+    put("alice", all_right(template()))
+    put("bob", answer(all_right(template()), "ANSWER_Q1", wrong_q1))
+    put("carol", template())
+    put("dan", answer(all_right(template()), "ANSWER_Q3", " + ".join(["1"] * int(lanes))))        # attack 1
+    eve = exercise(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), lanes)                       # attack 2
+    put("eve", after(eve, "ANSWER_Q1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"))
+    fay = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", "5")              # attack 3
+    put("fay", after(fay, "ANSWER_Q1", "import os\nos._exit(0)"))
+    gus = answer(template(), "ANSWER_Q1", wrong_q1)                                                   # attack 4
+    # waits delay_s, then for the grader's score file, then rewrites it (giving up after 10 minutes)
+    rewrite = (f"import os, time\ntime.sleep({delay_s})\nend = time.time() + 600\n"
+               f"while time.time() < end and not (os.path.exists({str(scores)!r}) and "
+               f"open({str(scores)!r}).read().startswith('notebook,lab,question')):\n    time.sleep(0.1)\n"
+               f"open({str(scores)!r}, 'w').write('notebook,lab,question,status,points\\ngus,lab00,lab00.q1,correct,100\\n')\n"
+               f"open({str(scores) + '.rewritten'!r}, 'w').write('the detached process ran')\n")
+    put("gus", after(gus, "ANSWER_Q1", "import subprocess, sys\n"
+                                       f"subprocess.Popen([sys.executable, '-c', {rewrite!r}], start_new_session=True,\n"
+                                       "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"))
+    zed = answer(template(), "ANSWER_Q1", "'D'" if wrong_q1 != "'D'" else "'A'")                     # attack 5
+    patch = '\\n\\ndef _judge(q, answer, expected):  # appended by a submission\\n    return "correct", ""\\n'
+    put("zed", after(zed, "ANSWER_Q1", "import importlib\n"
+                                       "path = importlib.import_module('infralens_lab.quiz.check').__file__\n"
+                                       f"with open(path, 'a') as f:\n    f.write('{patch}')"))
+    ida = all_right(template())                                                                       # attack 6
+    ida.cells[_cell_index(ida, "ANSWER_Q1")].source = f"%%time\nANSWER_Q1 = {right['ANSWER_Q1']}\n" \
+        + "\n".join(ln for ln in ida.cells[_cell_index(ida, "ANSWER_Q1")].source.splitlines()
+                    if not ln.startswith("ANSWER_Q1"))
+    put("ida", ida)
+    hal = all_right(template())                                                                       # attack 7
+    answer(hal, "ANSWER_Q1", "", whole_line=f"ＡＮＳＷＥＲ_Q1 = {right['ANSWER_Q1']}")
+    put("hal", hal)
+    jon = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", right["ANSWER_Q3"])  # attack 8
+    jon.metadata["infralens"]["lab"] = "lab99"
+    put("jon", jon)
+    twin = answer(answer(template(), "ANSWER_Q1", wrong_q1), "ANSWER_Q3", right["ANSWER_Q3"])        # attack 9
+    answer(twin, "ANSWER_Q2", "'recorded'")
+    put("kim", twin)
+    put("lea", twin)
+
+
+def expected(bank_ids: list[str]) -> dict[tuple[str, str], tuple[str, float]]:
+    """``{(student, question): (status, points)}``: what each student's final answers earn (every run)."""
+    right = {"lab00.q1": ("correct", 1), "lab00.q2": ("correct", 1), "lab00.q3": ("correct", 1), EX: ("correct", 1)}
+    blank = {q: ("unanswered", 0) for q in bank_ids}
+    rows = {
+        "alice": right, "dan": right, "hal": right, "ida": right,
+        "bob": {**right, "lab00.q1": ("wrong", 0)},
+        "carol": {},
+        "eve": {"lab00.q1": ("correct", 1), EX: ("correct", 1)},
+        "fay": {"lab00.q1": ("correct", 1), "lab00.q3": ("wrong", 0)},
+        "gus": {"lab00.q1": ("wrong", 0)},
+        "zed": {"lab00.q1": ("wrong", 0)},
+        "jon": {"lab00.q1": ("correct", 1), "lab00.q3": ("correct", 1)},
+        "kim": {"lab00.q1": ("wrong", 0), "lab00.q2": ("wrong", 0), "lab00.q3": ("correct", 1)},
+    }
+    rows["lea"] = rows["kim"]
+    return {(who, q): {**blank, **got}.get(q, ("unanswered", 0)) for who, got in rows.items() for q in bank_ids}
+
+
+# the flags each student's rows carry: (RUN=1, RUN=0)
+FLAGS = {"eve": ({"runner killed"}, set()), "fay": ({"kernel died"}, set()),
+         "zed": ({"changed grader files"}, set()), "jon": ({"unknown lab in metadata"},) * 2,
+         "kim": ({"duplicate"},) * 2, "lea": ({"duplicate"},) * 2,
+         # hal's answer cells are alice's written in fullwidth letters: the same cells once read as Python does
+         "alice": ({"duplicate"},) * 2, "hal": ({"duplicate"},) * 2}
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]).resolve()
+    delay = float(sys.argv[sys.argv.index("--delay") + 1]) if "--delay" in sys.argv else 20.0
+    build(out / "class", out / "banks", out / "scores.csv", delay)
+    print(f"wrote {out / 'class'} and {out / 'banks'}; grade with\n  INFRALENS_QUIZ_BANKS={out / 'banks'} make grade "
+          f"SUBMISSIONS={out / 'class'} SCORES={out / 'scores.csv'}\nNote: zed's notebook appends to the package's "
+          "quiz/check.py (restore it with git checkout afterwards, or grade a copy of the repository).")

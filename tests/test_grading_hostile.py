@@ -1,0 +1,164 @@
+"""Grading a hostile class (issue 28): the folder of tests/hostile_class.py, graded by ``make grade`` (RUN=1)
+and ``make grade RUN=0``, on a copy of the repository (attack 5 rewrites the grader's own files).
+
+Honest students and attacks 1, 6 and 7 get what their final answers earn; 4 and 5 gain nothing and the
+score file is the same after the detached process's delay; 2 and 3 have rows saying what happened; 8 and
+9 are flagged; a changed ``quiz/check.py`` makes the next run refuse, naming the file and the fix.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
+import hostile_class as H  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DELAY_S = 0.0          # attack 4 waits this long, then for the score file (20 s in the issue: run that by hand)
+RUN_LIMIT_S = 600      # the issue's bound for RUN=1 over this folder
+
+
+def _env(repo: Path, banks: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFRALENS_")}
+    env.update(PYTHONPATH=str(repo), INFRALENS_QUIZ_BANKS=str(banks), INFRALENS_DATA=str(ROOT / "data" / "recorded"))
+    return env
+
+
+def _make(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}",
+                           *args], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(path.open())) if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    tmp = tmp_path_factory.mktemp("hostile")
+    repo = tmp / "repo"
+    shutil.copytree(ROOT / "infralens_lab", repo / "infralens_lab", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, repo / name)
+    (repo / "labs").mkdir()
+    shutil.copy(H.LAB00, repo / "labs" / H.LAB00.name)
+    subs, banks, scores, scores0 = tmp / "class", tmp / "banks", tmp / "out" / "scores.csv", tmp / "out0" / "scores.csv"
+    scores.parent.mkdir()
+    scores0.parent.mkdir()
+    H.build(subs, banks, scores, DELAY_S)
+    env = _env(repo, banks)
+    start = time.monotonic()
+    run1 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores}", "TIMEOUT=90")
+    run1_s = time.monotonic() - start
+    written = scores.read_bytes() if scores.exists() else b""
+    time.sleep(DELAY_S + 5)  # attack 4's process, had it survived, rewrites scores.csv within 0.1 s of its writing
+    check_py = repo / "infralens_lab" / "quiz" / "check.py"
+    tampered = check_py.read_text()
+    refused = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
+    refused_wrote = scores0.exists()
+    shutil.copy(ROOT / "infralens_lab" / "quiz" / "check.py", check_py)   # what `git checkout -- ...` does
+    run0 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
+    from infralens_lab.quiz.bank import decode_bank
+    import json
+    ids = [q["id"] for q in decode_bank(json.loads((banks / "lab00.json").read_text()))["questions"]]
+    return dict(run1=run1, run1_s=run1_s, rows1=_rows(scores), written=written, after=scores.read_bytes(),
+                marker=Path(str(scores) + ".rewritten"), tampered=tampered, refused=refused, refused_wrote=refused_wrote,
+                run0=run0, rows0=_rows(scores0), report=scores.with_name("class_report.html"), ids=ids)
+
+
+def _who(row) -> str:
+    return Path(row["notebook"]).parts[-2]
+
+
+def _by(rows):
+    return {(_who(r), r["question"]): r for r in rows}
+
+
+@pytest.mark.parametrize("run", ["rows1", "rows0"])
+def test_every_student_scores_what_their_final_answers_earn(graded, run):
+    proc = graded["run1" if run == "rows1" else "run0"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    got = {k: (r["status"], float(r["points"])) for k, r in _by(graded[run]).items()}
+    want = H.expected(graded["ids"])
+    assert got == want, {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+
+
+def test_run1_finishes_in_time_and_executed_the_exercises(graded):
+    assert graded["run1_s"] < RUN_LIMIT_S
+    by = _by(graded["rows1"])
+    assert by[("alice", H.EX)]["answer"] == "891" or float(by[("alice", H.EX)]["answer"]) > 0
+    assert "saved in the file" in by[("eve", H.EX)]["feedback"] or by[("eve", H.EX)]["status"] == "correct"
+
+
+@pytest.mark.parametrize("run, idx", [("rows1", 0), ("rows0", 1)])
+def test_flags(graded, run, idx):
+    flags = {}
+    for r in graded[run]:
+        flags.setdefault(_who(r), set()).update(f for f in r["flags"].split("; ") if f)
+    want = {who: f[idx] for who, f in H.FLAGS.items()}
+    assert {who: flags.get(who, set()) for who in flags} == {who: want.get(who, set()) for who in flags}
+
+
+def test_attacks_2_and_3_rows_say_what_happened(graded):
+    by = _by(graded["rows1"])
+    assert "killed by SIGKILL" in by[("eve", "lab00.q1")]["feedback"]
+    assert "kernel died" in by[("fay", "lab00.q1")]["feedback"]
+    assert all("scored from the answers written in the file" in by[(w, "lab00.q2")]["feedback"] for w in ("eve", "fay"))
+
+
+def test_attack_4_the_score_file_is_unchanged_after_the_detached_process_delay(graded):
+    assert graded["written"] and graded["after"] == graded["written"]
+    assert not graded["marker"].exists()
+    assert b"100" not in graded["written"].split(b"\n", 1)[1]
+
+
+def test_attack_5_gains_nothing_and_the_next_run_refuses(graded):
+    assert "appended by a submission" in graded["tampered"]
+    assert "check.py" in graded["run1"].stdout and "WARNING" in graded["run1"].stdout
+    ref = graded["refused"]
+    assert ref.returncode != 0 and not graded["refused_wrote"]
+    text = ref.stdout + ref.stderr
+    assert "changed: infralens_lab/quiz/check.py" in text
+    assert "git checkout -- infralens_lab/quiz/check.py" in text and "python -m infralens_lab.quiz manifest" in text
+
+
+def test_duplicates_name_each_other(graded):
+    by = _by(graded["rows0"])
+    assert "the same file as" in by[("kim", "lab00.q1")]["feedback"] and "lea" in by[("kim", "lab00.q1")]["feedback"]
+    assert "the same answer cells as" in by[("hal", "lab00.q1")]["feedback"] and "alice" in by[("hal", "lab00.q1")]["feedback"]
+    assert [float(by[(w, q)]["points"]) for w in ("hal", "alice") for q in ("lab00.q1", H.EX)] == [1.0] * 4
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.text, self.refs = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_class_report_is_written_and_self_contained(graded):
+    page = _Page()
+    page.feed(graded["report"].read_text())
+    text = " ".join(page.text)
+    assert "svg" in page.tags and page.refs == [] and "script" not in page.tags
+    for who in ("alice", "bob", "carol", "dan", "eve", "fay", "gus", "hal", "ida", "jon", "kim", "lea", "zed"):
+        assert who in text
+    for flag in ("runner killed", "kernel died", "duplicate", "unknown lab in metadata", "changed grader files"):
+        assert flag in text
+    assert "How quiz answers work" in text  # the lab section of lab00.q1

@@ -1,0 +1,405 @@
+"""The grader's parts (issue 28): exercise values read from check's records, the published record, nbval's
+view of it, the manifest, the score files, the class report, process isolation, and bad grading inputs.
+The end-to-end runs are in tests/test_grading_hostile.py and tests/test_grading.py."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from infralens_lab.quiz import answers as A
+from infralens_lab.quiz import bank as bank_mod
+from infralens_lab.quiz import grader as G
+from infralens_lab.quiz import manifest as M
+from infralens_lab.quiz import pytest_plugin as plugin
+from infralens_lab.quiz import report as R
+from infralens_lab.quiz import scores as S
+from infralens_lab.quiz.check import ANSWER_MIME, answer_record, check
+from infralens_lab.quiz.isolation import RunOutcome
+
+nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
+import hostile_class as H  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def ex_bank(tmp_path, monkeypatch):
+    """Lab 00's bank plus the exercise lab00.ex9 (masked lanes computed by code), via $INFRALENS_QUIZ_BANKS."""
+    d = tmp_path / "banks"
+    d.mkdir()
+    (d / "lab00.json").write_text(json.dumps(H._bank()))
+    monkeypatch.setenv(bank_mod.BANKS_ENV, str(d))
+    return d
+
+
+LANES = 891.0  # lab 00's masked lanes (the grader computes it: asserted in test_exercise_right_from_saved_record)
+
+
+def _nb_file(tmp_path, outputs=None, source=H.EX_CODE):
+    nb = nbformat.v4.new_notebook(metadata={"infralens": {"lab": "lab00"}})
+    cell = nbformat.v4.new_code_cell(source)
+    cell.outputs = [nbformat.v4.new_output("display_data", data={ANSWER_MIME: o, "text/plain": ""})
+                    for o in (outputs or [])]
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), cell]
+    p = tmp_path / "00_start_here.ipynb"
+    nbformat.write(nb, p)
+    return p
+
+
+def _ex_row(path, run=None):
+    return next(r for r in G.grade_notebook(path, "x", run=run) if r.question == H.EX)
+
+
+# ---------------------------------------------------------------- exercises
+def test_exercise_right_from_saved_record(ex_bank, tmp_path):
+    assert G.expected_for_grading(bank_mod.question(H.EX)) == LANES
+    row = _ex_row(_nb_file(tmp_path, [answer_record(H.EX, LANES)]))
+    assert (row.status, row.points, row.answer) == ("correct", 1, "891")
+
+
+@pytest.mark.parametrize("payload, status, why", [
+    ({"question": H.EX, "value": LANES + 1}, "wrong", "too high"),
+    ({"question": "lab00.q3", "value": LANES}, "unanswered", "no value for lab00.ex9 was recorded"),
+    ({"question": H.EX, "value": [LANES]}, "invalid", "is a list"),
+    ({"question": H.EX, "value": True}, "invalid", "is a bool"),
+    ({"question": H.EX, "value": {"v": 1}}, "invalid", "is an object"),
+    ({"question": H.EX, "value": LANES, "points": 1}, "invalid", "exactly 'question' and 'value'"),
+    ({"question": H.EX, "value": "x" * 1001}, "invalid", "over 1000 characters"),
+    ({"question": H.EX, "value": None}, "unanswered", "not answered"),
+    (json.dumps({"question": H.EX, "value": LANES}), "correct", ""),  # a front end that stored it as text
+])
+def test_exercise_record_is_parsed_strictly(ex_bank, tmp_path, payload, status, why):
+    row = _ex_row(_nb_file(tmp_path, [payload]))
+    assert row.status == status and why in row.feedback
+
+
+def test_exercise_without_output_says_to_run_the_cell(ex_bank, tmp_path):
+    row = _ex_row(_nb_file(tmp_path))
+    assert row.status == "unanswered" and "run the cell" in row.feedback and "code cell 1" in row.feedback
+
+
+def test_exercise_written_as_a_literal_is_read_as_one(ex_bank, tmp_path):
+    row = _ex_row(_nb_file(tmp_path, [answer_record(H.EX, 5.0)], source=f"ANSWER_EX9 = {int(LANES)}"))
+    assert row.status == "correct"  # the literal, not the (stale) record
+
+
+def test_exercise_in_a_run_reads_the_executed_cell_else_the_saved_one(ex_bank, tmp_path):
+    path = _nb_file(tmp_path, [answer_record(H.EX, 1.0)])            # the saved output is wrong
+    ran = RunOutcome("ok", cells={0: {"state": "ok"}, 1: {"state": "ok"}},
+                     records={1: [answer_record(H.EX, LANES)]})
+    assert _ex_row(path, ran).status == "correct"                         # the run's value wins
+    died = RunOutcome("kernel died", "the kernel died in code cell 0", cells={})
+    row = _ex_row(path, died)
+    assert row.status == "wrong" and "saved in the file" in row.feedback and "did not reach" in row.feedback
+    assert "kernel died" in row.flags and "scored from the answers written in the file" in row.feedback
+    failed = RunOutcome("ok", cells={1: {"state": "error", "error": "NameError: name 'n' is not defined"}})
+    row = _ex_row(path, failed)
+    assert row.status == "unanswered" and "NameError" in row.feedback
+
+
+@pytest.mark.parametrize("answer, value", [
+    (None, None), (..., None), ("  ", None), ("B", "B"), (3, 3.0), (2.5, 2.5), (True, "True"),
+    (float("nan"), "nan"), (float("inf"), "inf"), ([1, 2], "[1, 2]"),
+])
+def test_answer_record_holds_what_the_judge_saw(answer, value):
+    assert answer_record("lab00.q3", answer) == {"question": "lab00.q3", "value": value}
+
+
+def test_answer_record_of_numpy_and_torch_scalars():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    assert answer_record("q", np.float32(0.5))["value"] == 0.5
+    assert answer_record("q", torch.tensor(3))["value"] == 3.0
+    assert answer_record("q", torch.tensor([1.0, 2.0]))["value"].startswith("tensor(")
+
+
+def test_check_publishes_nothing_outside_a_kernel(capsys, monkeypatch):
+    monkeypatch.delenv("INFRALENS_GRADE", raising=False)
+    check("lab00.q1", "A")
+    assert ANSWER_MIME not in capsys.readouterr().out
+
+
+def test_record_parser_rejects_non_finite_and_huge():
+    assert A.parse_record({"question": "q", "value": math.inf}, "q")[0] is False
+    assert A.parse_record({"question": "q", "value": 2 ** 2000}, "q")[0] is False
+    assert A.parse_record({"question": "q", "value": 7}, "q") == (True, 7.0, "")
+
+
+# ---------------------------------------------------------------- nbval never compares the record
+def test_plugin_constants_match_the_package():
+    assert plugin.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == G.COLUMNS == S.COLUMNS
+
+
+def test_nbval_compares_outputs_without_answer_records():
+    seen = []
+
+    class IPyNbCell:  # stands in for nbval's item (the plugin matches the class name)
+        def compare_outputs(self, test, ref, skip_compare=None):
+            seen.append((test, ref))
+            return True
+
+    item = IPyNbCell()
+    plugin.pytest_collection_modifyitems(None, None, [item])
+    rec = {"output_type": "display_data", "data": {ANSWER_MIME: {"question": "q", "value": 1.0}, "text/plain": ""}}
+    text = {"output_type": "stream", "name": "stdout", "text": "ok"}
+    assert item.compare_outputs([text, rec], [text])
+    assert seen == [([text], [text])]
+
+
+# ---------------------------------------------------------------- manifest
+@pytest.fixture
+def quiz_copy(tmp_path):
+    """A copy of the package's quiz folder with its manifest, inside a fake checkout (pyproject.toml)."""
+    (tmp_path / "pyproject.toml").write_text("")
+    dest = tmp_path / "infralens_lab" / "quiz"
+    shutil.copytree(M.QUIZ_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_committed_manifest_matches_the_grader_files():
+    try:
+        M.verify()
+    except M.ManifestError as exc:
+        pytest.fail(f"{exc}\n(after changing infralens_lab/quiz on purpose, run `{M.REGENERATE}` and commit the manifest)")
+
+
+def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
+    M.verify(quiz_copy)
+    with open(quiz_copy / "check.py", "a") as f:
+        f.write("\ndef _judge(q, answer, expected):\n    return 'correct', ''\n")
+    with pytest.raises(M.ManifestError) as exc:
+        M.verify(quiz_copy)
+    msg = str(exc.value)
+    assert "changed: infralens_lab/quiz/check.py" in msg and "git checkout -- infralens_lab/quiz/check.py" in msg
+    assert M.REGENERATE in msg
+    M.write(quiz_copy)  # a deliberate change, recorded
+    M.verify(quiz_copy)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+    (lambda d: (d / "manifest.json").write_text("{"), "not valid JSON"),
+    (lambda d: (d / "manifest.json").write_text('{"schema": "x"}'), "schema 'x'"),
+    (lambda d: (d / "evil.py").write_text("x = 1"), "not in the manifest: infralens_lab/quiz/evil.py"),
+    (lambda d: (d / "banks" / "lab00.json").unlink(), "missing: infralens_lab/quiz/banks/lab00.json"),
+])
+def test_manifest_problems_are_named(quiz_copy, damage, words):
+    damage(quiz_copy)
+    with pytest.raises(M.ManifestError, match=None) as exc:
+        M.verify(quiz_copy)
+    assert words in str(exc.value)
+
+
+def test_snapshot_sees_a_changed_and_an_added_file(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1")
+    snap = M.Snapshot([tmp_path])
+    assert snap.changes() == []
+    (tmp_path / "a.py").write_text("x = 2")
+    (tmp_path / "b.json").write_text("{}")
+    assert snap.changes() == [str(tmp_path / "a.py"), str(tmp_path / "b.json")]
+
+
+# ---------------------------------------------------------------- score files
+def _rows():
+    base = dict(lab="lab00", max_points=1, feedback="", answer="", flags="")
+    return [dict(base, notebook="a.ipynb", question="lab00.q1", status="correct", points=1, answer="C"),
+            dict(base, notebook="a.ipynb", question="lab00.q3", status="wrong", points=0, answer="17"),
+            dict(base, notebook="b.ipynb", question="lab00.q1", status="wrong", points=0, answer="<script>x</script>"),
+            dict(base, notebook="b.ipynb", question="lab00.q3", status="wrong", points=0, answer="17",
+                 flags="timed out"),
+            dict(base, notebook="c.ipynb", question="lab00.q1", status="unanswered", points=0),
+            dict(base, notebook="c.ipynb", question="lab00.q3", status="invalid", points=0)]
+
+
+def test_score_files_are_written_atomically(tmp_path):
+    path = tmp_path / "scores.csv"
+    path.write_text("old")
+    S.write_csv(_rows(), path)
+    S.write_junit(_rows(), tmp_path / "scores.xml")
+    assert path.read_text().splitlines()[0] == ",".join(S.COLUMNS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.csv", "scores.xml"]  # no temporary left
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask  # readable as a file open() makes, not 0600
+
+
+def test_duplicates_are_flagged_without_changing_scores():
+    rows = _rows()
+    groups = S.flag_duplicates(rows, {"a.ipynb": "f1", "b.ipynb": "f1", "c.ipynb": None},
+                               {"a.ipynb": "s1", "b.ipynb": "s2", "c.ipynb": "s3"})
+    assert groups == [["a.ipynb", "b.ipynb"]]
+    assert [r["flags"] for r in rows] == ["duplicate", "duplicate", "duplicate", "timed out; duplicate", "", ""]
+    assert [r["points"] for r in rows] == [r["points"] for r in _rows()]
+
+
+# ---------------------------------------------------------------- the class report
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.text, self.refs, self.rects = [], [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.refs += [v for k, v in attrs if k in ("src", "href")]
+        self.rects += tag == "rect"
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_report_structure_shares_wrong_answers_histogram_and_escaping():
+    page_html = R.render(_rows(), {"a.ipynb": "alice", "b.ipynb": "bob", "c.ipynb": "carol"})
+    page = _Page()
+    page.feed(page_html)
+    text = " ".join(page.text)
+    assert page.refs == [] and "script" not in page.tags and "<script>x" not in page_html
+    assert "&lt;script&gt;x&lt;/script&gt;" in page_html                    # a learner's answer, escaped
+    assert "1/3 (33%)" in text and "0/3 (0%)" in text                       # share right per question
+    assert "17 ×2" in " ".join(text.split())                                # the most common wrong answer
+    assert "How quiz answers work" in text                                  # lab00.q1's section in the lab
+    assert page.rects == 3                                                  # lab00 max 2 points: bins 0, 1, 2
+    assert all(w in text for w in ("alice", "bob", "carol", "timed out"))
+
+
+def test_histogram_bins():
+    svg = R.histogram_svg([0, 1, 1, 2, 4], 4, "t")
+    assert svg.count("<rect") == 5 and ">2</text>" in svg
+    assert R.histogram_svg([3.5, 40], 40, "t").count("<rect") == 10
+
+
+# ---------------------------------------------------------------- isolation (in a child: it kills descendants)
+_CHILD = textwrap.dedent("""
+    import json, sys, nbformat
+    from infralens_lab.quiz import isolation as I
+    I.become_subreaper()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in json.loads(sys.argv[1])]
+    o = I.run_notebook(nbformat.writes(nb).encode(), float(sys.argv[2]))
+    print(json.dumps({"state": o.state, "detail": o.detail, "cells": o.cells, "left": I.descendants()}))
+""")
+
+
+def _run_child(sources, timeout):
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(sources), str(timeout)], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_hung_notebook_times_out_and_leaves_nothing():
+    """A cell that never returns, beside a detached process: stopped at the limit, nothing left running
+    (the detached process killed before its write is tests/test_grading_hostile.py's attack 4)."""
+    got = _run_child(["import subprocess, sys\n"
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)",
+                      "import time\ntime.sleep(600)"], timeout=10)
+    assert got["state"] == "timed out" and "ran past the 10 s limit" in got["detail"] and got["left"] == []
+
+
+# ---------------------------------------------------------------- bad inputs to make grade and the plugin
+def _make(*args, env=None):
+    return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in (env or os.environ).items() if k != "INFRALENS_GRADE"})
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_empty_submissions_folder_is_refused_clearly(tmp_path):
+    (tmp_path / "subs").mkdir()
+    proc = _make(f"SUBMISSIONS={tmp_path / 'subs'}", f"SCORES={tmp_path / 's.csv'}", "RUN=0")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "no .ipynb files found under" in out and "score rows written" not in out
+    assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("args, words", [
+    (["SUBMISSIONS=/no/such/folder"], "SUBMISSIONS=/no/such/folder does not exist"),
+    (["SUBMISSIONS=.", "RUN=2"], "RUN=2; expected 1"),
+])
+def test_bad_make_grade_arguments_are_named(args, words):
+    proc = _make(*args)
+    assert proc.returncode != 0 and words in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "onn"])
+def test_infralens_grade_that_is_neither_on_nor_off_is_refused(monkeypatch, value):
+    monkeypatch.setenv(plugin.GRADE_ENV, value)
+    with pytest.raises(pytest.UsageError, match=f"INFRALENS_GRADE='{value}' is neither on"):
+        plugin.env_grade()
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("TRUE", True), (" yes ", True), ("0", False), ("", False),
+                                       ("off", False)])
+def test_infralens_grade_on_and_off(monkeypatch, value, on):
+    monkeypatch.setenv(plugin.GRADE_ENV, value)
+    assert plugin.env_grade() is on
+
+
+def test_quiz_banks_folder_that_is_not_there_is_named(monkeypatch, tmp_path):
+    (tmp_path / "file.json").write_text("{}")
+    for entry, words in ((tmp_path / "nope", "no such folder"), (tmp_path / "file.json", "a file"),
+                         (tmp_path, "holds no labNN.json")):
+        monkeypatch.setenv(bank_mod.BANKS_ENV, str(entry))
+        with pytest.raises(bank_mod.BankError, match=words):
+            bank_mod.load_bank("lab00")
+
+
+def test_exercise_ids_are_accepted_by_the_bank():
+    assert bank_mod.is_exercise("lab01.ex1") and not bank_mod.is_exercise("lab01.q1")
+    assert bank_mod.answer_variable("lab01.ex1") == "ANSWER_EX1"
+    q = bank_mod.question_from_plain(dict(H.EXERCISE, id="lab01.ex1"), "lab01")
+    assert q.derive == "masked_lanes" and q.kind == "number"
+
+
+class _Config:
+    """What pytest_configure reads: options and a plugin manager that records what is registered."""
+
+    def __init__(self, **options):
+        self.options, self.registered = options, {}
+        self.pluginmanager = self
+
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
+
+    def register(self, obj, name):
+        self.registered[name] = obj
+
+
+def test_grade_session_hands_kernels_absolute_bank_folders(monkeypatch, tmp_path):
+    """A relative $INFRALENS_QUIZ_BANKS would name another folder in a kernel's scratch folder."""
+    d = tmp_path / "banks"
+    d.mkdir()
+    (d / "lab00.json").write_text(json.dumps(H._bank()))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(bank_mod.BANKS_ENV, "banks")
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    config = _Config(infralens_grade=True)
+    plugin.pytest_configure(config)
+    session = config.registered["infralens-grade-session"]
+    try:
+        assert os.environ[bank_mod.BANKS_ENV] == str(d.resolve())
+    finally:
+        session.pytest_unconfigure(config)
+    assert os.environ[bank_mod.BANKS_ENV] == "banks"
+
+
+def test_grade_mode_refuses_a_bank_folder_that_is_not_there(monkeypatch, tmp_path):
+    monkeypatch.setenv(bank_mod.BANKS_ENV, str(tmp_path / "nope"))
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    with pytest.raises(pytest.UsageError, match="INFRALENS_QUIZ_BANKS=.*is not a folder"):
+        plugin.pytest_configure(_Config(infralens_grade=True))
+
+
+def test_grade_mode_refuses_nbval(monkeypatch):
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    with pytest.raises(pytest.UsageError, match="drop --nbval"):
+        plugin.pytest_configure(_Config(infralens_grade=True, nbval_lax=True))

@@ -1,0 +1,162 @@
+"""The notebook guard (issue 29, items 1-3) in a real IPython shell: the guidance line for a NameError
+after a restart or an out-of-order run, answer cells whose last run stopped before the answer was
+assigned (a SyntaxError, an exception above it) and ``check`` refusing that stale value, and saved
+self-checks built again under their saved widget ids. The browser test does the same in JupyterLab."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+IPython = pytest.importorskip("IPython", reason="needs IPython (the Jupyter test stack)")
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+
+from infralens_lab import notebook_guard as G  # noqa: E402
+from infralens_lab.quiz import check, question  # noqa: E402
+from infralens_lab.quiz import widgets as W  # noqa: E402
+
+SETUP = "import math\nfrom infralens_lab.quiz import check\nbase = 41"
+
+
+def _notebook(path, cells):
+    """Write a notebook of ("markdown" | "code", source) cells."""
+    nb = {"cells": [{"cell_type": t, "source": s, "metadata": {}, **({"outputs": [], "execution_count": None}
+                                                                       if t == "code" else {})} for t, s in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+    return path
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    """A fresh IPython shell (not the global instance) with the guard, and a notebook it runs from."""
+    nb = _notebook(tmp_path / "lab.ipynb", [
+        ("markdown", "# Lab 99 — the fixture"), ("code", SETUP),
+        ("markdown", "## Middle section\n\nWords."), ("code", "rec = base + 1"),
+        ("code", "total = rec * 2\nprint(total)"), ("markdown", "## Answer"),
+        ("code", 'ANSWER_Q1 = "C"\ncheck("lab00.q1", ANSWER_Q1)')])
+    monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
+    monkeypatch.setattr(G, "_not_run", {})
+    sh = InteractiveShell()
+    assert G.install(sh) and G.install(sh)  # idempotent
+    yield sh
+    sh.events.callbacks["pre_run_cell"].clear()
+    sh.events.callbacks["post_run_cell"].clear()
+
+
+def _run(shell, capsys, src):
+    r = shell.run_cell(src, store_history=True)
+    out = capsys.readouterr()
+    return r, out.out + out.err
+
+
+def test_defined_names_reads_what_a_cell_binds():
+    src = ("%matplotlib inline\nimport numpy as np, os.path\nfrom x import y as z\nA = B = 1\nc, (d, e) = 1, (2, 3)\n"
+           "def f(a):\n    inner = a\nclass K: pass\nfor i in range(2):\n    pass\nwith open('x') as fh:\n    pass\n"
+           "sq = [j * j for j in range(3)]\nif (w := 3):\n    pass\n")
+    assert G.defined_names(src) == {"np", "os", "z", "A", "B", "c", "d", "e", "f", "K", "i", "fh", "sq", "w"}
+    assert G.defined_names("x = (") == frozenset()  # does not parse: defines nothing
+
+
+def test_restart_then_a_middle_cell_names_the_set_up_cell(shell, capsys):
+    r, out = _run(shell, capsys, "rec = base + 1")
+    assert isinstance(r.error_in_exec, NameError)
+    line = out.strip()
+    assert line == ('NameError: base is not defined in this kernel yet. Run the set-up cell at the top first: it defines '
+                    'base (under "Lab 99 — the fixture", starting "import math").')
+    assert "Traceback" not in out and "---->" not in out
+
+
+def test_an_out_of_order_cell_names_the_nearest_cell_above(shell, capsys):
+    _, out = _run(shell, capsys, "total = rec * 2\nprint(total)")
+    assert 'Run the cell that defines it first (under "Middle section", starting "rec = base + 1")' in out
+    assert "Run All Above Selected Cell" in out and "Traceback" not in out
+
+
+def test_a_name_no_cell_defines_keeps_its_traceback(shell, capsys):
+    _, out = _run(shell, capsys, "print(not_defined_anywhere)")
+    assert "Traceback" in out and "not_defined_anywhere" in out and "set-up cell" not in out
+
+
+def test_a_name_error_inside_library_code_keeps_its_traceback(shell, capsys):
+    shell.run_cell("import types\nm = types.ModuleType('lib')\nexec('def g():\\n    return base', m.__dict__)",
+                   store_history=True)
+    _, out = _run(shell, capsys, "m.g()")
+    assert "Traceback" in out and "set-up cell" not in out
+
+
+def test_without_a_session_the_notebook_holding_the_cell_is_used(shell, capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    monkeypatch.chdir(tmp_path)  # the working folder holds lab.ipynb
+    _, out = _run(shell, capsys, "rec = base + 1")
+    assert "Run the set-up cell at the top first: it defines base" in out
+
+
+# ---------------------------------------------------------------- answer cells that did not run
+def test_a_syntax_error_is_recorded_and_a_fixed_run_clears_it(shell, capsys):
+    _run(shell, capsys, 'ANSWER_Q1 = "B"')
+    assert G.answer_not_run("ANSWER_Q1") is None
+    r, _ = _run(shell, capsys, 'x = 1\nANSWER_Q1 = "C" +\ncheck("lab00.q1", ANSWER_Q1)')
+    assert isinstance(r.error_before_exec, SyntaxError)
+    assert G.answer_not_run("ANSWER_Q1") == G.NotRun("ANSWER_Q1", "SyntaxError", 2)
+    assert shell.user_ns["ANSWER_Q1"] == "B"  # the stale value
+    _run(shell, capsys, 'ANSWER_Q1 = "C"')
+    assert G.answer_not_run("ANSWER_Q1") is None
+
+
+def test_an_exception_above_the_assignment_counts_an_exception_below_does_not(shell, capsys):
+    _run(shell, capsys, "value = 1 / 0\nANSWER_Q2 = 3")
+    assert G.answer_not_run("ANSWER_Q2") == G.NotRun("ANSWER_Q2", "ZeroDivisionError", 1)
+    _run(shell, capsys, "ANSWER_Q2 = (\n    4\n)\nvalue = 1 / 0")
+    assert G.answer_not_run("ANSWER_Q2") is None and shell.user_ns["ANSWER_Q2"] == 4
+
+
+def test_check_refuses_the_stale_value_and_grade_mode_does_not_count_it(shell, capsys, monkeypatch):
+    right = question("lab00.q1").answer
+    _run(shell, capsys, f'ANSWER_Q1 = "{right}"')
+    _run(shell, capsys, 'ANSWER_Q1 = "A" +')
+    res = check("lab00.q1", shell.user_ns["ANSWER_Q1"])  # a later check of the (right, but stale) value
+    out = capsys.readouterr().out
+    assert res.status == "unanswered" and res.points == 0
+    assert "did not run (SyntaxError at line 1)" in out and "ANSWER_Q1 still holds the value from before" in out
+    assert "✓" not in out
+    monkeypatch.setenv("INFRALENS_GRADE", "1")
+    with pytest.raises(AssertionError, match="did not run"):
+        check("lab00.q1", shell.user_ns["ANSWER_Q1"])
+    capsys.readouterr()
+    _run(shell, capsys, f'ANSWER_Q1 = "{right}"')
+    assert check("lab00.q1", shell.user_ns["ANSWER_Q1"]).correct
+
+
+def test_the_answer_cell_itself_checks_its_new_value(shell, capsys):
+    right = question("lab00.q1").answer
+    _run(shell, capsys, SETUP)
+    _run(shell, capsys, 'ANSWER_Q1 = "A" +')
+    _, out = _run(shell, capsys, f'ANSWER_Q1 = "{right}"\ncheck("lab00.q1", ANSWER_Q1)')
+    assert out.startswith("✓ lab00.q1: right")
+
+
+# ---------------------------------------------------------------- self-checks of a reopened notebook
+def test_saved_self_checks_are_built_again_under_their_ids(tmp_path, monkeypatch):
+    ipywidgets = pytest.importorskip("ipywidgets")
+    view = {"output_type": "display_data", "metadata": {},
+            "data": {"text/plain": "q", W.WIDGET_VIEW: {"version_major": 2, "version_minor": 0,
+                                                          "model_id": "feedfacefeedface0001"}}}
+    nb = {"cells": [{"cell_type": "code", "source": 'self_check("lab00.q1")', "metadata": {}, "outputs": [view],
+                     "execution_count": 1},
+                    {"cell_type": "code", "source": 'self_check("lab99.nope")', "metadata": {},
+                     "outputs": [dict(view, data={W.WIDGET_VIEW: {"model_id": "feedfacefeedface0002"}})],
+                     "execution_count": 2}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "saved.ipynb"
+    path.write_text(json.dumps(nb))
+    assert W.saved_self_checks(path) == [("lab00.q1", "feedfacefeedface0001"), ("lab99.nope", "feedfacefeedface0002")]
+    monkeypatch.setattr(W, "_ipython_and_widgets", lambda: (print, ipywidgets))
+    monkeypatch.setattr(W, "_restored", [])
+    assert W.restore_self_checks(path) == 1  # the unknown question is skipped
+    box = W._restored[0]
+    assert box.model_id == "feedfacefeedface0001" and W.CSS_CLASS in box._dom_classes
+    assert "lab00.q1" in box.children[0].value
+    assert W.restore_self_checks(path) == 0  # already live
+    box.close()
+    assert W.restore_self_checks(tmp_path / "missing.ipynb") == 0
