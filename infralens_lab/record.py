@@ -25,8 +25,10 @@ made before that, whose prefetch recycled 4 batches);
 counters included for the hierarchical roofline), ``ncu_train_step`` (the top three kernels of one
 fixed-pipeline training step, chosen from ``trace_fixed``); ``ncu_copies_source`` (``ncu_copies_source.csv``: ncu's
 Source page, stall samples per SASS instruction, coalesced and stride 8, 32; its raw page, plain and with instance
-values: ``ncu_copies_source_raw.csv``, ``ncu_copies_source_instances.csv``); ``distributed`` (``ddp_rank0``, ``ddp_rank1``, ``ddp_meta``:
-:func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL; skipped with fewer than 2 GPUs).
+values: ``ncu_copies_source_raw.csv``, ``ncu_copies_source_instances.csv``); ``distributed`` (``ddp_rank0`` … ``ddp_rank<N-1>``,
+``ddp_meta``: :func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL on every GPU, refused when a
+run breaks an invariant; skipped with fewer than 2 GPUs: record it into its own set, e.g. ``--out
+data/recorded/2x-nvidia-h200 --only device,distributed``).
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ from .measure.torch_trace import profile
 from .parse.trace import trim
 from .workloads.pipeline import VARIANTS, make_step, make_variant
 from .analysis.variants import RECORD as VARIANTS_RECORD, SAME_WORK, trace_digest
+from .analysis.ddp_run import run_violations
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
          "ncu_copies_stalls", "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
@@ -334,10 +337,11 @@ class Recorder:
         return self._ncu_file("ncu_train_step.csv", [(run.label(), "train_step", [], rx)], TRAIN_STEP_METRICS)
 
     def step_distributed(self):
-        """DDP on 2 GPUs through NCCL (:func:`infralens_lab.measure.distributed.record_into`); skipped below 2 GPUs."""
+        """DDP on every GPU through NCCL (:func:`infralens_lab.measure.distributed.record_into`), written only when
+        :func:`infralens_lab.analysis.ddp_run.run_violations` finds every invariant holds; skipped below 2 GPUs."""
         dist = _optional("infralens_lab.measure.distributed", "record_into")
         try:
-            return dist.record_into(self.w, quick=self.quick)
+            return dist.record_into(self.w, check=run_violations, quick=self.quick)
         except dist.NotEnoughGPUs as exc:
             raise _Skip(str(exc)) from None
 

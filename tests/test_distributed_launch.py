@@ -22,6 +22,9 @@ def test_two_gloo_ranks_run_ddp_end_to_end():
     names = {e["name"] for e in c["trace"]["traceEvents"]}
     assert "gloo:all_reduce" in names and any(n.startswith("ProfilerStep") for n in names)
     assert ranks[0]["single"]["step_s"] > 0 and "single" not in ranks[1]
+    steps = sum(e["name"].startswith("ProfilerStep") for e in ranks[0]["single"]["trace"]["traceEvents"])
+    assert steps == max(TINY.active, 5)  # the one-rank baseline: a median over at least 5 profiled steps
+    assert sorted(c["grad_ready_order"]) == [0, 1, 2, 3] and c["param_bytes"] == [4 * 256 * 256, 4 * 256] * 2
     assert ranks[0]["bench"][0]["bytes"] == 2 ** 18
 
 
@@ -79,7 +82,28 @@ def test_record_into_skips_without_two_gpus():
     if W.gpu_count() >= 2:
         pytest.skip("this machine has 2 GPUs: the recorder step would run")
     with pytest.raises(D.NotEnoughGPUs, match=r"needs 2 GPUs .* has \d"):
-        D.record_into(writer=None)
+        D.record_into(writer=None, check=lambda ranks: [])
+
+
+def test_record_into_refuses_a_run_that_breaks_an_invariant(tmp_path):
+    """The recorder's path on two gloo ranks: a check that finds a broken invariant stops the step before
+    anything is written; with every invariant holding, every rank and the meta record are written."""
+    from infralens_lab.evidence import EvidenceWriter, RecordedStore
+
+    seen = []
+
+    def broken(ranks):
+        seen.append(len(ranks))
+        return ["cap 0.25 MiB: rank 0 step 0: exposed 9.0 µs, comm 8.0 µs, step 7.0 µs; expected exposed <= comm <= step"]
+
+    w = EvidenceWriter(tmp_path / "bad", "test")
+    with pytest.raises(D.InvariantBroken, match=r"1 invariant\(s\) broken, nothing written:\ncap 0.25 MiB"):
+        D.record_into(w, check=broken, gpus=2, spec=TINY, backend="gloo")
+    assert seen == [2] and not list((tmp_path / "bad").iterdir())
+    w = EvidenceWriter(tmp_path / "good", "test")
+    assert "invariants hold" in D.record_into(w, check=lambda ranks: [], gpus=2, spec=TINY, backend="gloo")
+    w.close()
+    assert RecordedStore(tmp_path / "good").names() == ["ddp_meta", "ddp_rank0", "ddp_rank1"]
 
 
 def test_recorder_step_is_skipped_with_its_reason(tmp_path):
@@ -98,6 +122,12 @@ def test_recorder_step_is_skipped_with_its_reason(tmp_path):
 def test_spec_validation():
     with pytest.raises(ValueError, match="bucket_cap_mb = 0"):
         D.DDPConfig("x", 0)
+    with pytest.raises(ValueError, match="straggle_ms = -1"):
+        D.DDPConfig("x", None, straggle_ms=-1)
+    assert D.DDPConfig("default", None).bucket_cap_mb is None
+    assert D.spec_for("gloo") is D.CPU_SPEC and D.spec_for("nccl") is D.LIVE_GPU_SPEC
+    with pytest.raises(ValueError, match="backend='mpi'"):
+        D.spec_for("mpi")
     with pytest.raises(ValueError, match="RunSpec.active = 0"):
         D.RunSpec(active=0)
     with pytest.raises(ValueError, match="MLPConfig.width = -1"):
@@ -133,3 +163,19 @@ def test_a_plain_script_without_a_main_guard_is_not_rerun_by_the_ranks(tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("top level ran") == 1
     assert "values [7.5, 7.5]" in r.stdout and "main kept True" in r.stdout
+
+
+@pytest.mark.parametrize("module", ["infralens_lab.workloads.ddp", "infralens_lab.measure.distributed",
+                                    "infralens_lab.analysis.distributed"])
+def test_modules_without_a_command_line_say_what_to_run(module):
+    """Under `python -m` (or torchrun -m) a module of the DDP path that has no command line exits non-zero and
+    names the entry point, instead of exiting 0 having done nothing (issue 32)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 1
+    assert f"{module} has no command line" in r.stderr and "-m infralens_lab.profile_ddp --out DIR" in r.stderr

@@ -1,5 +1,6 @@
-"""Lab 06 glue on the committed two-rank gloo run (tests/data/ddp_gloo_run.json): every table the notebook shows,
-the timeline, the missing-recording message, and each evidence-derived question marked against those tables."""
+"""Lab 06's tables (analysis/ddp_run), glue (labs_support/lab06) and grading keys (quiz/keys/lab06) on the committed
+two-rank gloo run (tests/data/ddp_gloo_run.json): every table the notebook shows, the backend's words, the
+recorded set found in any recorded folder, and each derived question and exercise marked by its own formula."""
 from __future__ import annotations
 
 import json
@@ -9,109 +10,188 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
+from infralens_lab.analysis import buckets as B
+from infralens_lab.analysis import ddp_run as R
 from infralens_lab.analysis import distributed as A
+from infralens_lab.analysis import scaling as S
 from infralens_lab.labs_support import lab06
+from infralens_lab.measure import distributed as D
+from infralens_lab.parse.ranks import RankRun
+from infralens_lab.present import distributed as F
 from infralens_lab.quiz import check
+from infralens_lab.quiz.derive import DerivationError, derive
+from infralens_lab.quiz.keys import lab06 as K
 
 RANKS = json.loads((Path(__file__).parent / "data" / "ddp_gloo_run.json").read_text())
-RUN = lab06.Run(RANKS, "gloo", evidence.live("ddp_test", {}, command="tests"))
+RUN = RankRun(RANKS, evidence.live("ddp_test", {}, command="tests"))
 
 
 def test_sweep_counts_are_the_buckets_ddp_built():
-    c = lab06.sweep_counts(RUN).set_index("config")
-    assert c.loc["cap 0.25 MiB", "calls_per_step"] == c.loc["cap 0.25 MiB", "buckets"] == 4
-    assert c.loc["cap 25 MiB", "calls_per_step"] == 1
+    c = R.sweep_counts(RUN).set_index("config")
+    assert (c["calls_per_step"] == c["buckets"]).all()
+    assert c.loc["cap 0.25 MiB", "buckets"] == 8 and c.loc["cap 25 MiB", "buckets"] == 1
+    assert c.loc["default cap", "buckets"] == 2  # the 1 MiB first bucket, only with the default cap
     assert c.loc["mystery", "calls_per_step"] == 8 and c.loc["reference", "calls_per_step"] == 1
-    assert c.loc["cap 25 MiB", "grad_storages"] == 8 and c.loc["cap 25 MiB, bucket view", "grad_storages"] == 1
-    assert c.loc["cap 25 MiB", "bucket_MiB"] == pytest.approx(4 * (256 * 256 + 256) * 4 / 2 ** 20)
+    assert c.loc["cap 25 MiB", "grad_storages"] == 16 and c.loc["cap 25 MiB, bucket view", "grad_storages"] == 1
+    assert c.loc["cap 25 MiB", "bucket_MiB"] == pytest.approx(8 * (256 * 256 + 256) * 4 / 2 ** 20)
 
 
-def test_bucket_prediction_against_the_ledger():
-    b = lab06.bucket_prediction(RUN).set_index("config")
-    assert "mystery" not in b.index  # the practice runs use another model
-    assert (b["measured_buckets"] == b["whole_tensor_plan"]).all()
-    g = 4 * 4 * (256 * 256 + 256)
-    assert b.loc["cap 0.25 MiB", "ledger_count"] == A.ledger_bucket_count(g, 0.25) == 2
-    assert b.loc["cap 25 MiB", "ledger_bucket_MiB"] == pytest.approx(g / 2 ** 20)
-    assert b.loc["cap 25 MiB, bucket view", "ledger_bucket_MiB"] == 0
-    assert b.loc["cap 25 MiB, bucket view", "measured_copy_MiB"] == 0
-    assert b.loc["cap 25 MiB", "measured_copy_MiB"] == pytest.approx(g / 2 ** 20)
+def test_bucket_table_the_rule_against_ddp_and_the_ledger():
+    b = R.bucket_table(RUN).set_index("config")
+    assert (b["ddp_buckets"] == b["rule_buckets"]).all() and (b["ddp_MiB"] == b["rule_MiB"]).all()
+    assert (b["ledger_copy_MiB"] == b["measured_copy_MiB"]).all()
+    assert b.loc["cap 25 MiB, bucket view", "ledger_copy_MiB"] == 0
+    assert "in 7 of 7 setups" in lab06.bucket_sentence(b) and "sizes in 7 of 7" in lab06.bucket_sentence(b)
 
 
-def test_no_sync_bench_scaling_practice_tables():
-    ns = lab06.no_sync_counts(RUN).set_index("accumulation")
-    assert ns.loc["plain", "allreduce_calls_per_optimizer_step"] == 8
-    assert ns.loc["no_sync", "allreduce_calls_per_optimizer_step"] == 4
-    bench = lab06.bench_table(RUN)
-    assert list(bench["MiB"]) == [0.25, 1.0]
-    assert (bench["busbw_GBs"] == bench["algbw_GBs"]).all()  # 2(n-1)/n = 1 for two ranks
-    s = lab06.scaling_table(RUN, "cap 25 MiB").iloc[0]
-    assert s["speedup"] == pytest.approx(2 * RANKS[0]["single"]["step_s"] / RUN.config("cap 25 MiB")["step_s"])
-    assert s["amdahl_bound"] == pytest.approx(2 * (1 - s["exposed_fraction"]))
-    assert 0 <= s["exposed_fraction"] <= 1
-    assert list(lab06.practice_times(RUN)["run"]) == ["reference", "mystery"]
+def test_the_run_keeps_every_invariant_the_recorder_checks():
+    assert R.run_violations(RUN) == []
+    assert R.run_violations(RANKS) == []
+    for label in RUN.labels():
+        t = R.table(RUN, label)
+        assert (t["exposed_us"] <= t["comm_us"] + 1e-6).all() and (t["comm_us"] <= t["step_us"] + 1e-6).all()
 
 
-def test_sweep_times_columns_are_fractions():
-    t = lab06.sweep_times(RUN)
+def test_no_sync_bench_and_scaling_tables():
+    ns = R.no_sync_counts(RUN).set_index("accumulation")
+    assert ns.loc["plain", "allreduce_calls_per_optimizer_step"] == 2 * 8
+    assert ns.loc["no_sync", "allreduce_calls_per_optimizer_step"] == 8
+    bench = R.bench(RUN)
+    assert list(bench["MiB"]) == [0.25, 1.0] and (bench["busbw_GBps"] == bench["algbw_GBps"]).all()  # n = 2
+    s = R.scaling_table(RUN).set_index("basis")
+    assert s.loc["profiled", "weak_scaling_bound"] == pytest.approx(2 * (1 - s.loc["profiled", "exposed_fraction"]))
+    assert s.loc["profiled", "speedup"] <= s.loc["profiled", "weak_scaling_bound"] * R.BOUND_SLACK
+    iv = A.steady_step_intervals(RUN.traces(R.SCALING_CONFIG))
+    assert A.exposed_share(iv) == pytest.approx(s.loc["profiled", "exposed_fraction"])  # f and step from the same steps
+    assert pd.isna(s.loc["timed", "exposed_fraction"])
+    assert "within the bound" in lab06.scaling_sentence(s.loc["profiled"])
+
+
+def test_times_are_fractions_and_parts_of_their_wholes():
+    t = R.sweep_times(RUN)
     for col in ("hidden_under_backward", "hta_overlap", "ddp_reducer_overlap"):
         assert t[col].between(0, 1).all(), col
-    assert (t["step_ms"] > 0).all() and (t["exposed_ms"] <= t["comm_ms"] + 1e-9).all()
+    assert (t["exposed_ms"] <= t["comm_ms"] + 1e-9).all() and (t["comm_ms"] <= t["step_ms"] + 1e-9).all()
+    assert "Fastest profiled step" in lab06.sweep_sentence(t)
+    assert lab06.reducer_sentence(t).count(", reducer ") == len(t)
 
 
-def test_timeline_phases_and_figure():
+def test_the_straggler_is_seen_as_wait():
+    starts = R.straggler_starts(RUN)
+    assert list(starts.columns) == ["step", "seq", "rank", "start_us", "end_us"]
+    slept = RUN.config("straggler")["straggle_ms"] * 1e3
+    assert A.wait_at(starts, 0) > 0.5 * slept and A.wait_at(starts, 1) < 0.5 * slept  # rank 1 sleeps: rank 0 waits
+    w = A.overlap_table(RUN.traces("straggler")).groupby("rank")["wait_us"].mean()
+    assert w[0] > w[1]
+
+
+def test_timeline_and_busbw_figures():
     trs = RUN.traces("cap 0.25 MiB")
-    p = lab06.phase_intervals(trs[0], step=1)
-    assert len(p["all-reduce"]) == 4 and len(p["forward"]) == 1 and len(p["optimizer"]) == 1
+    p = A.phase_intervals(trs[0], step=1)
+    assert len(p["forward"]) == 1 and len(p["optimizer"]) == 1 and len(p["all-reduce"]) >= 1
     assert p["forward"][0][1] <= p["backward compute"][0][0]  # forward ends before backward starts
-    assert p["optimizer"][0][0] >= max(e for _, e in p["all-reduce"]) - 1  # the update waits for the last bucket
-    fig = lab06.timeline_figure(trs)
+    fig = F.timeline_figure(trs)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
+    fig = F.busbw_figure(R.bench(RUN), 450.0, "NVLink 4")
+    assert fig.axes[0].get_ylabel() == "busbw (GB/s)" and len(fig.axes[0].lines) == 2
 
 
-def test_missing_recording_is_said_plainly(monkeypatch):
-    monkeypatch.setattr(evidence, "reference", lambda: (_ for _ in ()).throw(evidence.EvidenceError("no set")))
-    msg = lab06.recorded_status()
-    assert msg.startswith("Recorded NCCL run: MISSING") and "record --only distributed" in msg
-    assert lab06.recorded_run() is None
+def test_words_follow_the_backend():
+    assert RUN.backend == "gloo" and "gloo" in lab06.WORDS[RUN.backend]["comm"]
+    assert "NCCL" in lab06.WORDS["nccl"]["comm"] and "gloo" not in lab06.WORDS["nccl"]["note"]
+    assert lab06.link_peak(RUN) == (None, "")
+    nccl = RankRun([dict(r, backend="nccl") for r in RANKS])
+    assert lab06.link_peak(nccl)[0] == S.NVLINK4_GBS
+    run, why = lab06.exercise_run(RUN, None)
+    assert run is RUN and "live gloo run" in why
+    assert lab06.exercise_run(RUN, nccl) == (nccl, "Evidence: the recorded NCCL run (2 ranks).")
+    assert "16 gradient tensors (8 of 1 KiB, 8 of 256 KiB)" in lab06.gradient_summary(RUN.config("cap 25 MiB"))
 
 
-def test_recorded_run_reads_the_recorders_records(tmp_path, monkeypatch):
-    w = evidence.EvidenceWriter(tmp_path / "rec", "test")
-    for r in RANKS:
-        w.write(f"ddp_rank{r['rank']}", r)
-    w.close()
-    monkeypatch.setattr(evidence, "reference", lambda: evidence.RecordedStore(tmp_path / "rec"))
+def test_recorded_run_is_found_in_any_recorded_set(tmp_path, monkeypatch):
+    root = tmp_path / "recorded"
+    for name, have in (("nvidia-h200", False), ("2x-nvidia-h200", True)):
+        w = evidence.EvidenceWriter(root / name, "test")
+        w.write("device", {})
+        if have:
+            for r in RANKS:
+                w.write(f"ddp_rank{r['rank']}", r)
+            w.write("ddp_meta", {"world": 2, "backend": "gloo"})
+        w.close()
+    (root / "DEFAULT").write_text("nvidia-h200\n")
+    monkeypatch.setenv("INFRALENS_DATA", str(root))
     rec = lab06.recorded_run()
-    assert rec is not None and rec.backend == "gloo" and len(rec.ranks) == 2
-    assert lab06.sweep_counts(rec).equals(lab06.sweep_counts(RUN))
-    assert lab06.recorded_status().startswith("Recorded NCCL run: present")
+    assert rec is not None and rec.world == 2 and R.sweep_counts(rec).equals(R.sweep_counts(RUN))
+    assert lab06.recorded_status(rec).startswith("Recorded NCCL run: present, 2 ranks")
+    K._recorded.cache_clear()
+    try:
+        assert K.recorded_bench()["bytes"].tolist() == R.bench_inputs(RUN)["bytes"].tolist()
+        assert K.recorded_intervals() is not None and K.recorded_straggler() is not None
+    finally:
+        K._recorded.cache_clear()
 
 
-def test_traces_of_unknown_config_are_refused():
-    with pytest.raises(KeyError, match="no config 'cap 7 MiB'"):
-        RUN.traces("cap 7 MiB")
+def test_missing_recording_is_said_plainly(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFRALENS_DATA", str(tmp_path / "none"))
+    assert lab06.recorded_run() is None
+    assert "not in this checkout yet" in lab06.recorded_status(None) and "--only device,distributed" in lab06.recorded_status(None)
+    K._recorded.cache_clear()
+    try:
+        assert K.recorded_bench() is None and K.recorded_intervals() is None and K.recorded_straggler() is None
+    finally:
+        K._recorded.cache_clear()
+
+
+def test_model_inputs_without_a_recording_are_labelled_assumptions():
+    mi = lab06.model_inputs(None)
+    assert mi["grad_bytes"] == 4 * mi["params"] and mi["backward_s"] == pytest.approx(mi["compute_s"] * 2 / 3)
+    assert mi["intra_busbw_gbs"] is None and mi["source"].startswith("assumed")
+    df = S.multinode_model(mi["compute_s"], mi["backward_s"], mi["grad_bytes"], mi["hidden_fraction"])
+    assert df["efficiency"].is_monotonic_decreasing and (df["step_ms"] >= df["comm_ms"]).all()
+    measured = lab06.model_inputs(RUN)  # any run with the tables the model reads
+    assert measured["source"].startswith("measured") and measured["backward_s"] <= measured["compute_s"]
 
 
 def test_derived_questions_mark_against_the_tables():
-    counts = pd.DataFrame({"config": ["cap 1 MiB", "cap 25 MiB"], "calls_per_step": [8, 1]})
-    assert check("lab06.q3", 8, evidence=counts).correct and not check("lab06.q3", 9, evidence=counts).correct
-    ns = lab06.no_sync_counts(RUN)
-    assert check("lab06.q5", 2, evidence=ns).correct  # the fixture accumulates 2 micro-batches
+    counts = R.sweep_counts(RUN)
+    assert check("lab06.q3", 8, evidence=counts.assign(config=counts["config"].replace("cap 0.25 MiB", "cap 1 MiB"))).correct
+    ns = R.no_sync_counts(RUN)
+    assert check("lab06.q5", 8, evidence=ns).correct and not check("lab06.q5", 16, evidence=ns).correct
+
+
+def test_exercises_are_marked_by_the_formulas_the_tables_use():
+    bench = R.bench_inputs(RUN)
+    right = S.busbw(S.algbw(float(bench["bytes"].iloc[-1]), float(bench["seconds"].iloc[-1])), 2)
+    assert check("lab06.ex1", right, evidence=bench).correct and not check("lab06.ex1", right * 1.1, evidence=bench).correct
+    plan = K.gpu_model_plan()
+    assert plan == R.plan_inputs(D.GPU_MODEL, 100)
+    assert check("lab06.ex2", 8, evidence=plan).correct and not check("lab06.ex2", 11, evidence=plan).correct
+    iv = A.steady_step_intervals(RUN.traces(R.SCALING_CONFIG))
+    assert check("lab06.ex3", A.exposed_share(iv), evidence=iv).correct
+    starts = R.straggler_starts(RUN)
+    assert check("lab06.ex4", A.wait_at(starts, 0) / 1e3, evidence=starts).correct
+    assert not check("lab06.ex4", A.wait_at(starts, 0), evidence=starts).correct  # µs, not ms
+
+
+def test_unanswered_exercises_say_so(capsys):
+    assert check("lab06.ex2", ..., evidence=K.gpu_model_plan()).status == "unanswered"
+    assert "not answered yet" in capsys.readouterr().out
 
 
 def test_worked_questions_agree_with_the_package_arithmetic():
-    """q2 and q6 give their numbers in the prompt (a live gloo timing cannot be rebuilt by the grader):
-    their stored answers are what the package's own interval and Amdahl arithmetic gives."""
+    """q2, q6 and q9 give their numbers in the prompt: their stored answers are the package's own arithmetic."""
     o = A.overlap([(0.0, 4.0), (6.0, 10.0)], [(2.0, 7.0)])
-    h = o["hidden_us"] / o["comm_us"]
-    assert h == pytest.approx(0.375) and check("lab06.q2", h).correct and not check("lab06.q2", 0.5).correct
-    b = A.amdahl_bound(0.30, 2)
-    assert b == pytest.approx(1.4) and check("lab06.q6", b).correct and not check("lab06.q6", 0.7).correct
+    assert check("lab06.q2", o["hidden_fraction"]).correct and o["hidden_fraction"] == pytest.approx(0.375)
+    assert check("lab06.q6", S.weak_scaling_bound(0.30, 2)).correct and not check("lab06.q6", 0.7).correct
+    assert check("lab06.q9", 3.0 + 1.0).correct and not check("lab06.q9", 1.0).correct
+    assert B.bucket_count(**K.gpu_model_plan()) == 8
 
 
-def test_model_inputs_and_multinode_table():
-    mi = lab06.model_inputs()
-    assert mi["grad_bytes"] == 4 * mi["params"] and mi["flops"] == 6 * mi["params"] * 256
-    df = A.multinode_model(mi["compute_s"], mi["grad_bytes"], 0.5)
-    assert df["efficiency"].is_monotonic_decreasing and "MODEL" in df.attrs["label"]
+def test_the_formula_derivation_refuses_what_it_cannot_call():
+    with pytest.raises(DerivationError, match="expected 'module:function' of infralens_lab.analysis"):
+        derive("formula", {}, fn="../etc:passwd")
+    with pytest.raises(DerivationError, match="cannot be loaded"):
+        derive("formula", {}, fn="buckets:no_such_function")
+    with pytest.raises(DerivationError, match="on this evidence failed"):
+        derive("formula", {"wrong": 1}, fn="buckets:bucket_count")
+    assert derive("formula", {"grad_bytes_ready_order": [2 ** 20] * 3, "bucket_cap_mb": 1}, fn="buckets:bucket_count") == 3

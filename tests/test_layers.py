@@ -22,12 +22,11 @@ LAYERS = [
     ("present", ["present"]),
     ("quiz", ["quiz", "notebook_guard"]),
     ("labs", ["labs_support"]),
-    ("apps", ["bench", "record", "doctor", "site", "site_assets", "gates_cli", "analyze", "__main__"]),
+    ("apps", ["bench", "record", "doctor", "site", "site_assets", "gates_cli", "analyze", "profile_ddp", "__main__"]),
 ]
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
-# Modules whose layer is not their folder's: the grader's evidence providers rebuild each lab's tables in
-# the grader's process (an app, like `record`), so they may import labs_support; nothing in quiz imports them.
-LAYER_OF_FILE = {"infralens_lab.quiz.grading_evidence": "__main__"}
+# Modules whose layer is not their folder's (none since the grader's providers moved to quiz/keys, issue 30).
+LAYER_OF_FILE: dict[str, str] = {}
 
 
 def _top(module: str) -> str:
@@ -89,15 +88,7 @@ def test_imports_go_down_the_layers(path):
 FORBIDDEN = [("analysis", "measure"), ("quiz", "labs_support")]
 
 
-# grading_evidence still rebuilds lab tables through labs_support: the lab issues of round 2 move each lab's
-# providers onto analysis/parse and the evidence store (issue 30), then this list empties.
-PENDING = {"infralens_lab.quiz.grading_evidence"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason="issue 30: still imports labs_support",
-                                                                          strict=True))
-                                  if _module_name(p) in PENDING else p for p in FILES],
-                         ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PKG)))
 def test_forbidden_pairs(path):
     me = _top(_module_name(path))
     bad = [f"line {line}: {me} imports {target}" for line, target in _imports(path)

@@ -1,64 +1,132 @@
-"""Data-parallel arithmetic on per-rank traces: all-reduce vs backward overlap, clock alignment,
-bucket plans, bus bandwidth, Amdahl's bound and a multi-node bandwidth MODEL.
+"""Data-parallel arithmetic on per-rank traces: which collective belongs to which step, all-reduce vs
+compute overlap, each collective's wait apart from its transfer, and the invariants every table must keep.
 
-Every function takes :class:`~infralens_lab.parse.trace.Trace` objects (one per rank,
-parsed by that module) or plain numbers; nothing here launches or measures. Times are
-microseconds (``_us``) unless a name says ``_ms`` or ``_s``; bytes are bytes (MiB = 2**20 B,
-GB/s = 1e9 B/s).
+Every function takes :class:`~infralens_lab.parse.trace.Trace` objects (one per rank, N ranks) or plain
+numbers; nothing here launches or measures. Times are microseconds (``_us``); ``start_us``/``end_us`` are
+relative to each trace's first event, ``ts_us`` is the absolute clock the profiler used (the host clock, the
+same for every process of one machine; CUPTI converts each GPU's timer to it).
 
-What counts as communication and as compute:
+What counts as communication and as compute (the backend that made the trace decides, :func:`backend_of`):
 
-- GPU traces (NCCL): a kernel whose name contains ``nccl`` is communication, every other kernel
-  is computation (Holistic Trace Analysis's rule, ``hta/utils/utils.py:get_kernel_type``;
-  memcpy/memset are neither). Backward compute = compute kernels launched from inside an
-  ``autograd::engine::evaluate_function`` op.
-- CPU traces (gloo): the ``gloo:all_reduce`` ranges on gloo's worker threads are communication;
-  backward compute = the ``autograd::engine::evaluate_function`` ops, minus the time they spend
-  inside ``c10d::`` calls (handing a bucket to gloo, or waiting on it). Two CPU processes share
-  the same cores, so "overlapped" on a CPU means "at the same time", not "for free".
+- **NCCL (GPU traces)**: an all-reduce is an ``nccl…AllReduce…`` kernel; compute is every kernel without
+  ``nccl`` in its name (Holistic Trace Analysis's rule, ``hta/utils/utils.py:get_kernel_type``). Backward
+  compute = the compute kernels launched from inside an ``autograd::engine::evaluate_function`` op.
+- **gloo (CPU traces)**: an all-reduce is a ``gloo:all_reduce`` range on one of gloo's worker threads;
+  backward compute = the ``autograd::engine::evaluate_function`` ops, minus the time they spend inside
+  ``c10d::`` calls. Two CPU processes share the machine's cores: "overlapped" means "at the same time".
 
-The overlap fraction is ``|comm ∩ compute| / |comm|`` over merged intervals: HTA's
-``get_comm_comp_overlap`` definition (``hta/analyzers/communication_analysis.py``), which uses
-all compute kernels; :func:`overlap_table` gives it beside the stricter backward-only number.
+**Which step a collective belongs to** is the series' attribution rule (``parse.trace.Trace.gpu_step``): the
+profiled step whose CPU range holds the call that enqueued it, never the step its start time falls in. An
+NCCL kernel goes by its launch call (``correlation`` id; a trace whose NCCL kernels carry no correlated launch
+is paired like gloo's). A gloo range is paired with the ``c10d::allreduce_`` call that enqueued it: the k-th
+call with the k-th range, both in start order (gloo's two worker threads take work from one queue in order; two
+collectives started within microseconds of each other on a loaded machine can swap, which :func:`align`'s
+causality check then reports). **A step's window** is its CPU range on a gloo trace; on a GPU trace it is the time from
+the end of the previous step's GPU work to the end of this step's (the first step: from its first GPU work),
+because the CPU runs ahead. Communication and compute are clipped to the window, so a part never exceeds its
+whole: exposed <= comm <= step (:func:`invariant_violations` checks it, with calls per step = DDP's buckets).
 """
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import pandas as pd
 
-from ..parse.trace import Trace
+from ..parse.trace import Trace, step_gpu_work
 from .intervals import hidden as _hidden
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
 
-from ..units import MiB
-FIRST_BUCKET_BYTES = MiB  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is capped at 1 MiB
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
-COMM_KERNEL_KEY = "nccl"
-GLOO_COMM = ("gloo:all_reduce", "gloo:allreduce")
+GLOO_ALLREDUCE = ("gloo:all_reduce", "gloo:allreduce")
+C10D_ALLREDUCE = ("c10d::allreduce_",)
+# the causality check's margin: a gloo trace's ranges share one host clock (the recorder rounds to 1 ns);
+# NCCL kernel times come from each GPU's own timer converted to the host clock, which we allow 5 µs of error
+CAUSALITY_TOL_US = {"gloo": 0.01, "nccl": 5.0}
+COMM_WORDS = {"gloo": "gloo's all-reduce ranges on its worker threads (memory copies and TCP on loopback)",
+              "nccl": "NCCL all-reduce kernels on NCCL's own CUDA stream (over NVLink)"}
+EPS_US = 1e-6
 
 
-# ---------------------------------------------------------------- intervals from one rank's trace
+def backend_of(trace: Trace) -> str:
+    """``'nccl'`` for a trace with GPU activity, ``'gloo'`` for a CPU-only one."""
+    return "nccl" if trace.has_gpu else "gloo"
+
+
+def _is_allreduce_kernel(names: pd.Series) -> pd.Series:
+    low = names.str.lower()
+    return low.str.contains("nccl", regex=False) & low.str.replace("_", "", regex=False).str.contains("allreduce")
+
+
+def _cpu_step_of(trace: Trace, t_us: np.ndarray, pid: np.ndarray) -> np.ndarray:
+    """The profiled step whose CPU range (same process) holds each time, -1 for none."""
+    st = trace.steps()
+    if st.empty or not len(t_us):
+        return np.full(len(t_us), -1, dtype=np.int64)
+    k = np.searchsorted(st["cpu_start_us"].to_numpy(), t_us, side="right") - 1
+    kk = np.maximum(k, 0)
+    ok = (k >= 0) & (t_us < st["cpu_end_us"].to_numpy()[kk]) & (st["pid"].to_numpy()[kk] == pid)
+    return np.where(ok, kk, -1)
+
+
 def comm_events(trace: Trace) -> pd.DataFrame:
-    """The all-reduce intervals of one rank: ``name, tid, ts_us`` (absolute clock), ``start_us``,
-    ``end_us``, ``dur_us`` (relative to the trace's first event), in start order. NCCL kernels on
-    a GPU trace, else gloo's ``gloo:all_reduce`` ranges."""
+    """The all-reduces of one rank in start order: ``name, tid, ts_us`` (absolute start), ``start_us``,
+    ``end_us``, ``dur_us``, ``enqueue_us`` (the CPU call that enqueued it), ``step`` (the profiled step whose
+    range holds that call; -1 for none) and ``seq`` (its order within the step). See the module doc."""
     ev = trace.events
+    cols = ["name", "tid", "ts_us", "start_us", "end_us", "dur_us", "enqueue_us", "step", "seq"]
+    c = ev[(ev["cat"] == "cpu_op") & ev["name"].isin(C10D_ALLREDUCE)].sort_values("start_us")
     if trace.has_gpu:
-        sel = ev[(ev["cat"] == "kernel") & ev["name"].str.lower().str.contains(COMM_KERNEL_KEY)]
+        k = ev[(ev["cat"] == "kernel") & _is_allreduce_kernel(ev["name"])].sort_values("start_us")
+        rt = [trace.launcher.get(i) for i in k.index]
+        if len(k) and all(r is None for r in rt) and len(c):  # no launch correlated: pair with the c10d calls
+            out = _paired(trace, k, c, "NCCL all-reduce kernels")
+        else:
+            enq = np.array([ev.at[r, "start_us"] if r is not None else np.nan for r in rt], dtype=float)
+            out = k.assign(enqueue_us=enq, step=trace.gpu_step().reindex(k.index).to_numpy())
     else:
-        sel = ev[(ev["cat"] == "user_annotation") & ev["name"].isin(GLOO_COMM)]
-    out = sel[["name", "tid", "ts", "start_us", "end_us", "dur"]].rename(columns={"ts": "ts_us", "dur": "dur_us"})
-    return out.sort_values("start_us").reset_index(drop=True)
+        g = ev[(ev["cat"] == "user_annotation") & ev["name"].isin(GLOO_ALLREDUCE)].sort_values("start_us")
+        out = _paired(trace, g, c, "gloo:all_reduce ranges")
+    out = out.rename(columns={"ts": "ts_us", "dur": "dur_us"})
+    out["step"] = out["step"].astype("int64")
+    out["seq"] = out.groupby("step").cumcount()
+    return out[cols].reset_index(drop=True)
+
+
+def _paired(trace: Trace, work: pd.DataFrame, calls: pd.DataFrame, what: str) -> pd.DataFrame:
+    """``work`` (collectives in start order) with the ``c10d::allreduce_`` call that enqueued each: the k-th call
+    with the k-th collective after the first call (work enqueued before the profiler started has no call)."""
+    if len(calls):
+        work = work[work["start_us"] >= calls["start_us"].iloc[0]]
+    if len(work) != len(calls):
+        raise ValueError(f"{len(calls)} c10d::allreduce_ calls but {len(work)} {what} after the first call; expected "
+                         f"one per call (a trace cut before its last collective ended?)")
+    enq = calls["start_us"].to_numpy(dtype=float)
+    return work.assign(enqueue_us=enq, step=_cpu_step_of(trace, enq, calls["pid"].to_numpy()))
+
+
+def step_windows(trace: Trace) -> pd.DataFrame:
+    """One row per profiled step: ``step``, ``start_us``, ``end_us``, ``step_us`` and ``basis`` (``'cpu range'``
+    on a gloo trace; ``'gpu work'`` on a GPU trace: previous step's GPU work end → this step's, the first step
+    from its first GPU work). A GPU step that launched nothing has NaN times."""
+    if not trace.has_steps:
+        raise ValueError("trace has no ProfilerStep ranges; expected a trace taken with a profiler schedule")
+    if not trace.has_gpu:
+        st = trace.steps()
+        out = pd.DataFrame({"step": st["step"], "start_us": st["cpu_start_us"], "end_us": st["cpu_end_us"]})
+        return out.assign(step_us=out["end_us"] - out["start_us"], basis="cpu range")
+    w = step_gpu_work(trace)
+    end = w["gpu_end_us"].to_numpy(dtype=float)
+    start = np.concatenate([[w["gpu_start_us"].iloc[0]], end[:-1]])
+    out = pd.DataFrame({"step": np.arange(len(w)), "start_us": start, "end_us": end})
+    return out.assign(step_us=out["end_us"] - out["start_us"], basis="gpu work")
 
 
 def _backward_gpu_rows(trace: Trace) -> list[int]:
     ev = trace.events
     rows = []
     for g, rt in trace.launcher.items():
-        if ev.at[g, "cat"] != "kernel" or COMM_KERNEL_KEY in ev.at[g, "name"].lower():
+        if ev.at[g, "cat"] != "kernel" or "nccl" in ev.at[g, "name"].lower():
             continue
         if any(str(ev.at[i, "name"]).startswith(BACKWARD_PREFIX) for i in trace.enclosing.get(rt, [])):
             rows.append(g)
@@ -66,9 +134,9 @@ def _backward_gpu_rows(trace: Trace) -> list[int]:
 
 
 def compute_intervals(trace: Trace, phase: str = "backward") -> list[tuple[float, float]]:
-    """Merged compute intervals (µs, trace-relative) of one rank. ``phase='backward'``: backward
-    only (see module doc); ``'all'``: every non-communication kernel on a GPU trace (HTA's
-    set), or every op on the non-gloo threads of a CPU trace, ``c10d::`` calls cut out."""
+    """Merged compute intervals (µs, trace-relative) of one rank. ``phase='backward'``: backward only (see
+    module doc); ``'all'``: every non-NCCL kernel on a GPU trace (HTA's set), or every op on the non-gloo
+    threads of a CPU trace, ``c10d::`` calls cut out."""
     if phase not in ("backward", "all"):
         raise ValueError(f"phase={phase!r}; expected 'backward' or 'all'")
     ev = trace.events
@@ -76,185 +144,225 @@ def compute_intervals(trace: Trace, phase: str = "backward") -> list[tuple[float
         if phase == "backward":
             k = ev.loc[_backward_gpu_rows(trace)]
         else:
-            k = ev[(ev["cat"] == "kernel") & ~ev["name"].str.lower().str.contains(COMM_KERNEL_KEY)]
-        return _union(list(zip(k["start_us"], k["end_us"])))
-    comm_tids = set(comm_events(trace)["tid"])
-    ops = ev[(ev["cat"] == "cpu_op") & ~ev["tid"].isin(comm_tids)]
+            k = ev[(ev["cat"] == "kernel") & ~ev["name"].str.lower().str.contains("nccl", regex=False)]
+        return _union(zip(k["start_us"], k["end_us"]))
+    gloo_tids = set(ev.loc[ev["name"].str.startswith("gloo:"), "tid"])
+    ops = ev[(ev["cat"] == "cpu_op") & ~ev["tid"].isin(gloo_tids)]
     c10d = ops[ops["name"].str.startswith("c10d::")]
-    if phase == "backward":
-        ops = ops[ops["name"].str.startswith(BACKWARD_PREFIX)]
-    else:
-        ops = ops[~ops["name"].str.startswith("c10d::")]
-    return _subtract(_union(list(zip(ops["start_us"], ops["end_us"]))),
-                     _union(list(zip(c10d["start_us"], c10d["end_us"]))))
+    ops = ops[ops["name"].str.startswith(BACKWARD_PREFIX)] if phase == "backward" else ops[~ops["name"].str.startswith("c10d::")]
+    return _subtract(_union(zip(ops["start_us"], ops["end_us"])), _union(zip(c10d["start_us"], c10d["end_us"])))
 
 
 def overlap(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> dict:
-    """How much communication time ran while compute ran: ``comm_us`` (merged), ``hidden_us``
-    (comm ∩ compute), ``exposed_us`` (comm with no compute under it) and ``hidden_fraction`` =
-    hidden/comm (None when there is no communication)."""
+    """How much communication ran while compute ran: ``comm_us`` (merged), ``hidden_us`` (comm ∩ compute),
+    ``exposed_us`` (comm with no compute under it), ``hidden_fraction`` = hidden/comm (None without comm)."""
     comm_us, hid = _hidden(comm, compute)
-    exposed = comm_us - hid
-    return {"comm_us": comm_us, "hidden_us": comm_us - exposed, "exposed_us": exposed,
-            "hidden_fraction": (comm_us - exposed) / comm_us if comm_us > 0 else None}
+    return {"comm_us": comm_us, "hidden_us": hid, "exposed_us": comm_us - hid,
+            "hidden_fraction": hid / comm_us if comm_us > 0 else None}
 
 
-def steps(trace: Trace) -> list[tuple[float, float]]:
-    """The ``ProfilerStep#N`` windows of one rank (µs, trace-relative), in order."""
-    ev = trace.events
-    s = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
-    return list(zip(s["start_us"], s["end_us"]))
-
-
-def _clip(iv, lo, hi):
+def clip(iv, lo: float, hi: float) -> list[tuple[float, float]]:
+    """The parts of intervals ``iv`` inside ``[lo, hi]``."""
     return [(max(a, lo), min(b, hi)) for a, b in iv if b > lo and a < hi]
 
 
+def step_intervals(trace: Trace) -> list[dict]:
+    """Per profiled step of one rank, the intervals the overlap table is made of (µs, trace-relative):
+    ``step``, ``window`` (start, end), ``comm`` (this step's all-reduces, clipped to the window, as recorded:
+    possibly overlapping), ``backward`` and ``compute`` (merged, clipped), ``calls``."""
+    comm, win = comm_events(trace), step_windows(trace)
+    bwd, allc = compute_intervals(trace, "backward"), compute_intervals(trace, "all")
+    out = []
+    for w in win.itertuples(index=False):
+        if not np.isfinite(w.step_us):
+            continue
+        mine = comm[comm["step"] == w.step]
+        out.append({"step": int(w.step), "window": (float(w.start_us), float(w.end_us)),
+                    "comm": clip(list(zip(mine["start_us"], mine["end_us"])), w.start_us, w.end_us),
+                    "backward": clip(bwd, w.start_us, w.end_us), "compute": clip(allc, w.start_us, w.end_us),
+                    "calls": int(len(mine))})
+    return out
+
+
 def overlap_table(traces: list[Trace]) -> pd.DataFrame:
-    """One row per (rank, profiled step): ``step_us``, ``allreduce_calls`` (started in the step),
-    ``comm_us``, ``backward_us``, ``hidden_fraction`` (comm under backward compute),
-    ``exposed_us`` (comm under no compute at all) and ``hta_overlap`` (comm under any compute:
-    HTA's definition, computed here over the same intervals)."""
+    """One row per (rank, profiled step) of N ranks' traces: ``step_us`` (see :func:`step_windows`),
+    ``allreduce_calls`` (enqueued by the step), ``comm_us``, ``backward_us``, ``hidden_us`` and
+    ``hidden_fraction`` (comm under backward compute), ``exposed_us`` (comm under no compute at all),
+    ``exposed_fraction`` (exposed / step), ``hta_overlap`` (comm under any compute: HTA's definition on the
+    same intervals), ``wait_us`` (the time this rank's collectives of the step spent waiting for the latest
+    rank, :func:`step_waits`; NaN for one rank), ``kernels`` (GPU work launched by the step; NaN on CPU),
+    ``basis``, and ``steady`` (False for the first profiled step: on a GPU trace its window is not a whole
+    period, on any trace it holds the profiler's start; scaling tables use the steady steps only)."""
+    if not traces:
+        raise ValueError("overlap_table needs at least one rank's trace; got none")
+    waits = step_waits(align(traces)) if len(traces) >= 2 else None
     rows = []
     for rank, tr in enumerate(traces):
-        comm = comm_events(tr)
-        bwd, allc = compute_intervals(tr, "backward"), compute_intervals(tr, "all")
-        for i, (a, b) in enumerate(steps(tr)):
-            mine = comm[(comm["start_us"] >= a) & (comm["start_us"] < b)]
-            ci = list(zip(mine["start_us"], mine["end_us"]))
-            o_b, o_all = overlap(ci, bwd), overlap(ci, allc)
-            rows.append({"rank": rank, "step": i, "step_us": b - a, "allreduce_calls": len(mine),
-                         "comm_us": o_b["comm_us"], "backward_us": _length(_clip(bwd, a, b)),
-                         "hidden_fraction": o_b["hidden_fraction"], "exposed_us": o_all["exposed_us"],
-                         "hta_overlap": o_all["hidden_fraction"]})
+        kernels = step_gpu_work(tr)["kernels"] if tr.has_gpu else None
+        basis = "gpu work" if tr.has_gpu else "cpu range"
+        for s in step_intervals(tr):
+            a, b = s["window"]
+            o_b, o_all = overlap(s["comm"], s["backward"]), overlap(s["comm"], s["compute"])
+            rows.append({"rank": rank, "step": s["step"], "step_us": b - a, "allreduce_calls": s["calls"],
+                         "comm_us": o_b["comm_us"], "backward_us": _length(s["backward"]),
+                         "hidden_us": o_b["hidden_us"], "hidden_fraction": o_b["hidden_fraction"],
+                         "exposed_us": o_all["exposed_us"], "exposed_fraction": o_all["exposed_us"] / (b - a),
+                         "hta_overlap": o_all["hidden_fraction"],
+                         "wait_us": float(waits.get((rank, s["step"]), 0.0)) if waits is not None else np.nan,
+                         "kernels": int(kernels.iloc[s["step"]]) if kernels is not None else np.nan, "basis": basis,
+                         "steady": s["step"] > 0})
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------- aligning ranks
-def align(traces: list[Trace]) -> pd.DataFrame:
-    """Match the k-th all-reduce of every rank (DDP issues buckets in the same order everywhere)
-    and check the clocks: one row per collective with each rank's absolute start/end (µs on the
-    host clock the profiler used), ``end_spread_us`` (latest end − earliest end) and
-    ``causality_gap_us`` = latest start − earliest end: a collective cannot finish on a rank
-    before every rank has entered it, so a positive gap means the clocks disagree by at least
-    that much. ``attrs['offset_us']``: median end difference of rank r vs rank 0 (an estimate of
-    clock offset plus completion skew); ``attrs['violations']``: collectives with a positive gap."""
+def steady_step_intervals(traces: list[Trace]) -> list[list[dict]]:
+    """:func:`step_intervals` of every rank, steady steps only (after the first profiled step; all when one)."""
+    out = []
+    for t in traces:
+        iv = step_intervals(t)
+        out.append([s for s in iv if s["step"] > 0] or iv)
+    return out
+
+
+def exposed_share(intervals: list[list[dict]] | list[dict]) -> float:
+    """The exposed-communication share of the profiled steps: Σ exposed / Σ step over every rank and step,
+    from :func:`step_intervals` (one list per rank, or one flat list); exposed = comm time with no compute."""
+    flat = [s for r in intervals for s in (r if isinstance(r, list) else [r])]
+    if not flat:
+        raise ValueError("exposed_share needs the step intervals of at least one step; got none")
+    exposed = sum(overlap(s["comm"], s["compute"])["exposed_us"] for s in flat)
+    return exposed / sum(s["window"][1] - s["window"][0] for s in flat)
+
+
+# ---------------------------------------------------------------- ranks side by side
+def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFrame:
+    """Each collective on every rank, paired per (profiled step, order within the step): one row per
+    (step, seq, rank) with ``start_us``/``end_us`` on the shared clock (µs from the earliest collective start of
+    any rank, ``attrs['t0_us']`` on the absolute clock), ``wait_us`` = the latest rank's start −
+    this rank's start (time spent waiting for the others), ``transfer_us`` = this rank's end − the latest
+    start (the exchange itself, once everyone is in), and ``causality_gap_us`` = latest start − earliest
+    end: a collective cannot finish anywhere before every rank entered it, so a gap above ``tolerance_us``
+    (default :data:`CAUSALITY_TOL_US` of the backend) means the clocks disagree. ``attrs``: ``tolerance_us``,
+    ``violations`` (collectives whose gap exceeds it), ``offset_us`` (median end of rank r − rank 0)."""
     if len(traces) < 2:
         raise ValueError(f"align needs per-rank traces of at least 2 ranks; got {len(traces)}")
+    tol = CAUSALITY_TOL_US[backend_of(traces[0])] if tolerance_us is None else float(tolerance_us)
     comms = [comm_events(t) for t in traces]
-    counts = [len(c) for c in comms]
-    if len(set(counts)) != 1:
-        raise ValueError(f"ranks recorded different numbers of all-reduces {counts}; expected equal counts "
-                         f"(profile the same steps on every rank)")
+    per_step = [c[c["step"] >= 0].groupby("step").size().to_dict() for c in comms]
+    if any(p != per_step[0] for p in per_step):
+        raise ValueError(f"ranks enqueued different all-reduces per profiled step {per_step}; expected the same "
+                         f"sequence on every rank (profile the same steps on every rank)")
     rows = []
-    for k in range(counts[0]):
-        r = {"collective": k}
-        for rank, c in enumerate(comms):
-            r[f"start_r{rank}"] = float(c.at[k, "ts_us"])
-            r[f"end_r{rank}"] = float(c.at[k, "ts_us"] + c.at[k, "dur_us"])
-        starts = [r[f"start_r{i}"] for i in range(len(comms))]
-        ends = [r[f"end_r{i}"] for i in range(len(comms))]
-        r["end_spread_us"] = max(ends) - min(ends)
-        r["causality_gap_us"] = max(starts) - min(ends)
-        rows.append(r)
-    df = pd.DataFrame(rows)
-    df.attrs["offset_us"] = {rank: float((df[f"end_r{rank}"] - df["end_r0"]).median()) if len(df) else None
-                             for rank in range(1, len(comms))}
-    df.attrs["violations"] = int((df["causality_gap_us"] > 0).sum()) if len(df) else 0
+    keyed = [c[c["step"] >= 0].set_index(["step", "seq"]) for c in comms]
+    t0 = min((float(k["ts_us"].min()) for k in keyed if len(k)), default=0.0)
+    for key in keyed[0].index:
+        start = np.array([float(k.at[key, "ts_us"]) for k in keyed]) - t0
+        end = start + np.array([float(k.at[key, "dur_us"]) for k in keyed])
+        latest = start.max()
+        for r in range(len(traces)):
+            rows.append({"step": key[0], "seq": key[1], "rank": r, "start_us": start[r], "end_us": end[r],
+                         "wait_us": latest - start[r], "transfer_us": max(0.0, end[r] - latest),
+                         "causality_gap_us": latest - end.min()})
+    df = pd.DataFrame(rows, columns=["step", "seq", "rank", "start_us", "end_us", "wait_us", "transfer_us",
+                                     "causality_gap_us"])
+    gaps = df.drop_duplicates(["step", "seq"])["causality_gap_us"]
+    ends = df.pivot_table(index=["step", "seq"], columns="rank", values="end_us")
+    df.attrs.update(tolerance_us=tol, t0_us=t0, violations=int((gaps > tol).sum()),
+                    offset_us={r: float((ends[r] - ends[0]).median()) for r in range(1, len(traces))} if len(df) else {})
     return df
 
 
-# ---------------------------------------------------------------- buckets
-def bucket_plan(grad_bytes_ready_order: list[int], cap_bytes: int, first_cap_bytes: int = FIRST_BUCKET_BYTES) -> list[int]:
-    """Bytes per bucket as DDP packs gradients: tensors in the order their gradients become
-    ready (reverse of registration for a plain stack), whole tensors only, a bucket closes once
-    it holds at least its cap (the first bucket's cap is ``first_cap_bytes``, 1 MiB in torch).
-    Mirrors ``torch.distributed``'s ``_compute_bucket_assignment_by_size`` for one dtype."""
-    if cap_bytes <= 0:
-        raise ValueError(f"cap_bytes={cap_bytes}; expected a positive number of bytes")
-    buckets, cur, cap = [], 0, min(first_cap_bytes, cap_bytes)
-    for b in grad_bytes_ready_order:
-        cur += b
-        if cur >= cap:
-            buckets.append(cur)
-            cur, cap = 0, cap_bytes
-    if cur:
-        buckets.append(cur)
-    return buckets
+def step_waits(al: pd.DataFrame) -> pd.Series:
+    """Per (rank, step): how long the rank had a collective waiting for a peer, the union of the intervals
+    ``[start, start + wait]`` of its collectives in the step (µs; collectives run concurrently on gloo's two
+    worker threads, so waits are merged, not added)."""
+    return al.groupby(["rank", "step"]).apply(
+        lambda g: _length(_union(zip(g["start_us"], g["start_us"] + g["wait_us"]))), include_groups=False)
 
 
-def ledger_bucket_count(grad_bytes: int, bucket_mb: float) -> int:
-    """The memory ledger's count of DDP buckets, ``1 + ceil(max(0, g − 1 MiB) / cap)``: bytes only,
-    as if a tensor could be split across buckets (``analysis.ledger``'s bucket term)."""
-    cap = round(bucket_mb * MiB)
-    return 1 + math.ceil(max(0, grad_bytes - MiB) / cap)
+def wait_per_step(al: pd.DataFrame, rank: int) -> float:
+    """Mean over the steady profiled steps (step >= 1; all when there is one) of :func:`step_waits` of
+    ``rank`` (µs), from :func:`align`: the straggler's cost to this rank."""
+    w = step_waits(al)
+    if rank not in w.index.get_level_values("rank"):
+        raise ValueError(f"no collectives of rank {rank}; ranks present: {sorted(al['rank'].unique())}")
+    mine = w.loc[rank]
+    steady = mine[mine.index > 0] if (mine.index > 0).any() else mine
+    return float(steady.mean())
 
 
-# ---------------------------------------------------------------- bandwidth and scaling
-def algbw(nbytes: float, seconds: float) -> float:
-    """Algorithm bandwidth in GB/s: the buffer's size over the all-reduce time."""
-    if seconds <= 0:
-        raise ValueError(f"seconds={seconds}; expected > 0")
-    return nbytes / seconds / 1e9
+def wait_at(al: pd.DataFrame, rank: int, seq: int = 0) -> float:
+    """How long ``rank`` waited at the ``seq``-th collective of each steady profiled step (step >= 1; all when
+    there is one), on average (µs): the latest rank's start − this rank's start, from ``start_us`` of
+    :func:`align` (its other columns are not needed)."""
+    mine = al[al["seq"] == seq]
+    if mine.empty or rank not in set(mine["rank"]):
+        raise ValueError(f"no collective #{seq} of rank {rank}; ranks {sorted(set(al['rank']))}, "
+                         f"collectives per step {sorted(set(al['seq']))}")
+    latest = mine.groupby("step")["start_us"].max()
+    waits = latest - mine[mine["rank"] == rank].set_index("step")["start_us"]
+    steady = waits[waits.index > 0] if (waits.index > 0).any() else waits
+    return float(steady.mean())
 
 
-def busbw(algbw_gbs: float, n: int) -> float:
-    """Bus bandwidth (nccl-tests convention for all-reduce): ``algbw · 2(n−1)/n``, the rate each
-    rank's link carries in a ring all-reduce, comparable to the link's peak for any n."""
-    if n < 1:
-        raise ValueError(f"n={n}; expected >= 1 ranks")
-    return algbw_gbs * 2 * (n - 1) / n
+# ---------------------------------------------------------------- invariants
+def invariant_violations(table: pd.DataFrame, buckets: int | None = None) -> list[str]:
+    """What breaks the rules every overlap table must keep, as sentences (empty when all hold): exposed <=
+    comm <= step on every rank and step; all-reduce calls per step = ``buckets`` (DDP's bucket count) when
+    given; kernels per step the same whole number in every profiled step of a rank (GPU traces)."""
+    out = []
+    for r in table.itertuples(index=False):
+        if not (r.exposed_us <= r.comm_us + EPS_US and r.comm_us <= r.step_us + EPS_US):
+            out.append(f"rank {r.rank} step {r.step}: exposed {r.exposed_us:.1f} µs, comm {r.comm_us:.1f} µs, step "
+                       f"{r.step_us:.1f} µs; expected exposed <= comm <= step")
+        if buckets is not None and r.allreduce_calls != buckets:
+            out.append(f"rank {r.rank} step {r.step}: {r.allreduce_calls} all-reduce calls; expected {buckets} "
+                       f"(DDP's buckets)")
+    k = table.dropna(subset=["kernels"])
+    for rank, g in k.groupby("rank"):
+        if g["kernels"].nunique() != 1:
+            out.append(f"rank {rank}: kernels per step {sorted(g['kernels'].astype(int))}; expected the same whole "
+                       f"number in every profiled step")
+    return out
 
 
-def scaling(t1_step_s: float, tn_step_s: float, n: int) -> dict:
-    """Weak scaling (each rank keeps its batch): ``speedup`` = n·t1/tn in samples per second,
-    ``efficiency`` = speedup / n."""
-    s = n * t1_step_s / tn_step_s
-    return {"speedup": s, "efficiency": s / n}
+# ---------------------------------------------------------------- one step's phases (the timeline)
+def _gpu_launched_in(trace: Trace, prefix: str, step: int) -> list[tuple[float, float]]:
+    """GPU intervals of the compute kernels of ``step`` whose launch call sits inside a range named ``prefix…``."""
+    ev = trace.events
+    rng = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith(prefix)]
+    g = trace.gpu_events("all")
+    g = g[(g["step"] == step) & (g["cat"] == "kernel") & ~g["name"].str.lower().str.contains("nccl", regex=False)]
+    out = []
+    for i, row in g.iterrows():
+        t = ev.at[trace.launcher[i], "start_us"] if i in trace.launcher else np.nan
+        if ((rng["start_us"] <= t) & (t < rng["end_us"])).any():
+            out.append((row["start_us"], row["end_us"]))
+    return _union(out)
 
 
-def amdahl_bound(exposed_fraction: float, n: int) -> float:
-    """Upper bound on the data-parallel speedup when a fraction ``exposed_fraction`` of the
-    n-rank step is communication nothing hides: at most n·(1 − f) of n."""
-    if not 0 <= exposed_fraction <= 1:
-        raise ValueError(f"exposed_fraction={exposed_fraction}; expected a fraction in [0, 1]")
-    return n * (1 - exposed_fraction)
+def phase_intervals(trace: Trace, step: int) -> dict[str, list[tuple[float, float]]]:
+    """Absolute-clock intervals (µs) of one profiled step of one rank, for a timeline: ``forward`` (DDP's
+    forward), ``backward compute``, ``all-reduce`` (this step's, clipped), ``optimizer``. On a GPU trace all
+    four are GPU work (forward and optimizer: kernels launched inside those CPU ranges)."""
+    s = next((x for x in step_intervals(trace) if x["step"] == step), None)
+    if s is None:
+        raise ValueError(f"no profiled step {step}; the trace has {len(trace.steps())}")
+    a, b = s["window"]
+    if trace.has_gpu:
+        fwd, opt = (_gpu_launched_in(trace, p, step) for p in ("DistributedDataParallel.forward", "Optimizer.step"))
+    else:
+        ev = trace.events
+        rng = ev[ev["cat"] == "user_annotation"]
+
+        def ranges(prefix):
+            r = rng[rng["name"].str.startswith(prefix)]
+            return clip(list(zip(r["start_us"], r["end_us"])), a, b)
+        fwd, opt = ranges("DistributedDataParallel.forward"), ranges("Optimizer.step")
+    out = {"forward": fwd, "backward compute": s["backward"], "all-reduce": _union(s["comm"]), "optimizer": opt}
+    return {k: [(x + trace.t0, y + trace.t0) for x, y in v] for k, v in out.items()}
 
 
-def ring_allreduce_s(nbytes: float, n: int, busbw_gbs: float, latency_s: float = 0.0) -> float:
-    """Time of a ring all-reduce of ``nbytes`` over n ranks whose slowest link sustains
-    ``busbw_gbs``: ``2(n−1)/n · bytes / busbw + 2(n−1) · latency`` (seconds)."""
-    return 2 * (n - 1) / n * nbytes / (busbw_gbs * 1e9) + 2 * (n - 1) * latency_s
+if __name__ == "__main__":
+    from ..workloads.ddp import NO_CLI  # lazy: only for the message of `python -m` on this module
 
-
-# link peaks the MODEL starts from (per GPU, per direction): NVLink 4 on H100/H200 SXM is 900 GB/s
-# bidirectional (NVIDIA H200 datasheet); one 400 Gb/s NDR InfiniBand NIC per GPU is 50 GB/s.
-NVLINK4_GBS = 450.0
-IB_NDR_GBS = 50.0
-
-
-def multinode_model(compute_s: float, grad_bytes: float, hidden_fraction: float, gpus=(1, 2, 8, 64),
-                    gpus_per_node: int = 8, intra_link_gbs: float = NVLINK4_GBS, inter_link_gbs: float = IB_NDR_GBS,
-                    achievable: float = 0.8, latency_s: float = 10e-6) -> pd.DataFrame:
-    """A MODEL, not a measurement: predicted step time at each GPU count. The ring all-reduce of
-    ``grad_bytes`` (:func:`ring_allreduce_s`) runs at ``achievable`` × the NVLink peak inside one
-    node and at ``achievable`` × the NIC peak once the ring spans nodes (its slowest link); a
-    fraction ``hidden_fraction`` of it hides under ``compute_s`` (seconds of compute per step,
-    the same on every GPU: weak scaling). Returns ``gpus, link, busbw_gbs, comm_s, step_s,
-    efficiency`` with ``attrs['label']`` saying it is a model."""
-    if not 0 <= hidden_fraction <= 1 or not 0 < achievable <= 1:
-        raise ValueError(f"hidden_fraction={hidden_fraction}, achievable={achievable}; expected fractions in [0, 1]")
-    rows = []
-    for n in gpus:
-        link, peak = ("NVLink (one node)", intra_link_gbs) if n <= gpus_per_node else ("network (across nodes)",
-                                                                                       inter_link_gbs)
-        bw = achievable * peak
-        comm = ring_allreduce_s(grad_bytes, n, bw, latency_s) if n > 1 else 0.0
-        step = compute_s + (1 - hidden_fraction) * comm
-        rows.append({"gpus": n, "link": link if n > 1 else "none", "busbw_gbs": bw if n > 1 else None,
-                     "comm_ms": 1e3 * comm, "step_ms": 1e3 * step, "efficiency": compute_s / step})
-    df = pd.DataFrame(rows)
-    df.attrs["label"] = (f"MODEL (formula, not measured): ring all-reduce at {achievable:g} x link peak "
-                         f"(NVLink {intra_link_gbs:g} GB/s, NIC {inter_link_gbs:g} GB/s per direction), "
-                         f"{gpus_per_node} GPUs per node, {hidden_fraction:.0%} of it hidden")
-    return df
+    raise SystemExit(NO_CLI.format(module="infralens_lab.analysis.distributed"))

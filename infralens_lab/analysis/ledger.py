@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from ..units import ELEM_BYTES, MiB
+from .buckets import bucket_caps, bucket_count, rule_text
 
 CATEGORIES = ("weights", "gradients", "optimizer states", "activations", "temporary buffers",
               "communication buckets", "KV cache")
@@ -179,7 +180,7 @@ class Training:
     dp: int = 1
     zero_stage: int = 0
     recompute: str = "none"
-    bucket_mb: float = 25.0
+    bucket_mb: float | None = None
     attention: str = "materialized"
     optimizer_impl: str = "foreach"
     grad_as_bucket_view: bool = False
@@ -193,8 +194,10 @@ class Training:
             _check_choice("Training", n, getattr(self, n), choices)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"Training.zero_stage = {self.zero_stage!r}; expected one of 0, 1, 2, 3")
-        if isinstance(self.bucket_mb, bool) or not isinstance(self.bucket_mb, (int, float)) or self.bucket_mb <= 0:
-            raise ValueError(f"Training.bucket_mb = {self.bucket_mb!r}; expected a positive number of MiB")
+        if self.bucket_mb is not None and (isinstance(self.bucket_mb, bool) or not isinstance(self.bucket_mb, (int, float))
+                                           or self.bucket_mb <= 0):
+            raise ValueError(f"Training.bucket_mb = {self.bucket_mb!r}; expected a positive number of MiB, or None "
+                             f"for DDP's default")
 
 
 TrainingSetup = Training  # the name docs/CONTRACTS.md first used
@@ -347,22 +350,39 @@ def _temporary(m: Model, t: Training, psi: int) -> tuple[int, str]:
     return cands[best][0], "largest of " + "; ".join(f"{k} ({d})" for k, (_, d) in cands.items()) + f" → {best}"
 
 
-def bucket_term(t: Training, psi: int) -> tuple[int, str]:
+def param_tensors(m: Model) -> list[int]:
+    """Element counts of the model's parameter tensors in registration order (TinyGPT's layout: token and
+    position embeddings, per block norm 1, q, k and v, output projection, norm 2, MLP, then the final norm and
+    the head unless tied); they add up to :func:`param_count`."""
+    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    norm = [h, h] if m.norm == "layernorm" else [h]
+    attn = [h * h, 2 * h * kv] + ([h, 2 * kv] if m.attn_bias else []) + [h * h] + ([h] if m.attn_bias else [])
+    if m.mlp == "swiglu":
+        mlp = [h * f, h * f, f * h] + ([f, f, h] if m.mlp_bias else [])
+    else:
+        mlp = [h * f] + ([f] if m.mlp_bias else []) + [f * h] + ([h] if m.mlp_bias else [])
+    block = norm + attn + norm + mlp
+    head = [] if m.tied else [m.vocab * h]
+    return [m.vocab * h] + ([m.n_positions * h] if m.n_positions else []) + block * m.n_layer + norm + head
+
+
+def bucket_term(t: Training, psi: int, m: Model | None = None) -> tuple[int, str]:
     """The communication-bucket term for ``psi`` parameters under ``t``: ``(bytes, formula)``. DDP copies
     every gradient into flat buckets unless ``grad_as_bucket_view``; ZeRO keeps two constant buffers. The
-    bucket count in the formula assumes DDP's default cap (a 1 MiB first bucket); with an explicit
-    ``bucket_cap_mb`` torch makes the first bucket the cap too, so the count is one lower there."""
+    number of buckets comes from the one bucket rule (:func:`infralens_lab.analysis.buckets.bucket_plan`: whole
+    tensors, gradient-ready order taken as reverse registration, 1 MiB first bucket only with the default cap)
+    on ``m``'s tensors (:func:`param_tensors`); without ``m`` the formula gives no count."""
     g = PRECISIONS[t.precision]["g"] * psi
-    cap = round(t.bucket_mb * MiB)
     if t.dp == 1:
         return 0, "dp=1: no gradient all-reduce"
     if t.zero_stage == 0:
-        n = 1 + math.ceil(max(0, g - MiB) / cap)
+        gb = PRECISIONS[t.precision]["g"]
+        n = f"{bucket_count([gb * x for x in reversed(param_tensors(m))], t.bucket_mb)} buckets" if m else "buckets"
         if t.grad_as_bucket_view:
-            return 0, f"gradient_as_bucket_view: grads live in the {n} buckets, no copy"
-        return g, f"DDP flat buckets copy every gradient: {PRECISIONS[t.precision]['g']}Ψ in {n} buckets " \
-                  f"(1 MiB first, then {t.bucket_mb:g} MiB each)"
-    return min(2 * cap, 2 * g), f"2 constant-size buffers of {t.bucket_mb:g} MiB (reduce-scatter, all-gather)"
+            return 0, f"gradient_as_bucket_view: grads live in the {n}, no copy"
+        return g, f"DDP flat buckets copy every gradient: {gb}Ψ in {n} ({rule_text(t.bucket_mb)})"
+    cap = bucket_caps(t.bucket_mb)[1]
+    return min(2 * cap, 2 * g), f"2 constant-size buffers of {cap / MiB:g} MiB (reduce-scatter, all-gather)"
 
 
 def predict_training(model: Model, training: Training) -> pd.DataFrame:
@@ -380,7 +400,7 @@ def predict_training(model: Model, training: Training) -> pd.DataFrame:
     states = model_states(psi, t.precision, t.optimizer, t.dp, t.zero_stage, matmul_weight_params(m))
     act, act_f = activation_bytes(m, t)
     tmp, tmp_f = _temporary(m, t, psi)
-    bkt, bkt_f = bucket_term(t, psi)
+    bkt, bkt_f = bucket_term(t, psi, m)
     rows = [(c, *states[c], ZERO) for c in ("weights", "gradients", "optimizer states")]
     rows += [("activations", act, act_f, KORTH + " (generalised here)"),
              ("temporary buffers", tmp, tmp_f, "estimate from torch.optim.adam and F.cross_entropy"),

@@ -1,273 +1,149 @@
-"""Lab 06 glue: run the DDP measurement (two gloo processes on a CPU, NCCL on two GPUs), say whether a
-recorded NCCL set exists, and turn each rank's dict into the tables and the timeline figure the notebook shows.
-The arithmetic lives in :mod:`infralens_lab.analysis.distributed`; the measurement in
-:mod:`infralens_lab.measure.distributed`.
+"""Lab 06 glue: run the DDP measurement (gloo ranks on a CPU, NCCL on GPUs), find the recorded NCCL set, and
+say things in the words of the backend that produced the evidence. Tables: :mod:`infralens_lab.analysis.ddp_run`;
+the measurement: :mod:`infralens_lab.measure.distributed`; figures: :mod:`infralens_lab.present.distributed`.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import sys
-from dataclasses import dataclass
-
-import pandas as pd
 
 from .. import evidence
-from ..analysis import distributed as A
-from ..analysis import ledger
+from ..analysis import ddp_run as R
+from ..analysis.hardware import PEAKS
+from ..analysis.scaling import LINK_PEAKS_GBS, largest_busbw
 from ..measure import distributed as D
-from ..parse.trace import Trace, load_trace
-from ..workloads import ddp as W
 from ..measure.torch_trace import quiet_profiler_chatter
+from ..parse.ranks import RankRun
+from ..units import KiB, MiB
+from ..workloads import ddp as W
 
-from ..units import MiB
-RECORDED = "ddp_rank0"
-PRACTICE = ("mystery", "reference")
-GLOO_NOTE = ("gloo on CPU tensors: the all-reduce is memory copies and TCP on loopback between two processes that "
-             "share this machine's cores, not NCCL kernels over NVLink. What still holds: DDP's hooks, buckets and "
-             "call counts are the same code; the timeline shows when each bucket was handed over and how long the "
-             "exchange took. What does not transfer: the times, the bandwidth, and 'overlapped = free' (here compute "
-             "and communication compete for the same two cores).")
+WORDS = {
+    "gloo": {"comm": "gloo's all-reduce ranges on its worker threads", "where": "two processes sharing this CPU's cores",
+             "note": "gloo on CPU tensors: each all-reduce is memory copies and TCP on loopback between processes that "
+                     "share this machine's cores, not NCCL kernels over NVLink. What holds on GPUs too: DDP's hooks, "
+                     "its buckets and its call counts (the same code). What does not transfer: the times, the bandwidth, "
+                     "and 'overlapped = free' (compute and communication compete for the same cores)."},
+    "nccl": {"comm": "NCCL all-reduce kernels on NCCL's own stream", "where": "GPUs joined by NVLink",
+             "note": "NCCL on GPUs: each all-reduce is an NCCL kernel on its own CUDA stream, moving gradients over "
+                     "NVLink while the compute stream runs backward; the kernel starts when its rank launches it and "
+                     "spins until every rank has joined, so its time holds the wait for the latest rank."},
+}
 
 
 @contextlib.contextmanager
 def quiet():
-    """lab03's ``quiet_profiler_chatter`` for spawned ranks (they inherit file descriptor 2), also dropping the
-    blank line two ranks' interleaved USDT lines can leave behind."""
+    """The profiler's native chatter silenced for spawned ranks (they inherit file descriptor 2)."""
     buf = io.StringIO()
-    with contextlib.redirect_stderr(buf):
-        with quiet_profiler_chatter():
-            yield
+    with contextlib.redirect_stderr(buf), quiet_profiler_chatter():
+        yield
     if buf.getvalue().strip():
         print(buf.getvalue().strip(), file=sys.stderr)
 
 
-@dataclass
-class Run:
-    """One launch: each rank's dict (``ranks``), the backend, and a live Evidence for captions."""
-
-    ranks: list
-    backend: str
-    ev: evidence.Evidence
-
-    def config(self, label: str, rank: int = 0) -> dict:
-        for c in self.ranks[rank]["configs"]:
-            if c["label"] == label:
-                return c
-        raise KeyError(f"no config {label!r}; expected one of {[c['label'] for c in self.ranks[rank]['configs']]}")
-
-    def traces(self, label: str) -> list[Trace]:
-        """The per-rank traces of config ``label`` (or ``'no_sync'``/``'plain'``), parsed by torch_trace."""
-        if label in ("no_sync", "plain"):
-            return [load_trace(r["no_sync"][label]["trace"]) for r in self.ranks]
-        return [load_trace(self.config(label, r)["trace"]) for r in range(len(self.ranks))]
+def live(world: int = 2, timeout_s: float = 300.0) -> RankRun:
+    """Measure now: NCCL on ``world`` GPUs (the GPU-sized model) when there are that many, else ``world`` gloo
+    processes on the CPU (the small model): :func:`~infralens_lab.measure.distributed.spec_for`."""
+    backend = "nccl" if W.gpu_count() >= world else "gloo"
+    with quiet():
+        ranks = D.run(D.spec_for(backend), world=world, backend=backend, timeout_s=timeout_s)
+    ev = evidence.live("ddp_live", {"world": world, "backend": backend},
+                       command=f"labs/06: lab06.live() -> measure.distributed.run ({world} ranks, {backend})")
+    return RankRun(ranks, ev)
 
 
-def recorded_status() -> str:
-    """Whether a recorded NCCL run for this lab exists in the reference set, and what to do if not."""
+def recorded_run() -> RankRun | None:
+    """The recorder's NCCL run (``ddp_meta``, ``ddp_rank0`` …) from the first recorded set that has it (the
+    default reference first), or None."""
     try:
-        store = evidence.reference()
-        store.load(RECORDED)
-        return f"Recorded NCCL run: present ({store.gpu})."
-    except (evidence.EvidenceError, KeyError, FileNotFoundError, OSError) as exc:
-        return ("Recorded NCCL run: MISSING. The two-GPU machine was not available when this lab was built, so "
-                "no NCCL trace of this lab exists yet; everything below is the live gloo run plus formulas. "
-                "`python -m infralens_lab record --only distributed` on a machine with 2 GPUs adds it "
-                f"({type(exc).__name__}).")
-
-
-def live(world: int = 2, timeout_s: float = 120.0) -> Run:
-    """Run the lab's measurement now on the lab's small model (``D.CPU_SPEC``, so every question's premise holds):
-    NCCL on ``world`` GPUs when there are that many, else ``world`` gloo processes on the CPU. The GPU-sized
-    run is the recorder's (:func:`recorded_run`)."""
-    backend, spec = ("nccl" if W.gpu_count() >= world else "gloo"), D.CPU_SPEC
-    with quiet():  # the ranks inherit this process's stderr; Kineto's USDT lines vary per run
-        ranks = D.run(spec, world=world, backend=backend, timeout_s=timeout_s)
-    summary = {"world": world, "backend": backend, "configs": [c["label"] for c in ranks[0]["configs"]]}
-    ev = evidence.live("ddp_live", summary, command=f"labs/06: lab06.live() -> measure.distributed.run "
-                                                     f"({world} ranks, {backend})")
-    return Run(ranks, backend, ev)
-
-
-def recorded_run() -> Run | None:
-    """The recorder's NCCL run (records ``ddp_rank0``, ``ddp_rank1``) as a :class:`Run`, or None when the
-    reference set has none (:func:`recorded_status` says why)."""
-    try:
-        store = evidence.reference()
-        evs = [store.load(f"ddp_rank{r}") for r in range(2)]
-    except (evidence.EvidenceError, KeyError, FileNotFoundError, OSError):
+        for store in evidence.load_all_sets():
+            if "ddp_meta" in store.names():
+                world = store.load("ddp_meta").values["world"]
+                evs = [store.load(f"ddp_rank{r}") for r in range(world)]
+                return RankRun([e.values for e in evs], evs[0])
+    except (evidence.EvidenceError, KeyError, OSError):
         return None
-    return Run([e.values for e in evs], evs[0].values.get("backend", "nccl"), evs[0])
+    return None
 
 
-# ---------------------------------------------------------------- timeline
-PHASES = (("forward", "#4c72b0"), ("backward compute", "#55a868"), ("all-reduce", "#c44e52"), ("optimizer", "#8172b2"))
+def recorded_status(rec: RankRun | None) -> str:
+    if rec is not None:
+        return f"Recorded NCCL run: present, {rec.world} ranks ({rec.ev.caption()})."
+    return ("Recorded NCCL run: not in this checkout yet. Everything below is this machine's live run plus formulas; "
+            "`python -m infralens_lab record --out data/recorded/2x-<gpu> --only device,distributed` on a machine "
+            "with 2 or more GPUs adds it, and the cells marked 'recorded' then show it.")
 
 
-def phase_intervals(tr: Trace, step: int) -> dict[str, list[tuple[float, float]]]:
-    """Absolute-clock intervals (µs) of one profiled step of one rank: forward (DDP's forward range),
-    backward compute, all-reduce, optimizer (``Optimizer.step`` range). On a GPU trace forward and optimizer
-    are the CPU ranges that launched them, while backward compute and all-reduce are kernels on the device."""
-    a, b = A.steps(tr)[step]
-    ev = tr.events
-
-    def rng(prefix):
-        s = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith(prefix)]
-        s = s[(s["start_us"] >= a) & (s["start_us"] < b)]
-        return list(zip(s["start_us"], s["end_us"]))
-
-    comm = A.comm_events(tr)
-    comm = comm[(comm["start_us"] >= a) & (comm["start_us"] < b)]
-    out = {"forward": rng("DistributedDataParallel.forward"),
-           "backward compute": [iv for iv in A.compute_intervals(tr, "backward") if a <= iv[0] < b],
-           "all-reduce": list(zip(comm["start_us"], comm["end_us"])), "optimizer": rng("Optimizer.step")}
-    return {k: [(x + tr.t0, y + tr.t0) for x, y in v] for k, v in out.items()}
+def exercise_run(run: RankRun, rec: RankRun | None) -> tuple[RankRun, str]:
+    """The run exercises 1, 3 and 4 work on, and why: the recorded NCCL run when the checkout has one (the grader
+    marks against it), else this live run (checked here; the grader needs the recording)."""
+    if rec is not None:
+        return rec, f"Evidence: the recorded NCCL run ({rec.world} ranks)."
+    return run, (f"Evidence: this live {run.backend} run (no NCCL recording in this checkout: your answer is checked "
+                 "here against your own run; the grader marks it once the recording exists).")
 
 
-def timeline_figure(traces: list[Trace], step: int = 1, title: str = ""):
-    """One row per rank and phase for one step, all ranks on the host clock both profilers used (ms from the
-    earliest rank's step start)."""
-    import matplotlib.pyplot as plt
-
-    per = [phase_intervals(t, step) for t in traces]
-    t0 = min(v[0][0] for p in per for v in p.values() if v)
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 1.3 * len(traces)))
-    for r, p in enumerate(per):
-        for k, (name, color) in enumerate(PHASES):
-            y = r * (len(PHASES) + 1) + k
-            ax.broken_barh([((s - t0) / 1e3, (e - s) / 1e3) for s, e in p[name]], (y, 0.8), facecolors=color,
-                           edgecolors="white", linewidth=0.5, label=name if r == 0 else None)
-    ax.set_yticks([r * (len(PHASES) + 1) + 1.5 for r in range(len(traces))], [f"rank {r}" for r in range(len(traces))])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms on the shared host clock (0 = first rank's step start)")
-    ax.set_title(title or f"One DDP step per rank (profiled step {step})")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), fontsize=9, ncol=4, frameon=False)
-    fig.tight_layout()
-    return fig
+def gradient_summary(c: dict) -> str:
+    """The config's gradients in the order DDP saw them become ready, in one line."""
+    g = R.ready_order_bytes(c)
+    kinds = ", ".join(f"{n} of {b / KiB:g} KiB" if b < MiB else f"{n} of {b / MiB:g} MiB"
+                      for b, n in sorted({b: g.count(b) for b in g}.items()))
+    return (f"{len(g)} gradient tensors ({kinds}), {sum(g) / MiB:.2f} MiB in all; ready order: "
+            + ", ".join(f"{b / KiB:g}" for b in g[:4]) + f", ... KiB ({len(g)} in all).")
 
 
-# ---------------------------------------------------------------- tables
-def hidden_by_rank(traces: list[Trace]) -> pd.DataFrame:
-    """Per rank, over all profiled steps: all-reduce time, the part under backward compute (ms), its fraction."""
-    t = A.overlap_table(traces)
-    g = t.assign(hidden_us=t["comm_us"] * t["hidden_fraction"].fillna(0)).groupby("rank")[["comm_us", "hidden_us"]].sum()
-    g["hidden_fraction"] = g["hidden_us"] / g["comm_us"]
-    return g.reset_index().assign(comm_ms=lambda d: d["comm_us"] / 1e3, hidden_ms=lambda d: d["hidden_us"] / 1e3)[
-        ["rank", "comm_ms", "hidden_ms", "hidden_fraction"]]
+def bucket_sentence(b) -> str:
+    """Where the bucket rule and DDP's Reducer agree, from the bucket table."""
+    same = int((b["ddp_buckets"] == b["rule_buckets"]).sum())
+    sizes = int((b["ddp_MiB"] == b["rule_MiB"]).sum())
+    return (f"The rule gives DDP's bucket count in {same} of {len(b)} setups and its bucket sizes in {sizes} of "
+            f"{len(b)}. The copy the ledger predicts equals the bytes DDP copies in "
+            f"{int(((b['ledger_copy_MiB'] - b['measured_copy_MiB']).abs() < 1e-9).sum())} of {len(b)}.")
 
 
-def _per_step(t: pd.DataFrame) -> dict:
-    return {"calls_per_step": t["allreduce_calls"].median(), "comm_ms": t["comm_us"].mean() / 1e3,
-            "hidden_under_backward": (t["comm_us"] * t["hidden_fraction"].fillna(0)).sum() / t["comm_us"].sum(),
-            "hta_overlap": (t["comm_us"] * t["hta_overlap"].fillna(0)).sum() / t["comm_us"].sum(),
-            "exposed_ms": t["exposed_us"].mean() / 1e3, "profiled_step_ms": t["step_us"].mean() / 1e3}
+def reducer_sentence(t) -> str:
+    """DDP's reducer timers against the trace's intervals, row by row of the sweep's times (no adjective of size)."""
+    parts = [f"{r.config}: trace {r.hidden_under_backward:.2f}, reducer {r.ddp_reducer_overlap:.2f}"
+             for r in t.itertuples() if r.hidden_under_backward is not None and r.ddp_reducer_overlap is not None]
+    higher = sum(r.ddp_reducer_overlap > r.hidden_under_backward for r in t.itertuples()
+                 if r.hidden_under_backward is not None and r.ddp_reducer_overlap is not None)
+    return f"Hidden fraction, trace vs DDP's reducer timers: {'; '.join(parts)}. The reducer reads higher in {higher} of {len(parts)}."
 
 
-def sweep_counts(run: Run, labels=None) -> pd.DataFrame:
-    """Deterministic columns of the bucket sweep: cap, all-reduce calls per step, buckets and their bytes,
-    gradient storages (16 = each grad its own tensor; = buckets when grads are views into them)."""
-    rows = []
-    for c in run.ranks[0]["configs"]:
-        if labels is not None and c["label"] not in labels:
-            continue
-        t = A.overlap_table(run.traces(c["label"]))
-        rows.append({"config": c["label"], "calls_per_step": int(t["allreduce_calls"].median()),
-                     "buckets": len(c["bucket_bytes"]), "bucket_MiB": sum(c["bucket_bytes"]) / MiB,
-                     "param_tensors": c["param_tensors"], "grad_storages": c["grad_storages"]})
-    return pd.DataFrame(rows)
-
-
-def sweep_times(run: Run, labels=None) -> pd.DataFrame:
-    """Timed columns of the sweep (vary run to run): wall step, all-reduce per step, hidden fractions, DDP's own timers."""
-    rows = []
-    for c in run.ranks[0]["configs"]:
-        if labels is not None and c["label"] not in labels:
-            continue
-        d = _per_step(A.overlap_table(run.traces(c["label"])))
-        tm = c["ddp_timers_ns"]
-        ddp_hidden = tm.get("avg_backward_compute_comm_overlap_time", 0) / tm["avg_backward_comm_time"] \
-            if tm.get("avg_backward_comm_time") else None
-        rows.append({"config": c["label"], "step_ms": 1e3 * c["step_s"], "comm_ms": d["comm_ms"],
-                     "hidden_under_backward": d["hidden_under_backward"], "hta_overlap": d["hta_overlap"],
-                     "ddp_reducer_overlap": ddp_hidden, "exposed_ms": d["exposed_ms"]})
-    return pd.DataFrame(rows)
-
-
-def bucket_prediction(run: Run) -> pd.DataFrame:
-    """Buckets per cap: measured (DDP's rebuilt buckets), predicted by whole-tensor packing
-    (``analysis.distributed.bucket_plan``) and by the memory ledger's bytes-only count; and the ledger's
-    bucket term (bytes) next to the measured bucket bytes."""
-    rows = []
-    for c in run.ranks[0]["configs"]:
-        if c["label"] in PRACTICE:
-            continue
-        m = W.MLPConfig(**c["model"])
-        grads = [4 * n for n in reversed(m.param_sizes())]  # fp32, ready in reverse registration order
-        cap = round(c["bucket_cap_mb"] * MiB)
-        term, _ = ledger.bucket_term(ledger.Training(batch=1, seq=1, precision="fp32", dp=len(run.ranks),
-                                                  bucket_mb=c["bucket_cap_mb"], grad_as_bucket_view=c["bucket_view"]),
-                                  m.params)
-        rows.append({"config": c["label"], "measured_buckets": len(c["bucket_bytes"]),
-                     "whole_tensor_plan": len(A.bucket_plan(grads, cap, first_cap_bytes=cap)),
-                     "ledger_count": A.ledger_bucket_count(sum(grads), c["bucket_cap_mb"]),
-                     "ledger_bucket_MiB": term / MiB,
-                     "measured_copy_MiB": 0.0 if c["grad_storages"] < c["param_tensors"] else sum(c["bucket_bytes"]) / MiB})
-    return pd.DataFrame(rows)
-
-
-def no_sync_counts(run: Run) -> pd.DataFrame:
-    """All-reduce calls per optimizer step of ``accum`` micro-batches, with and without ``no_sync``."""
-    accum = run.ranks[0]["no_sync"]["accum"]
-    rows = []
-    for name in ("plain", "no_sync"):
-        t = A.overlap_table(run.traces(name))
-        rows.append({"accumulation": name, "micro_batches": accum,
-                     "allreduce_calls_per_optimizer_step": int(t["allreduce_calls"].median())})
-    return pd.DataFrame(rows)
-
-
-def bench_table(run: Run) -> pd.DataFrame:
-    """The plain all-reduce benchmark of rank 0: size, time, algorithm and bus bandwidth (GB/s)."""
-    n = len(run.ranks)
-    rows = [{"MiB": b["bytes"] / MiB, "ms": 1e3 * b["seconds"], "algbw_GBs": A.algbw(b["bytes"], b["seconds"]),
-             "busbw_GBs": A.busbw(A.algbw(b["bytes"], b["seconds"]), n)} for b in run.ranks[0]["bench"]]
-    return pd.DataFrame(rows)
-
-
-def scaling_table(run: Run, label: str = "cap 25 MiB") -> pd.DataFrame:
-    """One rank alone vs ``world`` ranks with DDP (same per-rank batch): step times, speedup, efficiency,
-    the exposed-communication fraction of the profiled DDP step and the Amdahl bound it implies."""
-    n = len(run.ranks)
-    t1, tn = run.ranks[0]["single"]["step_s"], run.config(label)["step_s"]
-    t = A.overlap_table(run.traces(label))
-    f = float((t["exposed_us"] / t["step_us"]).mean())
-    s = A.scaling(t1, tn, n)
-    return pd.DataFrame([{"ranks": n, "one_rank_step_ms": 1e3 * t1, "ddp_step_ms": 1e3 * tn,
-                          "speedup": s["speedup"], "efficiency": s["efficiency"], "exposed_fraction": f,
-                          "amdahl_bound": A.amdahl_bound(f, n)}])
-
-
-def practice_times(run: Run) -> pd.DataFrame:
-    """The practice project's two runs, step time only (what a user would report)."""
-    return pd.DataFrame([{"run": lab, "step_ms": 1e3 * run.config(lab)["step_s"]} for lab in ("reference", "mystery")])
-
-
-def model_inputs() -> dict:
-    """Inputs of the multi-node MODEL for the GPU-sized MLP, from formulas: fp32 gradient bytes = 4·Ψ and
-    compute = 6·Ψ·batch FLOPs at 40 % of the H200's fp32 datasheet peak (an assumption, shown)."""
-    from ..analysis.hardware import PEAKS
-
-    m = D.GPU_MODEL
-    flops = 6 * m.params * m.batch
-    return {"params": m.params, "grad_bytes": 4 * m.params, "flops": flops,
-            "compute_s": flops / (0.4 * PEAKS["H200"].fp32), "assumption": "40% of H200 fp32 peak"}
-
-
-def sweep_sentence(run: Run) -> str:
-    """The bucket sweep in one sentence from this run's numbers (the worked reading of the timed table)."""
-    t = sweep_times(run, [c["label"] for c in run.ranks[0]["configs"] if c["label"].startswith("cap")
-                          and "view" not in c["label"]])
+def sweep_sentence(t) -> str:
     hid = ", ".join(f"{r.config} {r.hidden_under_backward:.0%}" for r in t.itertuples())
     best = t.loc[t["step_ms"].idxmin(), "config"]
-    return (f"This run: all-reduce time hidden under backward = {hid}. Fastest step: {best} "
-            f"({t['step_ms'].min():.1f} ms vs {t['step_ms'].max():.1f} ms for the slowest).")
+    return (f"This run: all-reduce time hidden under backward = {hid}. Fastest profiled step: {best} "
+            f"({t['step_ms'].min():.1f} ms; slowest {t['step_ms'].max():.1f} ms).")
+
+
+def scaling_sentence(s) -> str:
+    """The profiled row of the scaling table against its bound, with the rule that says what it means."""
+    ok = s["speedup"] <= s["weak_scaling_bound"] * R.BOUND_SLACK
+    return (f"Profiled steps: speedup {s['speedup']:.2f}x against n(1 - f) = {s['ranks']} x (1 - {s['exposed_fraction']:.2f}) "
+            f"= {s['weak_scaling_bound']:.2f}x: " + ("within the bound (x 1.05 allowed for noise)." if ok else
+            "ABOVE the bound by more than 5 %: the one-rank baseline ran slower than the ranks' own compute (a busy "
+            "machine), so this run cannot say how much the exposed communication cost."))
+
+
+def link_peak(run: RankRun) -> tuple[float | None, str]:
+    """``(GB/s, label)`` of the link the run's all-reduces cross; ``(None, '')`` for gloo on loopback."""
+    label, gbs = LINK_PEAKS_GBS.get(run.backend, ("", None))
+    return gbs, label
+
+
+def model_inputs(rec: RankRun | None) -> dict:
+    """Inputs of the multi-node MODEL for the GPU-sized MLP: measured on the recorded NCCL run when there is one
+    (one GPU's step, its backward, the hidden fraction at 25 MiB, busbw at the largest size), else formulas:
+    6·Ψ·batch FLOPs at an assumed 40 % of the H200's fp32 peak, backward 2/3 of it, half hidden, busbw assumed."""
+    m = D.GPU_MODEL
+    out = {"params": m.params, "grad_bytes": 4 * m.params}
+    if rec is None:
+        compute = 6 * m.params * m.batch / (0.4 * PEAKS["H200"].fp32)
+        return out | {"compute_s": compute, "backward_s": compute * 2 / 3, "hidden_fraction": 0.5,
+                      "intra_busbw_gbs": None, "source": "assumed: 40% of H200 fp32 peak, backward 2/3, half hidden"}
+    t = R.steady(R.table(rec, R.SCALING_CONFIG))
+    single = R.scaling_table(rec).iloc[0]["one_rank_step_ms"] / 1e3
+    return out | {"compute_s": single, "backward_s": min(single, t["backward_us"].mean() / 1e6),
+                  "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()),
+                  "intra_busbw_gbs": largest_busbw(R.bench(rec)), "source": "measured on the recorded NCCL run"}

@@ -1,25 +1,28 @@
-"""DDP measured per rank: profiled steps at several bucket sizes, ``no_sync`` accumulation, a plain
-all-reduce benchmark and a one-rank baseline, all in one launch.
+"""DDP measured per rank: profiled steps at several bucket sizes, a planted straggler, ``no_sync``
+accumulation, a plain all-reduce benchmark and a one-rank baseline, all in one launch.
 
 :func:`run` launches :func:`job_ddp` on ``world`` ranks through
 :func:`infralens_lab.workloads.ddp.launch` (spawn, timeouts, a dead rank stops the others) and
-returns one dict per rank. Each rank, for every config of the :class:`RunSpec` (bucket cap,
-``gradient_as_bucket_view``, model), wraps :func:`~infralens_lab.workloads.ddp.tiny_mlp` in
-``DistributedDataParallel``, profiles ``active`` steps with
-:func:`infralens_lab.measure.torch_trace.profile` (one warm-up step first: DDP rebuilds its
-buckets in gradient-ready order after the first iteration), times ``timed`` more steps, and
-keeps DDP's own logging data (bucket sizes, its reducer's overlap timers). Then ``no_sync``: one
-optimizer step of ``accum`` micro-batches with and without ``no_sync``; then an all-reduce of
-each benchmark size, timed between barriers. Rank 0 also times the model alone (no DDP, no
-peer) as the one-rank baseline while the other ranks wait at a barrier.
+returns one dict per rank. Each rank, for every config of the :class:`RunSpec` (bucket cap, or DDP's
+default cap, ``gradient_as_bucket_view``, a straggling last rank, the model), wraps
+:func:`~infralens_lab.workloads.ddp.tiny_mlp` in ``DistributedDataParallel``, synchronises and meets the
+other ranks at a barrier, then profiles ``active`` steps after :data:`WARMUP` warm-up steps with
+:func:`infralens_lab.measure.torch_trace.profile` (DDP rebuilds its buckets in gradient-ready order at the
+second iteration, inside the warm-up), times ``timed`` more steps, and keeps DDP's own logging data (bucket
+sizes, the gradient-ready order, its reducer's overlap timers). Then ``no_sync``: one optimizer step of
+``accum`` micro-batches with and without ``no_sync``; then an all-reduce of each benchmark size, timed
+between barriers. Rank 0 also profiles and times the model alone (no DDP, no peer) as the one-rank baseline
+while the other ranks wait at a barrier.
 
-:func:`record_into` is the recorder's ``distributed`` step: NCCL on ``min(2, GPUs)`` GPUs; it
-raises :class:`NotEnoughGPUs` (the recorder logs it as skipped) with fewer than 2.
+:func:`record_into` is the recorder's ``distributed`` step: NCCL on every GPU of the machine (at least 2);
+it checks the run with the recorder's invariant check and refuses to write a set that breaks one
+(:class:`InvariantBroken`); with fewer than 2 GPUs it raises :class:`NotEnoughGPUs` (logged as skipped).
 Times: seconds (``_s``) or milliseconds (``_ms``); sizes in bytes.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..workloads import ddp as W
@@ -29,19 +32,31 @@ class NotEnoughGPUs(RuntimeError):
     """The distributed recording needs 2 GPUs and this machine has fewer."""
 
 
+class InvariantBroken(RuntimeError):
+    """A measured run breaks an invariant (exposed <= comm <= step, calls = buckets, ...): nothing is written."""
+
+
+WARMUP = 2  # warm-up steps before the profiled ones: DDP's first iteration builds, its second rebuilds, buckets
+
+
 @dataclass(frozen=True)
 class DDPConfig:
-    """One profiled DDP setup: a label, the bucket cap (MiB), ``gradient_as_bucket_view`` and the model."""
+    """One profiled DDP setup: a label, the bucket cap (MiB; None = DDP's default), ``gradient_as_bucket_view``,
+    the model, and ``straggle_ms``: how long the last rank sleeps before each step's forward (a planted straggler)."""
 
     label: str
-    bucket_cap_mb: float
+    bucket_cap_mb: float | None
     bucket_view: bool = False
     model: W.MLPConfig = field(default_factory=W.MLPConfig)
+    straggle_ms: float = 0.0
 
     def __post_init__(self):
-        if isinstance(self.bucket_cap_mb, bool) or not isinstance(self.bucket_cap_mb, (int, float)) \
-                or self.bucket_cap_mb <= 0:
-            raise ValueError(f"DDPConfig.bucket_cap_mb = {self.bucket_cap_mb!r}; expected a positive number of MiB")
+        if self.bucket_cap_mb is not None and (isinstance(self.bucket_cap_mb, bool) or
+                                               not isinstance(self.bucket_cap_mb, (int, float)) or self.bucket_cap_mb <= 0):
+            raise ValueError(f"DDPConfig.bucket_cap_mb = {self.bucket_cap_mb!r}; expected a positive number of MiB "
+                             f"(or None for DDP's default)")
+        if isinstance(self.straggle_ms, bool) or not isinstance(self.straggle_ms, (int, float)) or self.straggle_ms < 0:
+            raise ValueError(f"DDPConfig.straggle_ms = {self.straggle_ms!r}; expected a number of ms >= 0")
 
 
 CPU_MODEL = W.MLPConfig(width=512, depth=8, batch=32)  # 8.4 MB of fp32 gradients in 16 tensors
@@ -49,13 +64,16 @@ GPU_MODEL = W.MLPConfig(width=4096, depth=16, batch=256)  # 1.07 GB of fp32 grad
 # the practice project: many small layers; one run has a planted cause, the other is the reference
 PRACTICE_MODEL = W.MLPConfig(width=128, depth=48, batch=32)
 CAPS_MB = (1, 5, 25, 100)
+STRAGGLE_MS = 10.0  # the planted straggler's sleep: above a CPU step's noise, a third of a GPU step
 
 
 def sweep_configs(model: W.MLPConfig, caps=CAPS_MB, practice: bool = True) -> tuple[DDPConfig, ...]:
-    """The lab's configs: one per bucket cap, the default cap (25 MiB) with ``gradient_as_bucket_view``,
-    and the practice project's two runs (``mystery``, ``reference``)."""
+    """The lab's configs: one per bucket cap, DDP's default cap (``bucket_cap_mb=None``: 25 MiB with a 1 MiB
+    first bucket), 25 MiB with ``gradient_as_bucket_view``, the straggler (cap 1 MiB, the last rank sleeps
+    :data:`STRAGGLE_MS` before each forward) and the practice project's two runs (``mystery``, ``reference``)."""
     out = [DDPConfig(f"cap {c:g} MiB", c, False, model) for c in caps]
-    out.append(DDPConfig("cap 25 MiB, bucket view", 25, True, model))
+    out += [DDPConfig("default cap", None, False, model), DDPConfig("cap 25 MiB, bucket view", 25, True, model),
+            DDPConfig("straggler", 1, False, model, STRAGGLE_MS)]
     if practice:
         out += [DDPConfig("mystery", 0.001, False, PRACTICE_MODEL), DDPConfig("reference", 25, False, PRACTICE_MODEL)]
     return tuple(out)
@@ -68,7 +86,7 @@ class RunSpec:
     all-reduce benchmark sizes (MiB), ``bench_reps`` calls each."""
 
     configs: tuple = field(default_factory=lambda: sweep_configs(CPU_MODEL))
-    active: int = 2
+    active: int = 3
     timed: int = 6
     accum: int = 4
     bench_mib: tuple = (0.25, 1, 4, 16)
@@ -84,18 +102,29 @@ class RunSpec:
 
 
 CPU_SPEC = RunSpec()
-GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=2, timed=20, accum=4,
-                   bench_mib=(1, 16, 256, 1024), bench_reps=20)
-QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25)), active=2, timed=5, accum=2,
+GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=3, timed=20, accum=4,
+                   bench_mib=(1, 4, 16, 64, 256, 1024), bench_reps=20)
+LIVE_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=2, timed=5, accum=4,
+                        bench_mib=(1, 16, 256, 1024), bench_reps=5)  # lab 06 live on GPUs: the same configs, fewer repeats
+QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25), practice=False), active=2, timed=5, accum=2,
                          bench_mib=(16, 256), bench_reps=5)
 
+
+def spec_for(backend: str) -> RunSpec:
+    """The lab's measurement for a backend: the small CPU model on gloo, the GPU-sized one on NCCL."""
+    if backend not in W.BACKENDS:
+        raise ValueError(f"backend={backend!r}; expected one of {W.BACKENDS}")
+    return CPU_SPEC if backend == "gloo" else LIVE_GPU_SPEC
+
 # the small run committed as tests/data/ddp_gloo_run.json (see tests/data/README.md)
-_SMALL, _SMALL_PRACTICE = W.MLPConfig(width=256, depth=4, batch=8), W.MLPConfig(width=64, depth=8, batch=8)
+_SMALL, _SMALL_PRACTICE = W.MLPConfig(width=256, depth=8, batch=8), W.MLPConfig(width=64, depth=8, batch=8)
 FIXTURE_SPEC = RunSpec(configs=(DDPConfig("cap 0.25 MiB", 0.25, False, _SMALL), DDPConfig("cap 25 MiB", 25, False, _SMALL),
+                                DDPConfig("default cap", None, False, _SMALL),
                                 DDPConfig("cap 25 MiB, bucket view", 25, True, _SMALL),
+                                DDPConfig("straggler", 0.25, False, _SMALL, STRAGGLE_MS),
                                 DDPConfig("mystery", 0.001, False, _SMALL_PRACTICE),
                                 DDPConfig("reference", 25, False, _SMALL_PRACTICE)),
-                       active=2, timed=2, accum=2, bench_mib=(0.25, 1), bench_reps=2)
+                       active=4, timed=2, accum=2, bench_mib=(0.25, 1), bench_reps=2)
 
 
 # ---------------------------------------------------------------- inside each rank
@@ -106,7 +135,17 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device):
+def together(device):
+    """Synchronise this rank's GPU, then meet every rank at a barrier (and synchronise again): what a
+    profiled window starts from, so no rank's first collective waits for a peer still finishing older work."""
+    import torch.distributed as dist
+
+    _sync(device)
+    dist.barrier()
+    _sync(device)
+
+
+def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device, straggle_s: float = 0.0):
     import torch.nn.functional as F
 
     it = [0]
@@ -114,6 +153,8 @@ def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device):
     def micro():
         x, y = W.batch_for(cfg, rank, it[0], device)
         it[0] += 1
+        if straggle_s:
+            time.sleep(straggle_s)  # the planted straggler: this rank reaches every collective late
         F.mse_loss(model(x), y).backward()
 
     def step():
@@ -125,14 +166,13 @@ def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device):
 
 
 def _timed(step, n: int, device, barrier: bool = True) -> float:
-    """Median seconds of ``n`` steps, each timed on its own (synchronised; a barrier first so ranks start together)."""
+    """Median seconds of ``n`` steps, each timed on its own (synchronised; ranks meet at a barrier first)."""
     import statistics
 
-    import torch.distributed as dist
-
-    _sync(device)
     if barrier:
-        dist.barrier()
+        together(device)
+    else:
+        _sync(device)
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -140,6 +180,18 @@ def _timed(step, n: int, device, barrier: bool = True) -> float:
         _sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def profiled(step, active: int, device, barrier: bool = True, warmup: int = WARMUP) -> dict:
+    """The trimmed trace of ``active`` profiled steps after ``warmup`` warm-up steps, all ranks started together."""
+    from ..parse.trace import trim
+    from .torch_trace import profile
+
+    if barrier:
+        together(device)
+    else:
+        _sync(device)
+    return trim(profile(step, wait=0, warmup=warmup, active=active).data, max_depth=2)
 
 
 def _ddp(cfg: DDPConfig, device):
@@ -156,46 +208,53 @@ def _ints(text) -> list[int]:
     return [int(v) for v in str(text).replace(",", " ").split()] if str(text).strip() else []
 
 
+def ddp_facts(m) -> dict:
+    """What DDP says about its buckets (``_get_ddp_logging_data()``, after its second iteration): ``bucket_bytes``
+    (rebuilt, in reduction order), ``grad_ready_order`` (parameter indices in the order their gradients became
+    ready), ``param_bytes`` (per parameter, registration order), ``param_tensors`` and ``ddp_timers_ns``."""
+    log = m._get_ddp_logging_data()
+    return {"bucket_bytes": _ints(log.get("rebuilt_bucket_sizes", "")) or _ints(log.get("bucket_sizes", "")),
+            "grad_ready_order": _ints(log.get("prev_iteration_grad_ready_order_indices", "")),
+            "param_bytes": [p.numel() * p.element_size() for p in m.parameters()],
+            "param_tensors": int(log.get("num_parameter_tensors", 0)),
+            "ddp_timers_ns": {k: int(log[k]) for k in ("avg_backward_comm_time", "avg_backward_compute_time",
+                                                        "avg_backward_compute_comm_overlap_time") if k in log}}
+
+
 def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
-    """One rank's measurements for ``spec`` (see module doc); traces cut with ``torch_trace.trim(max_depth=2)``
-    (ops nested deeper than two aten ops dropped: intervals, comm ranges and c10d calls are all kept)."""
+    """One rank's measurements for ``spec`` (see module doc); traces cut with ``parse.trace.trim(max_depth=2)``
+    (ops nested deeper than two aten ops dropped: intervals, comm ranges, launches and c10d calls are kept)."""
     import torch
     import torch.distributed as dist
-
-    from ..parse.trace import trim
-    from .torch_trace import profile
 
     backend = dist.get_backend()
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     out: dict = {"rank": rank, "world": world, "backend": backend, "device": str(device), "configs": []}
-    # one-rank baseline: rank 0 alone, the others wait
+    # one-rank baseline: rank 0 alone, profiled and timed the same way; the others wait
     base_model = spec.configs[0].model
     if rank == 0:
         m = W.tiny_mlp(base_model).to(device)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         _, step = _stepper(m, opt, base_model, rank, device)
-        step()
-        out["single"] = {"model": asdict(base_model), "step_s": _timed(step, spec.timed, device, barrier=False)}
+        out["single"] = {"model": asdict(base_model), "trace": profiled(step, max(spec.active, 5), device, barrier=False),
+                         "step_s": _timed(step, spec.timed, device, barrier=False)}
+        del m, opt
     dist.barrier()
     for cfg in spec.configs:
         m, opt = _ddp(cfg, device)
-        _, step = _stepper(m, opt, cfg.model, rank, device)
-        trace = profile(step, wait=0, warmup=1, active=spec.active)
+        straggle = cfg.straggle_ms / 1e3 if rank == world - 1 else 0.0
+        _, step = _stepper(m, opt, cfg.model, rank, device, straggle)
+        trace = profiled(step, spec.active, device)
         step_s = _timed(step, spec.timed, device)
-        log = m._get_ddp_logging_data()
+        facts = ddp_facts(m)
         micro = _stepper(m, opt, cfg.model, rank, device)[0]
         micro()  # one forward/backward more, to see where the gradients live
         storages = {p.grad.untyped_storage().data_ptr() for p in m.parameters()}
         opt.zero_grad(set_to_none=True)
         out["configs"].append({
             "label": cfg.label, "bucket_cap_mb": cfg.bucket_cap_mb, "bucket_view": cfg.bucket_view,
-            "model": asdict(cfg.model), "params": cfg.model.params, "step_s": step_s,
-            "trace": trim(trace.data, max_depth=2),
-            "bucket_bytes": _ints(log.get("rebuilt_bucket_sizes", "")) or _ints(log.get("bucket_sizes", "")),
-            "param_tensors": int(log.get("num_parameter_tensors", 0)), "grad_storages": len(storages),
-            "ddp_timers_ns": {k: int(log[k]) for k in ("avg_backward_comm_time", "avg_backward_compute_time",
-                                                        "avg_backward_compute_comm_overlap_time") if k in log},
-        })
+            "straggle_ms": cfg.straggle_ms, "model": asdict(cfg.model), "params": cfg.model.params,
+            "step_s": step_s, "trace": trace, **facts, "grad_storages": len(storages)})
         del m, opt
     # no_sync: one optimizer step of `accum` micro-batches, with and without it
     cfg = spec.configs[0]
@@ -214,8 +273,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        out["no_sync"][name] = {"trace": trim(profile(opt_step, wait=0, warmup=1, active=1).data, max_depth=2),
-                                "step_s": _timed(opt_step, 2, device)}
+        out["no_sync"][name] = {"trace": profiled(opt_step, 1, device), "step_s": _timed(opt_step, 2, device)}
         del m, opt
     # plain all-reduce benchmark
     out["bench"] = []
@@ -234,7 +292,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
 
 # ---------------------------------------------------------------- entry points
 def run(spec: RunSpec = CPU_SPEC, world: int = 2, backend: str = "gloo", port: int | None = None,
-        timeout_s: float = 120.0) -> list[dict]:
+        timeout_s: float = 180.0) -> list[dict]:
     """Launch :func:`job_ddp` on ``world`` ranks and return their dicts in rank order (see module doc)."""
     if not isinstance(spec, RunSpec):
         raise TypeError(f"spec is {type(spec).__name__}; expected a RunSpec")
@@ -250,22 +308,33 @@ def _topology() -> str:
         return f"nvidia-smi topo -m failed: {exc}"
 
 
-def record_into(writer, quick: bool = False) -> str:
-    """The recorder's ``distributed`` step: :func:`run` with NCCL on ``min(2, GPUs)`` GPUs, written as
-    record ``ddp_rank0``, ``ddp_rank1`` (each rank's dict, traces included) and ``ddp_meta`` (world,
-    NCCL version, topology). Raises :class:`NotEnoughGPUs` with fewer than 2 GPUs."""
-    gpus = W.gpu_count()
+def record_into(writer, check: Callable[[list[dict]], list[str]], quick: bool = False, gpus: int | None = None,
+                spec: RunSpec | None = None, backend: str = "nccl") -> str:
+    """The recorder's ``distributed`` step: :func:`run` with NCCL on every GPU (``gpus``, default all of them,
+    at least 2), checked by ``check`` (the recorder passes ``analysis.ddp_run.run_violations``: a list of broken
+    invariants, empty when all hold), then written as records ``ddp_rank0`` … ``ddp_rank<N-1>`` (each rank's
+    dict, traces included) and ``ddp_meta`` (world, NCCL version, topology). A run that breaks an invariant
+    raises :class:`InvariantBroken` naming each, and nothing is written. Fewer than 2 GPUs: :class:`NotEnoughGPUs`.
+    ``spec`` and ``backend`` (default :data:`GPU_SPEC`, NCCL) let a test drive the same path on gloo ranks."""
+    gpus = W.gpu_count() if gpus is None else gpus
     if gpus < 2:
         raise NotEnoughGPUs(f"the distributed step needs 2 GPUs (NCCL, one rank per GPU) and this machine has "
-                            f"{gpus}; record it on a two-GPU machine (e.g. nvidia-h200-x2)")
-    world = min(2, gpus)
-    spec = QUICK_GPU_SPEC if quick else GPU_SPEC
+                            f"{gpus}; record it on a machine with two or more GPUs (e.g. nvidia-h200-x2)")
+    spec = spec or (QUICK_GPU_SPEC if quick else GPU_SPEC)
     t0 = time.perf_counter()
-    ranks = run(spec, world=world, backend="nccl", timeout_s=540.0)
+    ranks = run(spec, world=gpus, backend=backend, timeout_s=540.0)
+    broken = check(ranks)
+    if broken:
+        raise InvariantBroken(f"{len(broken)} invariant(s) broken, nothing written:\n" + "\n".join(broken[:20]))
     for r in ranks:
         writer.write(f"ddp_rank{r['rank']}", r, units={"step_s": "s", "seconds": "s", "bytes": "B"},
                      notes="one rank of a DDP run (see infralens_lab.measure.distributed); traces trimmed")
-    writer.write("ddp_meta", {"world": world, "gpus": gpus, "backend": "nccl", "nccl": ranks[0].get("nccl_version"),
-                              "topology": _topology(), "spec": repr(spec), "seconds": time.perf_counter() - t0},
+    writer.write("ddp_meta", {"world": gpus, "gpus": gpus, "backend": backend, "nccl": ranks[0].get("nccl_version"),
+                              "topology": _topology(), "spec": repr(spec), "seconds": time.perf_counter() - t0,
+                              "invariants": "checked: exposed <= comm <= step, calls = buckets, speedup <= bound"},
                  notes="NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 in every rank")
-    return f"{world} ranks, {len(spec.configs)} configs, {time.perf_counter() - t0:.1f} s"
+    return f"{gpus} ranks, {len(spec.configs)} configs, {time.perf_counter() - t0:.1f} s, invariants hold"
+
+
+if __name__ == "__main__":
+    raise SystemExit(W.NO_CLI.format(module="infralens_lab.measure.distributed"))

@@ -19,6 +19,7 @@ look-ups). Lab authors add their own with::
 """
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any, Callable
 
@@ -253,6 +254,26 @@ def source(evidence: Any) -> str:
     if prov is None or not hasattr(prov, "source"):
         raise DerivationError(f"'source' needs an Evidence with provenance, got {type(evidence).__name__}")
     return prov.source
+
+
+@register_derivation("formula")
+def formula(evidence: Any, fn: str, scale: float = 1.0, **args: Any) -> Any:
+    """The package's own formula on the evidence: ``fn`` names ``'module:function'`` of
+    ``infralens_lab.analysis`` (e.g. ``'scaling:largest_busbw'``), called as ``function(evidence, **args)``, or
+    ``function(**evidence, **args)`` when the evidence is a dict of its arguments; a number result is multiplied
+    by ``scale`` (e.g. 1e-3 for µs to ms). So an exercise's key is the very function the lab's tables use."""
+    mod, _, name = str(fn).partition(":")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", mod) or not name.isidentifier():
+        raise DerivationError(f"formula fn={fn!r}; expected 'module:function' of infralens_lab.analysis")
+    try:
+        f = getattr(importlib.import_module(f"infralens_lab.analysis.{mod}"), name)
+    except (ImportError, AttributeError) as exc:
+        raise DerivationError(f"formula fn={fn!r} cannot be loaded: {exc}") from None
+    try:
+        v = f(**evidence, **args) if isinstance(evidence, dict) else f(evidence, **args)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise DerivationError(f"formula {fn} on this evidence failed: {type(exc).__name__}: {exc}") from None
+    return v * scale if isinstance(v, (int, float)) and not isinstance(v, bool) and scale != 1.0 else v
 
 
 # ---------------------------------------------------------------- lab-specific

@@ -33,6 +33,12 @@ PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "timed out
              "NCCL communicator was aborted", "DistNetworkError")
 
 
+# what `python -m <module>` says for a module of the DDP path that has no command line (it must not exit 0 silently)
+NO_CLI = ("{module} has no command line: run under torchrun it would do nothing. To profile DDP on N ranks run\n"
+          "  torchrun --nproc_per_node=N -m infralens_lab.profile_ddp --out DIR [--model module:function]\n"
+          "(per-rank traces and provenance in DIR), or call infralens_lab.measure.distributed.run() from Python.")
+
+
 class RankFailed(RuntimeError):
     """A rank of a launched job raised, died or ran out of time; the message says which and how."""
 
@@ -302,3 +308,47 @@ def job_die(rank: int, world: int, bad_rank: int = 1, how: str = "exit") -> dict
     t = torch.ones(1)
     dist.all_reduce(t)
     return {"rank": rank}
+
+
+
+def bucket_zoo(name: str):
+    """``(model, input)`` of a few shapes whose gradients DDP buckets differently: ``mlp`` (equal layers, Linear
+    bias ready before its weight), ``embedding`` (one tensor larger than small caps), ``conv`` (conv weights ready
+    before their biases), ``odd`` (uneven sizes)."""
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    if name == "mlp":
+        return nn.Sequential(*[nn.Linear(256, 256) for _ in range(6)]), torch.randn(4, 256)
+    if name == "embedding":
+        return nn.Sequential(nn.Embedding(3000, 128), nn.Flatten(), nn.Linear(3 * 128, 64)), torch.randint(0, 3000, (4, 3))
+    if name == "conv":
+        return (nn.Sequential(nn.Conv2d(3, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.Flatten(), nn.Linear(64 * 12 * 12, 10)),
+                torch.randn(2, 3, 16, 16))
+    if name == "odd":
+        return nn.Sequential(nn.Linear(100, 700), nn.ReLU(), nn.Linear(700, 33), nn.ReLU(), nn.Linear(33, 900)), torch.randn(4, 100)
+    raise ValueError(f"bucket_zoo model {name!r}; expected one of mlp, embedding, conv, odd")
+
+
+def job_buckets(rank: int, world: int, cases: tuple) -> list[dict]:
+    """For each ``(model name, bucket_cap_mb)`` of ``cases``: DDP's rebuilt bucket sizes after three iterations (it
+    rebuilds at the start of the second and logs the sizes when the next one starts), the
+    gradient-ready order DDP saw, and the parameter sizes (bytes, registration order), as DDP's logging reports them."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    out = []
+    for name, cap in cases:
+        model, x = bucket_zoo(name)
+        m = DDP(model, bucket_cap_mb=cap)
+        for _ in range(3):
+            m(x).float().sum().backward()
+        log = m._get_ddp_logging_data()
+        ints = [[int(v) for v in str(log.get(k, "")).replace(",", " ").split()]
+                for k in ("rebuilt_bucket_sizes", "prev_iteration_grad_ready_order_indices")]
+        out.append({"model": name, "cap": cap, "bucket_bytes": ints[0], "ready_order": ints[1],
+                    "param_bytes": [p.numel() * p.element_size() for p in m.parameters()]})
+    return out
+
+if __name__ == "__main__":
+    raise SystemExit(NO_CLI.format(module="infralens_lab.workloads.ddp"))

@@ -1,0 +1,182 @@
+"""The tables of one DDP measurement (:class:`~infralens_lab.parse.ranks.RankRun`: every rank's dict, live or
+recorded), and the invariants the recorder holds it to before writing it.
+
+Every table is built from the per-rank traces with :mod:`.distributed` (the attribution rule, clipped
+windows), the bucket rule of :mod:`.buckets`, and the formulas of :mod:`.scaling`; nothing here measures.
+Times in ms unless a column says otherwise; fractions are of all-reduce time or of step time as named.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..parse.ranks import RankRun
+from ..units import MiB
+from . import distributed as D
+from . import ledger
+from .buckets import bucket_plan
+from .scaling import bench_table, scaling, weak_scaling_bound
+
+PRACTICE = ("mystery", "reference")
+SCALING_CONFIG = "cap 25 MiB"  # the config the scaling table, its f and exercise 3 are measured on
+BOUND_SLACK = 1.05  # a measured speedup may exceed its own bound by 5 %: two runs of noise, not a law broken
+
+
+def table(run: RankRun, label: str) -> pd.DataFrame:
+    """:func:`.distributed.overlap_table` of config ``label`` (kept on the run: parsing is the slow part)."""
+    key = ("table", label)
+    if key not in run._traces:
+        run._traces[key] = D.overlap_table(run.traces(label))
+    return run._traces[key]
+
+
+def steady(t: pd.DataFrame) -> pd.DataFrame:
+    """The steady rows of an overlap table (profiled steps after the first), or all rows when only one step."""
+    s = t[t["steady"]]
+    return s if len(s) else t
+
+
+def calls_per_step(t: pd.DataFrame) -> int:
+    """All-reduce calls per profiled step: the one value every rank and step shows (ValueError if they differ)."""
+    calls = sorted(set(t["allreduce_calls"]))
+    if len(calls) != 1:
+        raise ValueError(f"all-reduce calls per step differ across ranks and steps: {calls}; expected one number")
+    return int(calls[0])
+
+
+def sweep_counts(run: RankRun, labels=None) -> pd.DataFrame:
+    """The sweep's counts (the same on every run): cap, all-reduce calls per step, DDP's buckets and their
+    bytes, parameter tensors and gradient storages (one per tensor; one per bucket with bucket views)."""
+    rows = []
+    for c in run.ranks[0]["configs"]:
+        if labels is None or c["label"] in labels:
+            rows.append({"config": c["label"], "calls_per_step": calls_per_step(table(run, c["label"])),
+                         "buckets": len(c["bucket_bytes"]), "bucket_MiB": sum(c["bucket_bytes"]) / MiB,
+                         "param_tensors": c["param_tensors"], "grad_storages": c["grad_storages"]})
+    return pd.DataFrame(rows)
+
+
+def _weighted(t: pd.DataFrame, col: str) -> float | None:
+    w = t["comm_us"].sum()
+    return float((t["comm_us"] * t[col].fillna(0)).sum() / w) if w > 0 else None
+
+
+def sweep_times(run: RankRun, labels=None) -> pd.DataFrame:
+    """The sweep's times (they move run to run), per config over every rank and steady profiled step: ``step_ms``
+    (profiled steps), ``comm_ms``, ``exposed_ms``, ``wait_ms`` per step; hidden fractions (under backward, HTA's
+    under any compute, DDP's own reducer timers); ``timed_step_ms`` (unprofiled, timed separately)."""
+    rows = []
+    for c in run.ranks[0]["configs"]:
+        if labels is not None and c["label"] not in labels:
+            continue
+        t, tm = steady(table(run, c["label"])), c["ddp_timers_ns"]
+        rows.append({"config": c["label"], "step_ms": t["step_us"].mean() / 1e3, "comm_ms": t["comm_us"].mean() / 1e3,
+                     "exposed_ms": t["exposed_us"].mean() / 1e3, "wait_ms": t["wait_us"].mean() / 1e3,
+                     "hidden_under_backward": _weighted(t, "hidden_fraction"), "hta_overlap": _weighted(t, "hta_overlap"),
+                     "ddp_reducer_overlap": tm.get("avg_backward_compute_comm_overlap_time", 0) / tm["avg_backward_comm_time"]
+                     if tm.get("avg_backward_comm_time") else None, "timed_step_ms": 1e3 * c["step_s"]})
+    return pd.DataFrame(rows)
+
+
+def ready_order_bytes(c: dict) -> list[int]:
+    """The config's gradient sizes (bytes) in the order DDP saw them become ready (its logging data);
+    reverse registration order when the run did not record it."""
+    sizes, order = c["param_bytes"], c.get("grad_ready_order") or []
+    return [sizes[i] for i in order] if sorted(order) == list(range(len(sizes))) else sizes[::-1]
+
+
+def bucket_table(run: RankRun) -> pd.DataFrame:
+    """Per config: DDP's buckets (count and MiB each, from its Reducer), the one bucket rule's plan on the same
+    gradients in the same ready order (:func:`.buckets.bucket_plan`), and the memory ledger's bucket bytes
+    (``ledger.bucket_term``) beside the bytes DDP copies (0 when grads are views into the buckets)."""
+    rows = []
+    for c in run.ranks[0]["configs"]:
+        plan = bucket_plan(ready_order_bytes(c), c["bucket_cap_mb"])
+        term, _ = ledger.bucket_term(ledger.Training(batch=1, seq=1, precision="fp32", dp=run.world,
+                                                     bucket_mb=c["bucket_cap_mb"], grad_as_bucket_view=c["bucket_view"]),
+                                     sum(c["param_bytes"]) // 4)
+        rows.append({"config": c["label"], "ddp_buckets": len(c["bucket_bytes"]), "rule_buckets": len(plan),
+                     "ddp_MiB": ", ".join(f"{b / MiB:.2f}" for b in c["bucket_bytes"]),
+                     "rule_MiB": ", ".join(f"{b / MiB:.2f}" for b in plan), "ledger_copy_MiB": term / MiB,
+                     "measured_copy_MiB": 0.0 if c["grad_storages"] < c["param_tensors"] else sum(c["bucket_bytes"]) / MiB})
+    return pd.DataFrame(rows)
+
+
+def no_sync_counts(run: RankRun) -> pd.DataFrame:
+    """All-reduce calls in one optimizer step of ``accum`` micro-batches, with and without ``no_sync``."""
+    accum = run.ranks[0]["no_sync"]["accum"]
+    return pd.DataFrame([{"accumulation": name, "micro_batches": accum,
+                          "allreduce_calls_per_optimizer_step": calls_per_step(table(run, name))}
+                         for name in ("plain", "no_sync")])
+
+
+def bench(run: RankRun) -> pd.DataFrame:
+    """Rank 0's all-reduce benchmark with algbw and busbw (:func:`.scaling.bench_table`)."""
+    return bench_table(run.ranks[0]["bench"], run.world)
+
+
+def scaling_table(run: RankRun, label: str = SCALING_CONFIG) -> pd.DataFrame:
+    """One rank alone vs the DDP run of ``label`` (each rank keeps its batch). ``profiled``: the DDP step time
+    (mean) and f (exposed share, Σ exposed / Σ step) from the same steady profiled steps of every rank, so the
+    weak-scaling bound n·(1−f) applies, against the one-rank run's median profiled step; ``timed``: the
+    unprofiled medians, beside it for reference (their f is not measured)."""
+    n, t = run.world, steady(table(run, label))
+    t1 = float(D.step_windows(run.traces("single")[0])["step_us"].median()) / 1e3
+    tn, f = float(t["step_us"].mean()) / 1e3, float(t["exposed_us"].sum() / t["step_us"].sum())
+    rows = []
+    for basis, one, many, frac in (("profiled", t1, tn, f),
+                                   ("timed", 1e3 * run.ranks[0]["single"]["step_s"], 1e3 * run.config(label)["step_s"], None)):
+        s = scaling(one, many, n)
+        rows.append({"basis": basis, "ranks": n, "one_rank_step_ms": one, "ddp_step_ms": many, "speedup": s["speedup"],
+                     "efficiency": s["efficiency"], "exposed_fraction": frac,
+                     "weak_scaling_bound": weak_scaling_bound(frac, n) if frac is not None else None})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- the evidence the lab's exercises work on
+def bench_inputs(run: RankRun) -> pd.DataFrame:
+    """Rank 0's all-reduce benchmark as measured, ``bytes`` and ``seconds`` only (``attrs['ranks']``: n)."""
+    t = bench(run)[["bytes", "seconds"]].copy()
+    t.attrs["ranks"] = run.world
+    return t
+
+
+def plan_inputs(model, bucket_cap_mb: float | None) -> dict:
+    """The bucket-plan exercise's evidence for an MLP (``workloads.ddp.MLPConfig``): its fp32 gradient sizes in
+    ready order (a Linear's bias is ready before its weight, the last layer first: DDP's own order, tested) and
+    the cap, as :func:`.buckets.bucket_count`'s arguments."""
+    return {"grad_bytes_ready_order": [4 * n for n in reversed(model.param_sizes())], "bucket_cap_mb": bucket_cap_mb}
+
+
+def straggler_starts(run: RankRun, label: str = "straggler") -> pd.DataFrame:
+    """Every collective of the straggler config on every rank, on the shared clock: ``step, seq, rank, start_us,
+    end_us`` (:func:`.distributed.align` without its wait and transfer columns: the exercise computes them)."""
+    return D.align(run.traces(label))[["step", "seq", "rank", "start_us", "end_us"]].copy()
+
+
+def run_violations(ranks: list[dict] | RankRun) -> list[str]:
+    """Every broken invariant of a run, as sentences (empty when all hold; the recorder refuses to write
+    otherwise): per config, :func:`.distributed.invariant_violations` (exposed <= comm <= step, calls = DDP's
+    buckets, kernels per step a whole number); ``no_sync`` calls = buckets (and ``accum`` × buckets without it);
+    the profiled speedup of every ``cap …`` config <= its weak-scaling bound × :data:`BOUND_SLACK`. The clocks'
+    causality check (:func:`.distributed.align`) is shown by the lab, not gated: its tolerance on GPU timers is
+    an estimate."""
+    run = ranks if isinstance(ranks, RankRun) else RankRun(ranks)
+    out = []
+    for c in run.ranks[0]["configs"]:
+        try:
+            out += [f"{c['label']}: {v}" for v in D.invariant_violations(table(run, c["label"]), len(c["bucket_bytes"]))]
+        except ValueError as exc:
+            out.append(f"{c['label']}: {exc}")
+    first = run.ranks[0]["configs"][0]
+    for name, k in (("no_sync", 1), ("plain", run.ranks[0]["no_sync"]["accum"])):
+        try:
+            out += [f"{name}: {v}" for v in D.invariant_violations(table(run, name), k * len(first["bucket_bytes"]))]
+        except ValueError as exc:
+            out.append(f"{name}: {exc}")
+    if "trace" in run.ranks[0].get("single", {}):
+        for label in [x for x in run.labels() if x.startswith("cap ") and "view" not in x]:
+            s = scaling_table(run, label).iloc[0]
+            if s["speedup"] > s["weak_scaling_bound"] * BOUND_SLACK:
+                out.append(f"{label}: speedup {s['speedup']:.2f} above its weak-scaling bound "
+                           f"{s['weak_scaling_bound']:.2f} x {BOUND_SLACK}")
+    return out

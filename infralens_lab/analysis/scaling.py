@@ -1,0 +1,117 @@
+"""Data-parallel scaling on paper: collective bandwidth conventions, the weak-scaling identity, and a
+multi-node MODEL of a ring all-reduce.
+
+Bandwidth follows nccl-tests (``doc/PERFORMANCE.md``): **algbw** = bytes / time; for an all-reduce over n
+ranks **busbw** = algbw · 2(n−1)/n, the rate each rank's link carries in a ring, comparable with the link's
+peak at any n. GB/s = 1e9 B/s; times in seconds unless a name says ``_ms``.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+# link peaks per GPU and direction: NVLink 4 on H100/H200 SXM is 900 GB/s bidirectional (NVIDIA H200
+# datasheet: 18 links x 25 GB/s each way); one 400 Gb/s NDR InfiniBand NIC per GPU is 50 GB/s.
+NVLINK4_GBS = 450.0
+IB_NDR_GBS = 50.0
+LINK_PEAKS_GBS = {"nccl": ("NVLink 4 (H100/H200 SXM), per direction", NVLINK4_GBS)}
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in GB/s: the buffer's size over the collective's time."""
+    if seconds <= 0:
+        raise ValueError(f"seconds={seconds}; expected > 0")
+    return nbytes / seconds / 1e9
+
+
+def busbw(algbw_gbs: float, n: int) -> float:
+    """Bus bandwidth of an all-reduce (nccl-tests): ``algbw · 2(n−1)/n`` GB/s."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r}; expected a whole number of ranks >= 1")
+    return algbw_gbs * 2 * (n - 1) / n
+
+
+def bench_table(bench: list[dict], n: int) -> pd.DataFrame:
+    """One row per benchmarked all-reduce (``bytes``, ``seconds`` from the measurement): ``MiB``, ``ms``,
+    ``algbw_GBps``, ``busbw_GBps`` over ``n`` ranks."""
+    rows = []
+    for b in bench:
+        a = algbw(b["bytes"], b["seconds"])
+        rows.append({"bytes": int(b["bytes"]), "seconds": float(b["seconds"]), "MiB": b["bytes"] / 2 ** 20,
+                     "ms": 1e3 * b["seconds"], "algbw_GBps": a, "busbw_GBps": busbw(a, n)})
+    out = pd.DataFrame(rows)
+    out.attrs["ranks"] = n
+    return out
+
+
+def largest_busbw(bench: pd.DataFrame, n: int | None = None) -> float:
+    """busbw (GB/s) of the largest all-reduce in a table with ``bytes`` and ``seconds`` columns, on ``n``
+    ranks (default ``bench.attrs['ranks']``): the number a link's peak is held against."""
+    n = bench.attrs.get("ranks") if n is None else n
+    if n is None or not {"bytes", "seconds"} <= set(bench.columns) or bench.empty:
+        raise ValueError(f"largest_busbw needs rows with 'bytes' and 'seconds' and a rank count; got columns "
+                         f"{list(bench.columns)}, ranks={n!r}")
+    row = bench.loc[bench["bytes"].idxmax()]
+    return busbw(algbw(float(row["bytes"]), float(row["seconds"])), int(n))
+
+
+def scaling(t1_step_s: float, tn_step_s: float, n: int) -> dict:
+    """Weak scaling (each rank keeps its batch): ``speedup`` = n·t1/tn in samples per second,
+    ``efficiency`` = speedup / n."""
+    s = n * t1_step_s / tn_step_s
+    return {"speedup": s, "efficiency": s / n}
+
+
+def weak_scaling_bound(exposed_fraction: float, n: int) -> float:
+    """``n·(1 − f)``: the weak-scaling identity, not Amdahl's law. With ``f`` the share of the n-rank step
+    during which communication runs under no compute (measured on the same steps as the step time), the
+    speedup n·t1/tn equals n·(1 − f) exactly when everything else in the DDP step takes as long as one rank's
+    step alone (t1 = tn − exposed). It is an upper bound when that rest takes at least as long as one rank
+    alone (DDP adds gradient copies and competes for the GPU or the cores; it never removes compute); a
+    measured speedup above it means f or the step times came from different steps, or the one-rank baseline
+    ran slower than the DDP ranks' compute."""
+    if not 0 <= exposed_fraction <= 1:
+        raise ValueError(f"exposed_fraction={exposed_fraction}; expected a fraction in [0, 1]")
+    return n * (1 - exposed_fraction)
+
+
+def ring_allreduce_s(nbytes: float, n: int, busbw_gbs: float, latency_s: float = 0.0) -> float:
+    """Time of a ring all-reduce of ``nbytes`` over n ranks whose slowest link sustains ``busbw_gbs``:
+    ``2(n−1)/n · bytes / busbw + 2(n−1) · latency`` (seconds)."""
+    return 2 * (n - 1) / n * nbytes / (busbw_gbs * 1e9) + 2 * (n - 1) * latency_s
+
+
+def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidden_fraction: float,
+                    intra_busbw_gbs: float | None = None, gpus=(1, 2, 8, 64), gpus_per_node: int = 8,
+                    inter_link_gbs: float = IB_NDR_GBS, achievable: float = 0.8, latency_s: float = 10e-6,
+                    busbw_source: str = "") -> pd.DataFrame:
+    """A MODEL, not a measurement: predicted step time at each GPU count (weak scaling: every GPU keeps its
+    batch and its ``compute_s``). The ring all-reduce of ``grad_bytes`` (:func:`ring_allreduce_s`) runs at
+    ``intra_busbw_gbs`` inside one node (the MEASURED bus bandwidth when given, else ``achievable`` × the
+    NVLink peak) and at ``achievable`` × the NIC peak once the ring spans nodes (its slowest link, never above
+    the in-node rate). At most ``hidden_fraction`` of it hides, and never more than ``backward_s`` (the
+    backward compute it can hide under): hidden = min(fraction · comm, backward), step = compute + comm −
+    hidden, so a step is never shorter than its compute nor than its communication. Returns ``gpus, link,
+    busbw_GBps, comm_ms, hidden_ms, step_ms, efficiency`` with ``attrs['label']`` saying it is a model."""
+    if not 0 <= hidden_fraction <= 1 or not 0 < achievable <= 1:
+        raise ValueError(f"hidden_fraction={hidden_fraction}, achievable={achievable}; expected fractions in [0, 1]")
+    if not 0 <= backward_s <= compute_s:
+        raise ValueError(f"backward_s={backward_s} with compute_s={compute_s}; expected 0 <= backward <= compute")
+    intra = intra_busbw_gbs if intra_busbw_gbs is not None else achievable * NVLINK4_GBS
+    inter = min(achievable * inter_link_gbs, intra)
+    rows = []
+    for n in gpus:
+        link, bw = ("NVLink (one node)", intra) if n <= gpus_per_node else ("network (across nodes)", inter)
+        comm = ring_allreduce_s(grad_bytes, n, bw, latency_s) if n > 1 else 0.0
+        hid = min(hidden_fraction * comm, backward_s)
+        step = compute_s + comm - hid
+        rows.append({"gpus": n, "link": link if n > 1 else "none", "busbw_GBps": bw if n > 1 else None,
+                     "comm_ms": 1e3 * comm, "hidden_ms": 1e3 * hid, "step_ms": 1e3 * step,
+                     "efficiency": compute_s / step})
+    df = pd.DataFrame(rows)
+    src = busbw_source or (f"{achievable:g} x NVLink {NVLINK4_GBS:g} GB/s (assumed)" if intra_busbw_gbs is None
+                           else "measured")
+    df.attrs["label"] = (f"MODEL (formula, not measured): ring all-reduce at {intra:.0f} GB/s in a node ({src}), "
+                         f"{inter:.0f} GB/s across nodes ({achievable:g} x a {inter_link_gbs:g} GB/s NIC, assumed), "
+                         f"{gpus_per_node} GPUs per node, up to {hidden_fraction:.0%} hidden but never more than "
+                         f"the backward ({1e3 * backward_s:.1f} ms)")
+    return df

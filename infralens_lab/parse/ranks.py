@@ -1,0 +1,61 @@
+"""Per-rank DDP evidence, read: the package's own DDP run, one dict per rank, live or recorded.
+
+Reading only: nothing here runs a rank. :class:`RankRun` wraps the dicts
+:func:`infralens_lab.measure.distributed.job_ddp` returns (``rank``, ``world``, ``backend``, ``configs`` with
+a trimmed ``trace`` each, ``single``, ``no_sync``, ``bench``). A folder of per-rank chrome traces (what
+:mod:`infralens_lab.profile_ddp` writes under torchrun) is read by ``infralens_lab.analyze.ranks``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .trace import Trace, load_trace
+
+
+@dataclass
+class RankRun:
+    """One launch of the DDP measurement: each rank's dict in rank order, and the Evidence it came with (live
+    or recorded, for captions; None when read from bare dicts)."""
+
+    ranks: list
+    ev: Any = None
+    _traces: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if not self.ranks or not all(isinstance(r, dict) and "configs" in r for r in self.ranks):
+            raise ValueError(f"RankRun needs one dict per rank with 'configs'; got {type(self.ranks).__name__} "
+                             f"of {len(self.ranks) if hasattr(self.ranks, '__len__') else '?'}")
+        got = [r.get("rank") for r in self.ranks]
+        if got != list(range(len(self.ranks))):
+            raise ValueError(f"ranks are {got}; expected 0..{len(self.ranks) - 1} in order")
+
+    @property
+    def world(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def backend(self) -> str:
+        return str(self.ranks[0].get("backend", "gloo"))
+
+    def labels(self) -> list[str]:
+        return [c["label"] for c in self.ranks[0]["configs"]]
+
+    def config(self, label: str, rank: int = 0) -> dict:
+        for c in self.ranks[rank]["configs"]:
+            if c["label"] == label:
+                return c
+        raise KeyError(f"no config {label!r}; expected one of {self.labels()}")
+
+    def traces(self, label: str) -> list[Trace]:
+        """The per-rank traces of config ``label``; ``'plain'``/``'no_sync'``: the accumulation runs;
+        ``'single'``: rank 0 alone (one trace). Parsed once, then kept."""
+        if label not in self._traces:
+            if label in ("no_sync", "plain"):
+                got = [load_trace(r["no_sync"][label]["trace"]) for r in self.ranks]
+            elif label == "single":
+                got = [load_trace(self.ranks[0]["single"]["trace"])]
+            else:
+                got = [load_trace(self.config(label, r)["trace"]) for r in range(self.world)]
+            self._traces[label] = got
+        return self._traces[label]
