@@ -92,6 +92,15 @@ def _mlp(args):
     return build, {"model": "infralens_lab.workloads.ddp.tiny_mlp", **vars(cfg)}
 
 
+def node_backend(requested: str, cuda: bool, gpus: int, local_world: int) -> str:
+    """The process-group backend, decided the same way on every rank of a node: ``requested`` unless it is
+    ``'auto'``; then NCCL only when every local rank gets a GPU of its own, else gloo. (Deciding per rank, by
+    ``gpus > local_rank``, once gave rank 0 NCCL beside three gloo ranks on a 1-GPU machine, and the group hung.)"""
+    if requested != "auto":
+        return requested
+    return "nccl" if cuda and gpus >= local_world else "gloo"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rank, world, local = rank_env()
@@ -104,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     from . import evidence
     from .measure.distributed import ddp_facts, profiled
 
-    gpu = torch.cuda.is_available() and torch.cuda.device_count() > local
-    backend = ("nccl" if gpu else "gloo") if args.backend == "auto" else args.backend
+    backend = node_backend(args.backend, torch.cuda.is_available(), torch.cuda.device_count(),
+                           int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     for k, v in W.CHILD_ENV.items():
         os.environ.setdefault(k, v)
     if backend == "nccl":

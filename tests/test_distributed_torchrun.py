@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _torchrun(n: int, out: Path, *args: str, pythonpath: str = str(ROOT)) -> subprocess.CompletedProcess:
+    # gloo on purpose: the tests are about N CPU ranks, whatever GPUs the machine has (a 1-GPU machine chose NCCL for
+    # rank 0 alone once, and the group hung)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-           "-m", "infralens_lab.profile_ddp", "--out", str(out), *args]
+           "-m", "infralens_lab.profile_ddp", "--out", str(out), "--backend", "gloo", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": pythonpath})
 
 
@@ -88,3 +90,11 @@ def test_outside_torchrun_it_says_how_to_start_it(monkeypatch, tmp_path):
         P.load_model_fn("no_such_module_xyz:build")
     assert P.rank_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (1, 4, 1)
     json.dumps(P.parser().parse_args(["--out", "x"]).__dict__)  # every default is plain data
+
+
+@pytest.mark.parametrize("requested,cuda,gpus,local_world,want", [
+    ("auto", True, 1, 4, "gloo"),   # four ranks, one GPU: every rank takes gloo (never NCCL for rank 0 alone)
+    ("auto", True, 4, 4, "nccl"), ("auto", True, 8, 2, "nccl"), ("auto", False, 0, 2, "gloo"),
+    ("gloo", True, 8, 2, "gloo"), ("nccl", False, 0, 2, "nccl")])
+def test_the_backend_is_one_per_node(requested, cuda, gpus, local_world, want):
+    assert P.node_backend(requested, cuda, gpus, local_world) == want

@@ -71,7 +71,7 @@ def test_lab04_profile_text_premises_tiled_attention_at_the_bench_shape():
     B, H, N, D = att.shape
     tensor = B * H * N * D * 2  # fp16 bytes of one of Q, K, V, O
     l2 = st.load("device").values["l2_bytes"]
-    assert tensor == 32 * 2**20 and l2 == 60 * 2**20 and 4 * tensor > 2 * l2
+    assert tensor == 32 * 2**20 and l2 in (50 * 2**20, 60 * 2**20) and 4 * tensor > 2 * l2
     k = att.kernels.set_index("kernel")
     assert abs(k.loc["attn_fwd", "dram_read_mb"] * 1e6 / (3 * tensor) - 1) < 0.05  # Q, K, V read once each
     assert 0 < k.loc["attn_fwd", "dram_write_mb"] * 1e6 < tensor  # part of O still in L2 at the end
@@ -204,7 +204,7 @@ def test_lab02_q9_premise_l2_serves_each_heads_kv_rereads():
     one = B * H * N * D * cfg["elem_bytes"]  # one of Q, K, V, O
     l2 = st.load("device").values["l2_bytes"]
     assert (B, H, N, D, cfg["dtype"]) == (4, 16, 4096, 64, "fp16"), "lab02.q9 names the shape (4, 16, 4096, 64) fp16"
-    assert one == 32 * 2**20 and l2 == 60 * 2**20, "lab02.q9 says 32 MiB per tensor and the H200's 60 MiB L2"
+    assert one == 32 * 2**20 and l2 in (50 * 2**20, 60 * 2**20), "lab02.q9 says 32 MiB per tensor, L2 50 or 60 MiB"
     assert 4 * one > 2 * l2, "Q+K+V+O are no longer over twice L2: re-word lab02.q9"
     block_m = round(N * B * H / raw["launch__grid_size"])
     assert block_m == 128 and N // block_m == 32, f"BLOCK_M {block_m}: lab02.q9 says 128-row tiles, 32 re-reads"
@@ -403,7 +403,7 @@ def test_lab04_q5_q6_prompts_name_what_the_recording_shows():
 
 def test_lab02_q4_premise_the_1024_matmul_fills_the_gpu_and_waits_on_the_host():
     """lab02.q4: 1024³ is right of the ridge, its grid is just under one wave, its tensor pipe is busy about a third
-    of the cycles, and each call back to back takes about three times the kernel's own duration (default set)."""
+    of the cycles, and each call back to back takes two to three times the kernel's own duration (default set)."""
     from infralens_lab.analysis import launches
     from infralens_lab.analysis.counters import store_kernel_table
     from infralens_lab.parse.ncu import parse_raw_csv
@@ -416,4 +416,4 @@ def test_lab02_q4_premise_the_1024_matmul_fills_the_gpu_and_waits_on_the_host():
     assert kt["above_ridge"] and kt["bound"] == "latency", "re-word lab02.q4 (right of the ridge, latency-bound)"
     assert 0.9 <= t["waves"] < 1, f"1024³ runs {t['waves']} waves: re-word lab02.q4 ('just under one wave')"
     assert 25 <= t["tensor_pipe_pct"] <= 42, f"tensor pipe {t['tensor_pipe_pct']:.0f}%: re-word lab02.q4 ('a third')"
-    assert 2.5 <= t["per_call_us"] / t["kernel_us"] <= 3.5, "re-word lab02.q4 ('about three times')"
+    assert 2.0 <= t["per_call_us"] / t["kernel_us"] <= 3.5, "re-word lab02.q4 ('two to three times')"

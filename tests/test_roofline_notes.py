@@ -76,12 +76,12 @@ def test_placement_view_fits_six_columns_and_one_verdict():
 
 def test_sdpa_default_and_cudnn_trade_places():
     """Issue 26.9: the 7% once claimed between SDPA's default and cuDNN is one kernel timed twice: the ratio flips
-    sign across cases on both GPUs (H100 0.937 to 1.049)."""
+    sign across cases on both GPUs (the H100 recording of 2026-11-23 spanned 0.937 to 1.049)."""
     bench = {g.removeprefix("NVIDIA "): ev.values for g, ev in evidence.load_all("bench").items()}
     pair = compare.backend_pair(bench)
     lines = compare.backend_pair_notes(pair)
     assert len(lines) == 2 and all("the sign flips" in ln for ln in lines)
-    h100 = pair[pair["gpu"].str.startswith("H100")]["ratio"]
-    assert h100.min() == pytest.approx(0.937, abs=1e-3) and h100.max() == pytest.approx(1.049, abs=1e-3)
+    for _, r in pair.groupby("gpu")["ratio"]:
+        assert r.min() < 1 < r.max() and r.max() - r.min() < 0.15  # both ways, within a spread of timing noise
     with pytest.raises(ValueError, match="no GPU's bench has both"):
         compare.backend_pair(bench, a="sdpa_default", b="nonexistent")
