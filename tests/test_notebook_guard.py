@@ -5,6 +5,9 @@ self-checks built again under their saved widget ids. The browser test does the 
 from __future__ import annotations
 
 import json
+import os
+import queue
+import time
 
 import pytest
 
@@ -158,5 +161,60 @@ def test_saved_self_checks_are_built_again_under_their_ids(tmp_path, monkeypatch
     assert box.model_id == "feedfacefeedface0001" and W.CSS_CLASS in box._dom_classes
     assert "lab00.q1" in box.children[0].value
     assert W.restore_self_checks(path) == 0  # already live
+    # restored without announcing itself: the front end asks for the state once connected (a restart raced)
+    manager = pytest.importorskip("comm").get_comm_manager()
+    restored = [box, *box.children, box.layout]
+    assert all(w.comm.primary is False and manager.comms[w.comm.comm_id] is w.comm for w in restored)
+    assert box.comm.comm_id == "feedfacefeedface0001"
+    fresh = ipywidgets.Button()
+    assert fresh.comm.primary is True  # the replacement ends with the restore
+    fresh.close()
     box.close()
     assert W.restore_self_checks(tmp_path / "missing.ipynb") == 0
+
+
+def test_a_fresh_kernel_serves_the_saved_self_check_without_announcing_it(tmp_path):
+    """A real kernel started as `make lab` starts it, on a notebook with a saved self-check: the box is among the
+    kernel's widget comms (what the front end asks for once connected), no comm_open goes out at start (those
+    raced a restart in CI: "widget model not found"), and the box answers a state request (a comm without its
+    kernel would stay silent, and Check would give no feedback)."""
+    manager = pytest.importorskip("jupyter_client.manager")
+    pytest.importorskip("ipywidgets")
+    model_id = "feedfacefeedface0003"
+    view = {"output_type": "display_data", "metadata": {},
+            "data": {"text/plain": "q", W.WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": model_id}}}
+    nb = {"cells": [{"cell_type": "code", "source": 'self_check("lab00.q1")', "metadata": {}, "outputs": [view],
+                     "execution_count": 1}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "saved.ipynb"
+    path.write_text(json.dumps(nb))
+    env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"} | {"JPY_SESSION_NAME": str(path)}
+    km, kc = manager.start_new_kernel(kernel_name="python3", env=env,
+                                      extra_arguments=["--ext=infralens_lab.notebook_guard"])
+    try:
+        kc.shell_channel.send(kc.session.msg("comm_info_request", {"target_name": "jupyter.widget"}))
+        reply = _next(kc.get_shell_msg, 30, "comm_info_reply")
+        assert reply is not None and model_id in reply["content"]["comms"], "the restored box is not a widget comm"
+        kc.execute("from infralens_lab.quiz import widgets as W\nprint([b.comm.primary for b in W._restored])")
+        said = _next(kc.get_iopub_msg, 30, "stream")
+        assert said is not None and said["content"]["text"].strip() == "[False]", said  # restored unannounced
+        kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": model_id, "data": {"method": "request_state"}}))
+        answer = _next(kc.get_iopub_msg, 30, "comm_msg", lambda m: m["content"]["comm_id"] == model_id)
+        assert answer is not None, "the restored box did not answer a state request"
+        assert answer["content"]["data"]["method"] == "update"
+        assert "infralens-selfcheck" in answer["content"]["data"]["state"]["_dom_classes"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def _next(get, timeout_s: float, msg_type: str | None = None, where=lambda m: True):
+    """The next message of ``msg_type`` (any type when None) that satisfies ``where``, or None after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            msg = get(timeout=left)
+        except queue.Empty:
+            return None
+        if (msg_type is None or msg["msg_type"] == msg_type) and where(msg):
+            return msg
+    return None

@@ -17,8 +17,10 @@ before any cell is re-run.
 from __future__ import annotations
 
 import html
+import importlib
 import json
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,9 +182,46 @@ def restore_self_checks(notebook: str | Path) -> int:
             continue
         if any(box.model_id == model_id for box in _restored):  # already restored in this kernel
             continue
-        _restored.append(_build(q, ipywidgets, None, model_id=model_id))
+        with _no_comm_open():
+            _restored.append(_build(q, ipywidgets, None, model_id=model_id))
         n += 1
     return n
+
+
+def _running_kernel():
+    """The ipykernel kernel this process serves, or None (no ipykernel, or not started)."""
+    try:
+        from ipykernel.kernelbase import Kernel  # only inside a kernel, where it is already imported
+    except ImportError:
+        return None
+    return Kernel.instance() if Kernel.initialized() else None
+
+
+@contextmanager
+def _no_comm_open():
+    """Widgets built inside get a registered comm that does not announce itself (``primary=False``: no
+    ``comm_open`` on iopub). The front end learns of them the one way that holds after a restart: its widget
+    manager asks the kernel for every widget's state once it is connected (``_loadFromKernel``). Announced
+    at kernel start, a restart let the front end see some comm_opens and miss others (the server subscribes
+    to the new kernel's iopub part-way through), and a box whose children it missed failed with "widget
+    model not found" in the browser console (CI, tests/test_browser.py). ipywidgets creates every comm
+    through ``ipywidgets.comm.create_comm``; it is replaced for the duration of the ``with`` only."""
+    shim = importlib.import_module("ipywidgets.comm")
+    create = shim.create_comm
+
+    def unannounced(*args, **kwargs):
+        kwargs["primary"] = False
+        made = create(*args, **kwargs)
+        shim.get_comm_manager().register_comm(made)  # what open() does for an announced comm
+        if hasattr(made, "kernel") and made.kernel is None:  # open() sets it too; ipywidgets sends nothing without
+            made.kernel = _running_kernel()
+        return made
+
+    shim.create_comm = unannounced
+    try:
+        yield
+    finally:
+        shim.create_comm = create
 
 
 def self_check(qid: str, evidence: Any = None) -> None:
