@@ -39,8 +39,8 @@ from typing import NamedTuple
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
-from .units import dtype_bytes
 from .kernels.reference import naive_torch
+from .units import dtype_bytes
 
 COPY_BYTES = 1 << 30
 COPY_BYTES_QUICK = 1 << 26
@@ -138,7 +138,10 @@ def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
 # --------------------------------------------------------------------------- attention
 def _sdpa(backend):
     import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.nn.attention import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+        SDPBackend,
+        sdpa_kernel,
+    )
 
     if backend is None:
         return lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -254,7 +254,7 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
 
     def widgets_check():
         try:
-            import ipywidgets  # noqa: F401
+            import ipywidgets  # noqa: F401  (the check: is it importable?)
         except ImportError:
             checks.append(Check("widgets", "note", "ipywidgets missing", FIX_NO_WIDGETS))
             return

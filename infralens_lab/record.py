@@ -43,20 +43,21 @@ import traceback
 from pathlib import Path
 
 from . import device
+from .analysis.ddp_run import run_violations
+from .analysis.variants import RECORD as VARIANTS_RECORD
+from .analysis.variants import SAME_WORK, trace_digest
 from .evidence import EvidenceError, EvidenceWriter
 from .kernels.copies import STRIDES
 from .measure import ceilings
 from .measure import ncu as NR
-from .parse import ncu as N
 from .measure.ceilings import MATMUL_SIZES
-from .parse.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .measure.target import LAUNCHES, REGEX, launch_window
 from .measure.timing import time_steps
 from .measure.torch_trace import profile
+from .parse import ncu as N
+from .parse.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .parse.trace import trim
 from .workloads.pipeline import VARIANTS, make_step, make_variant
-from .analysis.variants import RECORD as VARIANTS_RECORD, SAME_WORK, trace_digest
-from .analysis.ddp_run import run_violations
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
          "ncu_copies_stalls", "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",

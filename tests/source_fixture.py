@@ -11,6 +11,7 @@ import csv
 import io
 
 from infralens_lab.parse import ncu as N
+
 LABELS = ["barrier", "branch_resolving", "dispatch", "drain", "imc", "lg", "long_sb", "math", "membar", "mio",
           "misc", "no_inst", "not_selected", "selected", "short_sb", "sleep", "tex", "wait"]
 HEADER = (["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",

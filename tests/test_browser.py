@@ -41,8 +41,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
+
 from infralens_lab.present import SCROLL_CUE_CLASS, SCROLL_FADE_CLASS
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from infralens_lab.device import is_gpu
 from infralens_lab import gates_cli as A
+from infralens_lab.device import is_gpu
 from infralens_lab.measure import gates as G
 from infralens_lab.measure import gates_record as GR
 from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated

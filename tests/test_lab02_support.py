@@ -9,13 +9,13 @@ import helpers
 import pandas as pd
 import pytest
 
+from infralens_lab.analysis import counters as C
+from infralens_lab.analysis import roofline_notes as NT
 from infralens_lab.analysis import traffic as tr
 from infralens_lab.analysis.hardware import Ceilings
-from infralens_lab.analysis import counters as C
 from infralens_lab.device import is_gpu
-from infralens_lab.analysis import roofline_notes as NT
-from infralens_lab.labs_support import lab02
 from infralens_lab.kernels.check import matches
+from infralens_lab.labs_support import lab02
 from infralens_lab.parse.ncu import parse_raw_csv
 
 T = 1e12

@@ -21,6 +21,7 @@ from infralens_lab.present import attention as A
 from infralens_lab.present import stalls as S
 from infralens_lab.present import tables as T
 
+
 def _block(label: str, rows: list[tuple[str, dict]]) -> str:
     """One ncu --csv --page raw block after the recorder's config line (tests/helpers.py)."""
     return helpers.ncu_block(label, rows, chatter=False)

@@ -4,8 +4,8 @@ recorder step refusing without a GPU, and the compile study's counts with a code
 import pandas as pd
 import pytest
 
-from infralens_lab.device import is_gpu
 from infralens_lab.analysis import overlap_tables as T
+from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05
 from infralens_lab.measure import overlap as M
 from infralens_lab.parse.trace import Trace

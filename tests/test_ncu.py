@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.parse import ncu as N
-
 from infralens_lab.measure import ncu as NR
 from infralens_lab.measure import nsys, target
+from infralens_lab.parse import ncu as N
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,8 +11,9 @@ import source_fixture as F
 
 from infralens_lab import record
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
-from infralens_lab.parse import ncu as N
 from infralens_lab.measure import ncu as NR
+from infralens_lab.parse import ncu as N
+
 TARGET = ["--kernel", "copy_strided", "--stride", "8", "--n", "1024", "--dtype", "fp32"]
 
 

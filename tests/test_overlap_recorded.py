@@ -12,8 +12,7 @@ import pytest
 from infralens_lab import evidence
 from infralens_lab.analysis import overlap as A
 from infralens_lab.analysis import overlap_tables as T
-from infralens_lab.parse.trace import step_gpu_work
-from infralens_lab.parse.trace import load_trace
+from infralens_lab.parse.trace import load_trace, step_gpu_work
 
 DATA = Path(__file__).parent / "data"
 

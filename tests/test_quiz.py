@@ -14,9 +14,21 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.quiz import (BankError, CheckResult, DerivationError, all_questions, check, derivations,
-                                labs, load_bank, normalise_word, question, question_text,
-                                register_derivation, self_check)
+from infralens_lab.quiz import (
+    BankError,
+    CheckResult,
+    DerivationError,
+    all_questions,
+    check,
+    derivations,
+    labs,
+    load_bank,
+    normalise_word,
+    question,
+    question_text,
+    register_derivation,
+    self_check,
+)
 from infralens_lab.quiz import bank as bank_mod
 from infralens_lab.quiz import derive as derive_mod
 from infralens_lab.quiz import widgets as widgets_mod

@@ -6,13 +6,13 @@ import sys
 import tarfile
 
 import pytest
+from test_ncu import SYNTHETIC  # tests/ is on sys.path (pytest rootdir import mode)
 
 from infralens_lab import record
 from infralens_lab.device import is_gpu
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
-from infralens_lab.parse import ncu as N
 from infralens_lab.measure import ncu as NR
-from test_ncu import SYNTHETIC  # tests/ is on sys.path (pytest rootdir import mode)
+from infralens_lab.parse import ncu as N
 
 
 @pytest.mark.skipif(is_gpu(), reason="checks the no-GPU refusal")

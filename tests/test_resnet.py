@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infralens_lab.workloads.resnet import (RESNET50_PARAMS, Bottleneck, ResNet, inference_step, resnet50)
+from infralens_lab.workloads.resnet import RESNET50_PARAMS, Bottleneck, ResNet, inference_step, resnet50
 
 
 def test_parameter_count_is_resnet50s():

@@ -10,8 +10,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
+
 from infralens_lab import site as site_mod
 from infralens_lab import site_assets
 

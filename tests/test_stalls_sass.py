@@ -9,6 +9,7 @@ import source_fixture as F
 
 from infralens_lab.analysis import sass as S
 from infralens_lab.parse import ncu as N
+
 STRIDED = "copy_strided stride=8 n=67108864 fp32"
 COALESCED = "copy n=67108864 fp32"
 

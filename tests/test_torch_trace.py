@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.device import is_gpu
-from infralens_lab.parse.trace import NO_GPU_NOTE, Trace, load_trace, trim
 from infralens_lab.measure.torch_trace import profile
+from infralens_lab.parse.trace import NO_GPU_NOTE, Trace, load_trace, trim
 
 DATA = Path(__file__).parent / "data"
 T0 = 5_000_000.0  # absolute µs offset, as real traces have; every time below is relative to it

@@ -182,8 +182,9 @@ def test_enclosing_parent_matches_a_stack_walk_on_long_random_input():
 
 
 def test_gap_tables_are_cached_and_summary_reuses_them(monkeypatch):
-    import infralens_lab.parse.trace as T
     from test_torch_trace import synthetic
+
+    import infralens_lab.parse.trace as T
 
     calls = {"union": 0, "gaps": 0, "summary": 0}
 

@@ -47,12 +47,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import infralens_lab  # noqa: E402,F401  (decides the mode first: without a GPU, Triton's interpreter)
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
+import infralens_lab  # noqa: E402,F401  (decides the mode first: without a GPU, Triton's interpreter)
 from infralens_lab.device import is_gpu  # noqa: E402
 from infralens_lab.kernels import attention_fast as af  # noqa: E402
 from infralens_lab.kernels.check import matches  # noqa: E402

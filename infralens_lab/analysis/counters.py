@@ -18,7 +18,18 @@ import re
 
 import pandas as pd
 
-from ..parse.ncu import CLOCK, FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES, WAVES, wide
+from ..parse.ncu import (
+    CLOCK,
+    FLOP_METRICS,
+    FLOP_WEIGHTS,
+    GRID,
+    HIERARCHY,
+    SOL,
+    TENSOR_INST,
+    TENSOR_OPS_NAMES,
+    WAVES,
+    wide,
+)
 from ..parse.runs import RunConfig
 from . import roofline as rl
 from . import traffic as tr

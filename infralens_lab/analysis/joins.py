@@ -23,12 +23,10 @@ import pandas as pd
 
 from ..parse import ncu as N
 from ..parse.runs import RunConfig
-from ..units import ELEM_BYTES
 from ..parse.trace import idle_by_cause, step_gpu_work
+from ..units import ELEM_BYTES, MB
 from . import traffic
 from .stalls import dominant_item
-
-from ..units import MB
 
 
 def config_fields(label: str) -> dict:

@@ -14,11 +14,10 @@ or predate that (a ring of 4 batches recycled, the tokenizer skipped). Times: ``
 """
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
-
-import math
 
 from ..parse.trace import LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work
 from .joins import idle_budget, trace_comparison

@@ -11,7 +11,6 @@ import shlex
 import pandas as pd
 
 from .. import evidence
-from . import store  # noqa: F401  (re-exported: notebooks call lab01.store)
 from ..analysis import joins
 from ..analysis.hardware import matmul_rate_table
 from ..analysis.variants import RECORD as VARIANTS_RECORD
@@ -25,6 +24,7 @@ from ..parse.ncu import demangled_regex
 from ..parse.trace import load_trace
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
+from . import store  # noqa: F401  (re-exported: notebooks call lab01.store)
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
 CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)

@@ -13,7 +13,7 @@ from ..measure import overlap as M
 from ..measure.torch_trace import profile, quiet_profiler_chatter
 from ..parse.trace import load_trace
 from ..units import MiB
-from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, small_ops_step, sleep_stages
+from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, sleep_stages, small_ops_step
 from . import store  # noqa: F401  (re-exported for the notebook)
 
 RECORD_HINT = "`python -m infralens_lab record --only overlap` on a GPU"

@@ -37,8 +37,15 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..parse.gates import (DEFAULT_THRESHOLDS, METRICS, SCHEMA, ThresholdError,  # noqa: F401  (re-exported)
-                           gate_references, load_thresholds, reference_ratios)
+from ..parse.gates import (  # noqa: F401  (re-exported)
+    DEFAULT_THRESHOLDS,
+    METRICS,
+    SCHEMA,
+    ThresholdError,
+    gate_references,
+    load_thresholds,
+    reference_ratios,
+)
 
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
                       "aten::unique_consecutive", "aten::unique_dim", "aten::repeat_interleave"})

@@ -35,10 +35,10 @@ def _synced_block(step, n: int = STEPS_PER_TIMING):
 
 def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> dict:
     """Trace and time one ResNet-50 forward per memory format; writes ``resnet_trace_<format>``."""
+    from ..parse.trace import trim
     from ..workloads.resnet import MEMORY_FORMATS, inference_step
     from .timing import time_fn
     from .top_ops import innermost_ops, kernel_families
-    from ..parse.trace import trim
     from .torch_trace import profile
 
     out = {}

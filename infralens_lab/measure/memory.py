@@ -25,13 +25,12 @@ the same step.
 from __future__ import annotations
 
 import gc
-
-
 from dataclasses import asdict
 
 import pandas as pd
 import torch
 
+from ..device import torch_device
 from ..workloads.tiny_gpt import GPTConfig, TinyGPT
 from .torch_trace import chrome_trace_of
 
@@ -53,7 +52,6 @@ def storage_bytes(tensors) -> int:
 
 def _device(device) -> torch.device:
     if device is None:
-        from ..device import torch_device  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
         device = torch_device()
     dev = torch.device(device)
     if dev.type not in ("cpu", "cuda"):
@@ -94,7 +92,10 @@ def run_phase(fn, device: torch.device):
         out = fn()
         torch.cuda.synchronize(device)
         return out, torch.cuda.memory_allocated(device) - base, torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import ProfilerActivity, profile  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+        ProfilerActivity,
+        profile,
+    )
 
     # Python's cyclic garbage collector frees leftovers of earlier work at moments of its choosing; a free
     # landing inside the window would move the peak from run to run. Collect first, then keep it off.

@@ -11,21 +11,37 @@ raw traceback.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
-import re
 import subprocess
 import sys
 import tempfile
 from typing import Sequence
 
-from ..parse.ncu import (FIX_NO_GPU, FIX_NO_KERNELS, FIX_NOT_FOUND, FIX_PERM, NVTX_RANGE, NcuCsvError,  # noqa: F401
-                         NcuError, NcuFailed, NcuMetricError, NcuNoGpu, NcuNoKernels, NcuNotFound,  # (the errors:
-                         NcuPermissionError, NcuTimeout, _find_headers, _source_header,  # a runner raises them)
-                         classify_failure, config_block)
+# re-exported (F401): the errors a runner raises, so callers catch them from here
+from ..parse.ncu import (  # noqa: F401
+    FIX_NO_GPU,
+    FIX_NO_KERNELS,
+    FIX_NOT_FOUND,
+    FIX_PERM,
+    NVTX_RANGE,
+    NcuCsvError,
+    NcuError,
+    NcuFailed,
+    NcuMetricError,
+    NcuNoGpu,
+    NcuNoKernels,
+    NcuNotFound,
+    NcuPermissionError,
+    NcuTimeout,
+    _find_headers,
+    _source_header,
+    classify_failure,
+    config_block,
+)
 from ..parse.runs import RunConfig, target_args
 from .target import REGEX, subprocess_env
-
 
 NCU_ENV = "INFRALENS_NCU"
 

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
+
 import pandas as pd
 
 REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")

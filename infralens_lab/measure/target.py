@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")

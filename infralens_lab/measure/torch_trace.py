@@ -58,7 +58,10 @@ def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1,
     """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
     return the :class:`Trace` of the ``active`` steps. Each step is a ``ProfilerStep#N`` range."""
     import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    from torch.profiler import ProfilerActivity, schedule  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+        ProfilerActivity,
+        schedule,
+    )
 
     for name, v, lo in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
         if not isinstance(v, int) or v < lo:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..units import MiB
+
 _FONT = 10
 PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cf", "optimizer": "#dff2dc"}
 

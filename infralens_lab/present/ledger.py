@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..units import GB, MiB
+
 _FONT = 9
 CATEGORY_COLORS = {
     "weights": "#1f77b4",
@@ -151,7 +152,6 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     for one panel). The dominant category of each bar is outlined in bold."""
     import matplotlib.pyplot as plt
     import numpy as np
-
     import pandas as pd
 
     if not isinstance(table, pd.DataFrame):

@@ -10,8 +10,15 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..analysis.joins import (ATTN_KERNELS, ELEM_BYTES, attention_kernels, attention_variants,  # noqa: F401
-                              block_m_from_grid, config_fields, copy_family)
+from ..analysis.joins import (  # noqa: F401  (re-exported: table callers read these names here)
+    ATTN_KERNELS,
+    ELEM_BYTES,
+    attention_kernels,
+    attention_variants,
+    block_m_from_grid,
+    config_fields,
+    copy_family,
+)
 
 
 def before_after(before: dict, after: dict, metrics: Sequence[tuple], names: tuple[str, str] = ("before", "after")):

@@ -10,7 +10,6 @@ import numbers
 import re
 from typing import Any
 
-
 # A column name's unit suffix -> the unit shown in its header (longest suffixes first).
 UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
     ("_FLOP_per_B", "FLOP/B"), ("_FLOP_per_byte", "FLOP/B"), ("_TFLOP_s", "TFLOP/s"), ("_TB_s", "TB/s"),

@@ -60,9 +60,9 @@ def question_html(qid: str) -> str:
 
 def _ipython_and_widgets():
     try:
+        import ipywidgets
         from IPython import get_ipython
         from IPython.display import display
-        import ipywidgets
     except ImportError:
         return None
     if get_ipython() is None:
