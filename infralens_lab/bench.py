@@ -303,7 +303,7 @@ def run_benchmark(quick: bool = False, cases: str = "full") -> dict:
     attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else chosen.attention, chosen.variants)
     return {
         "meta": {"gpu": f.name, "driver": f.driver, "cuda": f.cuda, "torch": f.torch, "triton": f.triton,
-                 "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "quick": quick, "cases": cases,
                  "copy_bytes": (COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else 0,
                  "timing": "triton.testing.do_bench median (CUDA events, L2 flushed between repeats)"},

@@ -24,7 +24,8 @@ import sysconfig
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from . import device
 
@@ -100,7 +101,7 @@ class Provenance:
         return "Evidence: " + " · ".join(parts)
 
     @classmethod
-    def from_dict(cls, d: Any, where: str) -> "Provenance":
+    def from_dict(cls, d: Any, where: str) -> Provenance:
         if not isinstance(d, dict):
             raise EvidenceError(f"{where}: provenance is {type(d).__name__}, expected an object")
         names = [f.name for f in fields(cls)]
@@ -130,7 +131,7 @@ def current_provenance(command: str, source: str = "live") -> Provenance:
         torch=f.torch,
         triton=f.triton,
         ncu=device.tool_version("ncu") if f.mode == "gpu" else None,
-        date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        date_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         command=command,
         package_version=__version__,
         mode=f.mode,

@@ -36,7 +36,7 @@ _NAME_IN_MESSAGE = re.compile(r"name '([^']+)' is not defined")
 FIRST_LINE_CHARS = 60  # the defining cell's first line is quoted up to this many characters
 
 # answer variable -> why its last assignment did not run (see _post_run_cell)
-_not_run: dict[str, "NotRun"] = {}
+_not_run: dict[str, NotRun] = {}
 _pending: dict[str, int] = {}  # answer variables the running cell assigns -> last line of that assignment
 
 

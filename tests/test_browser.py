@@ -67,7 +67,7 @@ _CELLS_JS = """() => [...document.querySelectorAll('%s .jp-CodeCell')].map(c => 
   empty: !((c.querySelector('.jp-InputArea-editor .cm-content') || {}).textContent || '').trim(),
   error: [...c.querySelectorAll('%s')].map(e => e.textContent).join('\\n'),
   stderr: [...c.querySelectorAll('%s')].map(e => e.textContent).join('\\n'),
-}))""" % (PANEL, ERROR_SEL, STDERR_SEL)
+}))""" % (PANEL, ERROR_SEL, STDERR_SEL)  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 # One table: does it fit the output area it sits in, or scroll inside a box made for it; when its box
 # does scroll, is a cue that says so visible (an overlay scrollbar shows nothing until one scrolls); and
@@ -94,7 +94,7 @@ _TABLE_JS = r"""(t) => {
   return {width: Math.round(width), avail, fits: width <= avail + 1, overflows, cue,
           scrolls: !!box && box.getBoundingClientRect().width <= avail + 1, markup,
           head: [...t.querySelectorAll('th')].slice(0, 4).map(c => c.textContent.trim())};
-}""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)
+}""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 
 def _free_port() -> int:
@@ -253,7 +253,7 @@ _READY_JS = """(n) => { const p = document.querySelector('%s');
   const ind = p.querySelector('.jp-Notebook-ExecutionIndicator');
   const kernel = (p.querySelector('.jp-KernelName') || {}).textContent || '';
   return p.querySelectorAll('.jp-Cell').length === n && !!ind && ind.dataset.status === 'idle'
-         && kernel.trim() !== '' && !/No Kernel/.test(kernel); }""" % PANEL
+         && kernel.trim() !== '' && !/No Kernel/.test(kernel); }""" % PANEL  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 
 def _kernel_idle(page) -> bool:

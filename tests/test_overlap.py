@@ -312,7 +312,7 @@ def test_small_ops_and_chain_match_references():
     for _ in range(3):
         ref = ref * 1.0001 + 0.0001
     torch.testing.assert_close(W.small_ops_step(x, 6), ref)  # same op order, so exact up to fp32 rounding
-    y = torch.tanh(torch.exp((torch.sin(x * 1.5 + 0.25) ** 2 - 0.5)) * 0.75)
+    y = torch.tanh(torch.exp(torch.sin(x * 1.5 + 0.25) ** 2 - 0.5) * 0.75)
     torch.testing.assert_close(W.elementwise_chain(x), y)
 
 

@@ -194,7 +194,7 @@ def test_a_wide_table_carries_a_visible_scroll_cue_a_narrow_one_does_not():
     assert "scroll" not in table_text(pd.DataFrame({f"col_{i}_pct": [1.0, 2.0] for i in range(30)}))
     # every table's box ends with the strip that fades a cut edge out, stuck to the box's right edge
     for page in (wide, narrow):
-        assert re.search(r'</table><div class="%s"[^>]*style="position:sticky;right:0;' % present.SCROLL_FADE_CLASS, page)
+        assert re.search(rf'</table><div class="{present.SCROLL_FADE_CLASS}"[^>]*style="position:sticky;right:0;', page)
         assert page.endswith("</div></div>")
 
 

@@ -17,7 +17,7 @@ microseconds, ``_mb`` 1e6 bytes, ``_tbps`` 1e12 byte/s, ``_pct`` percent, ``_x``
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 

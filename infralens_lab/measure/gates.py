@@ -32,7 +32,8 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -358,7 +359,7 @@ def regression_counts(**sizes) -> Any:
 
 
 def aa_timings(a: Callable[[], Any], b: Callable[[], Any], rounds: int, steps: int = 5, slow_every: int | None = None,
-               stall_ms: float = 0.0) -> "Any":
+               stall_ms: float = 0.0) -> Any:
     """An A/A run on the host clock: ``rounds`` rounds, each timing ``steps`` calls of ``a`` and of ``b`` (the
     order alternates between rounds; one untimed warm-up round first). With ``slow_every`` = n, the rounds of
     every second block of n rounds run slowed: each call of ``a`` and of ``b`` is followed by ``stall_ms`` of

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
 
 # re-exported (F401): the errors a runner raises, so callers catch them from here
 from ..parse.ncu import (  # noqa: F401

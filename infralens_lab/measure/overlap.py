@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..parse.trace import Trace, trim
 from .torch_trace import chrome_trace_of, profile

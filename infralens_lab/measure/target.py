@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def build(args) -> "callable":
+def build(args) -> callable:
     """Allocate inputs for ``args`` and return a zero-argument function running one iteration."""
     import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 from ..stats import percentile  # noqa: F401  (re-exported: timing users read percentiles here too)

@@ -13,7 +13,8 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .. import device
 from ..parse.trace import Trace
@@ -54,7 +55,7 @@ def chrome_trace_of(prof) -> dict:
 
 
 def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,
-            active: int = 3, record_shapes: bool = False) -> "Trace":
+            active: int = 3, record_shapes: bool = False) -> Trace:
     """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
     return the :class:`Trace` of the ``active`` steps. Each step is a ``ProfilerStep#N`` range."""
     import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light

@@ -16,7 +16,7 @@ import csv
 import io
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 

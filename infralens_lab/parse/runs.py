@@ -70,7 +70,7 @@ class RunConfig:
         return " ".join(words)
 
     @classmethod
-    def parse(cls, label: str) -> "RunConfig":
+    def parse(cls, label: str) -> RunConfig:
         """Read a label back; ValueError naming the label and the forms it may take."""
         if not isinstance(label, str) or not label.split():
             raise ValueError(f"config label {label!r}; expected e.g. {_EXAMPLES}")

@@ -22,7 +22,8 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -84,7 +85,7 @@ def read_trace_file(path: str | Path) -> dict:
     return data
 
 
-def load_trace(source: Any) -> "Trace":
+def load_trace(source: Any) -> Trace:
     """A :class:`Trace` from a chrome-trace path (``.json`` or ``.json.gz``), a dict, or an Evidence whose values
     are one. Unreadable files raise :class:`TraceError` naming what was seen (:func:`read_trace_file`)."""
     if hasattr(source, "values") and hasattr(source, "provenance"):

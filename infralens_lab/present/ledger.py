@@ -10,7 +10,7 @@ looks the same in every figure of a lab. Nothing here measures or predicts anyth
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..units import GB, MiB
 

@@ -14,7 +14,7 @@ DataFrame and needs no IPython.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # Stall reasons get fixed colours so the same reason looks the same in every figure of a lab.
 REASON_COLORS = {

@@ -6,7 +6,7 @@ The joins themselves (copy family, attention kernels and variants) are analysis 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 

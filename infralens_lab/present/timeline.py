@@ -8,7 +8,7 @@ a glance. Returns the matplotlib Figure; needs no IPython.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 RANGE_COLORS = {"data": "#e45756", "forward": "#4c78a8", "backward": "#72b7b2", "optimizer": "#54a24b",
                 "log": "#b279a2"}

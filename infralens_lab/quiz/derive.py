@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..analysis import gates as _gates
 from ..analysis import stalls

@@ -154,7 +154,7 @@ def _build_evidence(spec: str) -> Any:
     return ev
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _evidence_or_error(spec: str) -> tuple[bool, Any]:
     try:
         return True, _build_evidence(spec)

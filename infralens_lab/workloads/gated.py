@@ -19,7 +19,7 @@ read back to the host), with one regression switched on by name (:data:`REGRESSI
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
