@@ -7,8 +7,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import device as device  # noqa: E402
-from .device import facts, mode  # noqa: E402
+from . import device as device
+from .device import facts, mode
 
 try:
     mode()  # decide now, before any @triton.jit in this package runs

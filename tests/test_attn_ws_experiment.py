@@ -18,7 +18,7 @@ from infralens_lab.kernels import attention_fast as af
 from infralens_lab.kernels.reference import attention_ref
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import attn_ws_experiment as exp  # noqa: E402
+import attn_ws_experiment as exp
 
 FAKE_CHILD = textwrap.dedent("""
     import json, sys, time

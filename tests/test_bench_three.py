@@ -10,7 +10,7 @@ import pytest
 from infralens_lab import bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import bench_three as b3  # noqa: E402
+import bench_three as b3
 
 CASES = [((4, 16, 4096, 64), "float16", False), ((4, 16, 4096, 128), "float16", True)]
 

@@ -210,7 +210,7 @@ class Trouble:
 def _launch(p, chromium):
     try:
         return p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-    except Exception as exc:  # noqa: BLE001 - any launch failure means "no usable browser here"
+    except Exception as exc:  # any launch failure means "no usable browser here"
         pytest.skip(f"Chromium at {chromium} cannot be launched: {exc}")
 
 

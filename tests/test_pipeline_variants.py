@@ -113,10 +113,9 @@ def test_tf32_is_set_during_the_step_only(monkeypatch):
 
 def test_matmul_precision_restores_after_an_error():
     before = torch.backends.cuda.matmul.allow_tf32
-    with pytest.raises(ZeroDivisionError):
-        with matmul_precision("highest" if before else "high"):
-            assert torch.backends.cuda.matmul.allow_tf32 is (not before)
-            1 / 0
+    with pytest.raises(ZeroDivisionError), matmul_precision("highest" if before else "high"):
+        assert torch.backends.cuda.matmul.allow_tf32 is (not before)
+        1 / 0
     assert torch.backends.cuda.matmul.allow_tf32 is before
 
 

@@ -322,5 +322,5 @@ def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
             "gaps_over_per_step": int(((inside > 0) & over).sum()) / n, "min_gap_us": float(min_gap_us)}
 
 
-__all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_variants", "block_m_from_grid",
-           "config_fields", "copy_family", "occupancy_table", "attention_predictions", "idle_budget", "trace_comparison"]
+__all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_predictions", "attention_variants",
+           "block_m_from_grid", "config_fields", "copy_family", "idle_budget", "occupancy_table", "trace_comparison"]

@@ -37,7 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # noqa: F401  (re-exported)
+from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # (re-exported)
 from .intervals import hidden as _hidden
 from .traffic import Traffic
 

@@ -10,7 +10,7 @@ import pandas as pd
 from .. import evidence
 from ..measure.top_ops import forward_busy, kernel_families
 from ..measure.torch_trace import profile
-from ..measure.torch_trace import quiet_profiler_chatter as quiet_stderr  # noqa: F401  (the notebook uses it)
+from ..measure.torch_trace import quiet_profiler_chatter as quiet_stderr  # (the notebook uses it)
 from ..parse.trace import Trace, load_trace
 from ..stats import percentile
 from ..workloads.resnet import MEMORY_FORMATS, inference_step

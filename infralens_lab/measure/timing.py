@@ -19,7 +19,7 @@ from typing import Any
 from collections.abc import Callable, Sequence
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
-from ..stats import percentile  # noqa: F401  (re-exported: timing users read percentiles here too)
+from ..stats import percentile  # (re-exported: timing users read percentiles here too)
 
 CLOCKS = ("auto", "cuda", "cpu")
 INTERPRETER_NOTE = ("no timing: kernels run in Triton's interpreter (Python on the CPU), so their "

@@ -419,7 +419,7 @@ _ADDRESS = re.compile(r"^(0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)$")  # ncu prints 0x..
 
 def _source_header(lines: list[str]) -> int | None:
     for i, ln in enumerate(lines):
-        if '"Address"' in ln and ('"Source"' in ln or '"SASS"' in ln) or ln.startswith("Address,"):
+        if ('"Address"' in ln and ('"Source"' in ln or '"SASS"' in ln)) or ln.startswith("Address,"):
             return i
     return None
 

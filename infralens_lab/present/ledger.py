@@ -206,4 +206,4 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     return fig
 
 
-__all__ = ["CATEGORY_COLORS", "DOMINANT_LABEL", "GB", "MiB", "PERSISTENT", "ledger_bars", "peak_figure", "scaling_figure"]
+__all__ = ["CATEGORY_COLORS", "DOMINANT_LABEL", "GB", "PERSISTENT", "MiB", "ledger_bars", "peak_figure", "scaling_figure"]

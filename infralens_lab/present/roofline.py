@@ -418,4 +418,4 @@ def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: ban
     return fig
 
 
-__all__ = ["KINDS", "Roof", "STYLES", "bandwidth_figure", "ridge_points", "roofline_figure", "roofs_from", "si"]
+__all__ = ["KINDS", "STYLES", "Roof", "bandwidth_figure", "ridge_points", "roofline_figure", "roofs_from", "si"]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..analysis.joins import (  # noqa: F401  (re-exported: table callers read these names here)
+from ..analysis.joins import (  # re-exported: table callers read these names here
     ATTN_KERNELS,
     ELEM_BYTES,
     attention_kernels,

@@ -325,7 +325,7 @@ def table_text(df, floatfmt: str | None = None) -> str:
     shown.columns = [header_label(c) for c in df.columns]
     if len(shown) == 1 and len(shown.columns) > 1:
         width = max(len(str(c)) for c in shown.columns)
-        return "\n".join(f"{str(c):<{width}}  {shown.iloc[0][c]}" for c in shown.columns)
+        return "\n".join(f"{c!s:<{width}}  {shown.iloc[0][c]}" for c in shown.columns)
     return shown.to_string(index=False)
 
 

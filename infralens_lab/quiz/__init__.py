@@ -25,6 +25,6 @@ from .widgets import question_text, self_check
 # one line of guidance for a NameError, and answer cells that did not run are not judged. Nothing outside IPython.
 _notebook_guard.install()
 
-__all__ = ["BankError", "CheckResult", "answer_variable", "DerivationError", "Question", "all_questions", "check",
-           "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question",
-           "question_text", "register_derivation", "self_check"]
+__all__ = ["BankError", "CheckResult", "DerivationError", "Question", "all_questions", "answer_variable", "check",
+           "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question", "question_text",
+           "register_derivation", "self_check"]

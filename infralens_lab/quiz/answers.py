@@ -75,7 +75,7 @@ def python_source(src: str) -> tuple[str | None, str]:
         return src, ""
     try:
         return TransformerManager().transform_cell(src), ""
-    except Exception:  # noqa: BLE001 - IPython gives up on odd input; parse it as it is
+    except Exception:  # IPython gives up on odd input; parse it as it is
         return src, ""
 
 

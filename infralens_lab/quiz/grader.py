@@ -40,7 +40,7 @@ MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 _FILE_LAB = re.compile(r"^(\d{2})_")
 _TITLE_LAB = re.compile(r"\bLab\s+(\d{2})\b")
 
-__all__ = ["Answer", "COLUMNS", "EvidenceUnavailable", "NotebookError", "Row", "STATUSES", "expected_for_grading",
+__all__ = ["COLUMNS", "STATUSES", "Answer", "EvidenceUnavailable", "NotebookError", "Row", "expected_for_grading",
            "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook"]
 
 

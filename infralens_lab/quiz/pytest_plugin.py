@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .scores import summary_lines, write_csv  # noqa: F401 - the plugin's summary and CSV (tests use these names)
+from .scores import summary_lines, write_csv  # the plugin's summary and CSV (tests use these names)
 
 GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
@@ -213,7 +213,7 @@ class GradeFile(pytest.File):
             nb = None
         try:
             self.fingerprint = fingerprint(nb) if nb is not None else None
-        except Exception:  # noqa: BLE001 - a notebook the grader cannot fingerprint is just not compared
+        except Exception:  # a notebook the grader cannot fingerprint is just not compared
             self.fingerprint = None
         self.readable = nb is not None
         static = grade_notebook(self.path, self.name_, data=self.data)
@@ -286,7 +286,7 @@ class GradeSession:
         try:
             from infralens_lab.evidence import data_root
             data = [data_root()]
-        except Exception:  # noqa: BLE001 - no recorded data in this install: nothing there to watch
+        except Exception:  # no recorded data in this install: nothing there to watch
             data = []
         self.snapshot = Snapshot([PACKAGE_DIR, *banks_dirs(), *data])
 
