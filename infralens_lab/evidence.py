@@ -22,10 +22,10 @@ import re
 import sys
 import sysconfig
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from . import device
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -10,8 +10,8 @@ samples of every ratio gate. Counting and timing are :mod:`infralens_lab.measure
 from __future__ import annotations
 
 import json
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Sequence
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 from ..stats import percentile  # (re-exported: timing users read percentiles here too)

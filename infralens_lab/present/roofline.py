@@ -14,8 +14,8 @@ other. Nothing here measures or reads files: pass numbers that came from evidenc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 KINDS = ("memory", "compute")
 STYLES = ("measured", "peak")

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from ..analysis import gates as _gates
 from ..analysis import stalls
