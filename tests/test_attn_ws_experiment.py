@@ -6,6 +6,7 @@ restart, not the run, and that every variant's masks, descriptors and stores are
 interpreter can say so (warp specialization itself is a compiler transformation the interpreter skips).
 """
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -127,7 +128,7 @@ def test_ws_configs_the_wrapper_refuses_still_run_here(stages, causal):
     # attention_tiled_fast refuses ws with 3 stages or causal (kernels_notes run 9); the experiment runs them
     # past the wrapper, so that a later Triton can be checked for the same NaN and wrong outputs.
     var = exp._v("ws", (256, 16, 4, stages), ws=True)
-    with pytest.raises(ValueError, match="docs/kernels_notes.md, run 9"):
+    with pytest.raises(ValueError, match=re.escape("docs/kernels_notes.md, run 9")):
         af.attention_tiled_fast(*[torch.randn(1, 2, 40, 32).half() for _ in range(3)], causal=causal,
                                 config=var.cand())
     q, k, v = (torch.randn(1, 2, 40, 32).half() for _ in range(3))

@@ -3,6 +3,7 @@ of this CPU, read back as a folder of rank traces; a learner's own model as modu
 refuses to run outside torchrun."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,11 +79,11 @@ def test_a_learners_model_as_module_function(tmp_path):
 def test_outside_torchrun_it_says_how_to_start_it(monkeypatch, tmp_path):
     for k in P.ENV:
         monkeypatch.delenv(k, raising=False)
-    with pytest.raises(SystemExit, match="RANK, WORLD_SIZE, LOCAL_RANK not set.*torchrun --nproc_per_node=N"):
+    with pytest.raises(SystemExit, match=r"RANK, WORLD_SIZE, LOCAL_RANK not set.*torchrun --nproc_per_node=N"):
         P.main(["--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="RANK=4, WORLD_SIZE=4"):
         P.rank_env({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"})
-    with pytest.raises(SystemExit, match="--model 'nocolon'; expected package.module:function"):
+    with pytest.raises(SystemExit, match=re.escape("--model 'nocolon'; expected package.module:function")):
         P.load_model_fn("nocolon")
     with pytest.raises(SystemExit, match="cannot be loaded"):
         P.load_model_fn("no_such_module_xyz:build")

@@ -396,7 +396,7 @@ def test_grade_session_hands_kernels_absolute_bank_folders(monkeypatch, tmp_path
 def test_grade_mode_refuses_a_bank_folder_that_is_not_there(monkeypatch, tmp_path):
     monkeypatch.setenv(bank_mod.BANKS_ENV, str(tmp_path / "nope"))
     monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
-    with pytest.raises(pytest.UsageError, match="INFRALENS_QUIZ_BANKS=.*is not a folder"):
+    with pytest.raises(pytest.UsageError, match=r"INFRALENS_QUIZ_BANKS=.*is not a folder"):
         plugin.pytest_configure(_Config(infralens_grade=True))
 
 

@@ -263,9 +263,9 @@ def test_elementwise_chain_traffic():
 def test_gpu_only_requests_explain_themselves():
     from infralens_lab.workloads import overlap as W
 
-    with pytest.raises(W.NeedsGpu, match="Pinned .* needs a CUDA GPU.*pinned allocator.*Fix"):
+    with pytest.raises(W.NeedsGpu, match=r"Pinned .* needs a CUDA GPU.*pinned allocator.*Fix"):
         W.pinned(torch.zeros(4))
-    with pytest.raises(W.NeedsGpu, match="CUDA graph needs a CUDA GPU.*stream"):
+    with pytest.raises(W.NeedsGpu, match=r"CUDA graph needs a CUDA GPU.*stream"):
         W.cuda_graphed(lambda t: t * 2, torch.zeros(4))
     with pytest.raises(W.NeedsGpu, match="CopyComputeStep"):
         W.CopyComputeStep("pinned")

@@ -1,6 +1,8 @@
 """workloads.pipeline's one-change variants: each switch really changes what the step does, on a CPU."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -146,5 +148,5 @@ def test_bad_names_and_precisions(call, match):
 
 
 def test_switches_must_be_bools():
-    with pytest.raises(TypeError, match="Variant.pinned = 1; expected True or False"):
+    with pytest.raises(TypeError, match=re.escape("Variant.pinned = 1; expected True or False")):
         Variant(True, 1, False)

@@ -138,7 +138,7 @@ def test_figure_rejects_bad_points_and_roofs():
         roofline_figure(pd.DataFrame({"label": ["a"], "intensity": [1.0]}), _roofs())
     bad = _points()
     bad.loc[0, "intensity"] = 0.0
-    with pytest.raises(ValueError, match="log-log.*'copy'"):
+    with pytest.raises(ValueError, match=r"log-log.*'copy'"):
         roofline_figure(bad, _roofs())
     with pytest.raises(ValueError, match="at least one memory and one compute"):
         roofline_figure(_points(), [r for r in _roofs() if r.kind == "memory"])
