@@ -210,7 +210,7 @@ def estimate_minutes(nb) -> int:
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     tags = [set(c.get("metadata", {}).get("tags", [])) for c in code]
     exercises = sum("exercise" in t for t in tags)
-    questions = sum(("answer" in t or "check(" in c.source) and "exercise" not in t for c, t in zip(code, tags))
+    questions = sum(("answer" in t or "check(" in c.source) and "exercise" not in t for c, t in zip(code, tags, strict=True))
     minutes = (words / READ_WORDS_PER_MIN + MIN_PER_CODE_CELL * len(code) + MIN_PER_QUESTION * questions
                + MIN_PER_EXERCISE * exercises)
     return max(ROUND_TO_MIN, int(math.ceil(minutes / ROUND_TO_MIN) * ROUND_TO_MIN))
@@ -492,7 +492,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
         raise ValueError(f"cannot write the site to {str(out)!r}: {exc.strerror or exc}; expected a folder this "
                          "user can create and write. Fix: pass --out with a writable folder, e.g. --out site") from exc
     nbs = [nbformat.read(p, as_version=4) for p in notebooks]
-    labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks)]
+    labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks, strict=True)]
     site = Site(index=out / "index.html", pages=[], labs=labs)
     exporter = _exporter()
     entries: list[dict] = []

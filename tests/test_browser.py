@@ -685,7 +685,7 @@ def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_fact
             page.goto(built.index.as_uri(), wait_until="load")
             assert page.title() == "InfraLens Lab: offline edition"
             page.screenshot(path=str(shots / f"{label}_index_{width}.png"))
-            for k, (lab, html_page) in enumerate(zip(built.labs, built.pages)):
+            for k, (lab, html_page) in enumerate(zip(built.labs, built.pages, strict=True)):
                 if k == 0:  # the first page is reached as a reader would, from the index
                     page.click(f"ol.labs a[href='{html_page.name}']")
                 else:

@@ -39,7 +39,7 @@ def test_the_h200_matmuls_slow_down_as_they_grow():
 def test_clock_range_spans_the_copies_and_the_matmuls():
     st = ROOT / "data" / "recorded" / "nvidia-h100-80gb-hbm3"
     frames = [parse_raw_csv((st / f).read_text()) for f in ("ncu_copies.csv", "ncu_matmul.csv")]
-    lo, hi = clocks.clock_range_ghz(frames + [None])
+    lo, hi = clocks.clock_range_ghz([*frames, None])
     assert lo == pytest.approx(1.539, abs=0.001) and hi == pytest.approx(2.005, abs=0.001)
 
 

@@ -273,7 +273,7 @@ def test_real_attention_and_matmul_kernel_table():
 def test_real_copies_read_amplification():
     ct = C.copy_table(_real("ncu_copies.csv"), CEIL)
     assert list(ct["label"]) == ["copy_coalesced"] + [f"copy_strided ×{s}" for s in (1, 2, 4, 8, 16, 32)]
-    amp = dict(zip(ct["stride"].where(ct["kernel"] == "copy_strided"), ct["read_amplification"]))
+    amp = dict(zip(ct["stride"].where(ct["kernel"] == "copy_strided"), ct["read_amplification"], strict=True))
     for s in (1, 2, 4, 8):  # rel 10%: the model ignores part-used sectors at block edges and other DRAM traffic
         assert amp[s] == pytest.approx(s, rel=0.1)
     # beyond 32-byte spacing the model says 8x (one sector per element); DRAM moved about twice that

@@ -269,7 +269,7 @@ def test_launch_window_counts_launches():
     ["--kernel", "matmul", "--size", "33,17,9", "--dtype", "fp32"],
 ])
 def test_target_runs_and_prints_nothing(argv, capsys):
-    assert target.main(argv + ["--warmup", "1", "--iters", "1"]) == 0
+    assert target.main([*argv, "--warmup", "1", "--iters", "1"]) == 0
     assert capsys.readouterr().out == ""
 
 

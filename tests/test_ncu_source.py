@@ -31,7 +31,7 @@ def test_source_commands_profile_into_a_report_and_export_two_pages():
     assert profile[-len(TARGET):] == TARGET and profile.index("--export") < profile.index("py")
     assert source == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "source", "--print-source", "sass"]
     assert raw == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "raw"]
-    assert inst == raw + ["--print-metric-instances", "details"]
+    assert inst == [*raw, "--print-metric-instances", "details"]
     counted = NR.source_commands(TARGET, "copy_strided", "r", launch_skip=1, nvtx=False, ncu="ncu", python="py")[0]
     assert "--nvtx" not in counted and counted[counted.index("--launch-skip") + 1] == "1"
     line = NR.source_command_line(TARGET, page="raw", kernel_regex="copy_strided")
@@ -200,7 +200,7 @@ def test_opcode_census_reads_instance_values_and_refuses_a_plain_export():
     text = ('"ID","Kernel Name","sass__inst_executed_per_opcode"\n"","","inst"\n'
             '"0","copy_strided","9,000 (EXIT: 1,000; IMAD: 3,000; LDG: 4,000; S2R: 1,000)"\n')
     c = N.opcode_census(N.parse_raw_csv(text))
-    assert dict(zip(c["opcode"], c["executed"])) == {"EXIT": 1000, "IMAD": 3000, "LDG": 4000, "S2R": 1000}
+    assert dict(zip(c["opcode"], c["executed"], strict=True)) == {"EXIT": 1000, "IMAD": 3000, "LDG": 4000, "S2R": 1000}
     plain = text.replace("9,000 (EXIT: 1,000; IMAD: 3,000; LDG: 4,000; S2R: 1,000)", "9,000")
     with pytest.raises(N.NcuCsvError, match="--print-metric-instances details"):
         N.opcode_census(N.parse_raw_csv(plain))

@@ -5,6 +5,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import itertools
 import math
 
 import matplotlib.pyplot as plt
@@ -187,7 +188,7 @@ def test_point_labels_keep_off_the_roof_lines():
         assert len(boxes) == 3
         for ln in ax.lines:
             xy = ax.transData.transform(ln.get_xydata())
-            for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:]):
+            for (x0, y0), (x1, y1) in itertools.pairwise(xy):
                 for k in range(201):
                     px, py = x0 + (x1 - x0) * k / 200, y0 + (y1 - y0) * k / 200
                     for text, bb in boxes.items():

@@ -104,7 +104,7 @@ def test_names_that_differ_stay_different_once_shortened():
     assert html_names == text_names and html_names[0] != html_names[1]
     assert all("…" in n and len(n) < len(XMMA) for n in html_names)
     assert shorten_name(XMMA) == shorten_name(nn)  # at the default cut they collide; the column widens it
-    assert present.shorten_names([XMMA, nn, 3.5, "short"]) == html_names + [3.5, "short"]  # what sentences use
+    assert present.shorten_names([XMMA, nn, 3.5, "short"]) == [*html_names, 3.5, "short"]  # what sentences use
 
 
 def test_plain_text_shows_the_names_the_html_shows():

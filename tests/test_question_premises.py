@@ -233,7 +233,7 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
     _, tls = lab03.recorded_timeline(st)
     m = ev.values["meta"]
     sbv4 = 4 * m["batch"] * m["seq"] * m["config"]["vocab"]
-    by = {run: dict(zip(df["category"], df["bytes"])) for run, df in runs.items()}
+    by = {run: dict(zip(df["category"], df["bytes"], strict=True)) for run, df in runs.items()}
     held = by["fp32"]["weights"] + by["fp32"]["optimizer states"]
     for run, logits in (("fp32", sbv4), ("amp_bf16", sbv4 // 2)):
         tl = tls[run]
@@ -244,7 +244,7 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
         assert abs((above_rec - above_tl) - logits) < 2**20, \
             f"{run}: memory_train's peak is not the timeline's plus one logits tensor: re-word lab 03's timeline text"
         bw = tl[(tl["phase"] == "backward") & (tl["size"] >= 2**20) & tl["action"].isin(["alloc", "free_completed"])]
-        ev_ = list(zip(bw["action"], bw["size"]))
+        ev_ = list(zip(bw["action"], bw["size"], strict=True))
         if run == "fp32":
             assert ev_[:2] == [("alloc", sbv4), ("alloc", sbv4)], f"fp32 backward starts {ev_[:3]}: re-word lab 03"
         else:

@@ -34,7 +34,7 @@ def test_help_lists_steps_and_records(capsys):
     with pytest.raises(SystemExit):
         record.main(["--help"])
     out = capsys.readouterr().out
-    for name in record.STEPS + ("trace_summary", "record_log", "ncu_copies_stalls.csv"):
+    for name in (*record.STEPS, "trace_summary", "record_log", "ncu_copies_stalls.csv"):
         assert name in out.replace("\n", " ")
 
 
@@ -72,7 +72,7 @@ def test_ncu_runs_are_joined_with_fallbacks(tmp_path, monkeypatch):
     w = EvidenceWriter(tmp_path / "rec", "test")
     rec = record.Recorder(w, log=lambda m: None)
     cfgs = [("a", "copy", ["--n", "8"]), ("b", "naive", []), ("c", "tiled", [])]
-    detail = rec._ncu_file("ncu_test.csv", cfgs, N.TIME + ["bad__metric"])
+    detail = rec._ncu_file("ncu_test.csv", cfgs, [*N.TIME, "bad__metric"])
     assert detail.startswith("2/3 runs ok; failed: ['c: no counters")
     # copy: dropped the bad metric and retried; naive: NVTX window empty -> counted window (skip 1 warm-up x 3)
     assert calls[0][0] == "copy" and calls[1] == ("copy", "copy_coalesced", 0, 1, True, tuple(N.TIME))
@@ -106,7 +106,7 @@ def test_import_path_has_no_jupyter():
 def test_metrics_that_ncu_silently_drops_are_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(NR, "run_ncu", lambda *a, **k: SYNTHETIC)
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
-    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], N.TIME + ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
+    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], [*N.TIME, "sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
     assert detail == "1/1 runs ok; metrics absent from the CSV: ['sm__ops_path_tensor_src_fp16_dst_fp32.sum']"
 
 

@@ -42,7 +42,7 @@ def reference_attribute(tr: Trace) -> tuple[dict, dict, dict]:
     self_us: dict[int, float] = {}
     stack: list[int] = []
     key = None
-    for i, r in zip(cpu.index, cpu.itertuples(index=False)):
+    for i, r in zip(cpu.index, cpu.itertuples(index=False), strict=True):
         if (r.pid, r.tid) != key:
             key, stack = (r.pid, r.tid), []
         while stack and ev.at[stack[-1], "end_us"] <= r.start_us:
@@ -58,7 +58,7 @@ def reference_attribute(tr: Trace) -> tuple[dict, dict, dict]:
         stack.append(i)
     flow_dst = {v["f"]: k for k, v in flows.items() if "f" in v}
     launcher = {}
-    for i, r in zip(gpu.index, gpu.itertuples(index=False)):
+    for i, r in zip(gpu.index, gpu.itertuples(index=False), strict=True):
         corr = _id(r.correlation, flow_dst.get((r.pid, r.tid, round(r.ts, 3))))
         if corr in runtime_by_corr:
             launcher[i] = runtime_by_corr[corr]
@@ -218,7 +218,7 @@ def reference_names_in_gaps(ev, g0, g1):
         ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
     s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
     ranges, ops = [], []
-    for a, b in zip(g0, g1):
+    for a, b in zip(g0, g1, strict=True):
         hit = (s < b) & (e > a)
         sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
         names = {}

@@ -484,7 +484,7 @@ def scaling_table(models=("gpt2-125m", "gpt2-350m", "gpt2-1.5b", "llama2-7b", "l
         t = Training(b, s, precision, optimizer, dp, z, recompute, attention=attention)
         df = predict_training(_fit(m, s), t)
         row = {"model": m.name, "params": df.attrs["params"], "seq": s, "batch": b, "zero_stage": z, "dp": dp}
-        row.update(dict(zip(df["category"], df["bytes"])))
+        row.update(dict(zip(df["category"], df["bytes"], strict=True)))
         row["total"], row["dominant"] = total(df), dominant(df)
         rows.append(row)
     return pd.DataFrame(rows)

@@ -80,8 +80,8 @@ def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
     cp = g[(g["cat"] == "gpu_memcpy") & g["name"].str.contains(copy_kind, regex=False)]
     k = trace.gpu_events(scope="all")
     k = k[k["cat"] == "kernel"]
-    civ = list(zip(cp["start_us"], cp["end_us"]))
-    kiv = list(zip(k["start_us"], k["end_us"]))
+    civ = list(zip(cp["start_us"], cp["end_us"], strict=True))
+    kiv = list(zip(k["start_us"], k["end_us"], strict=True))
     total, hid = _hidden(civ, kiv)
     return {"copies": int(len(cp)), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
             "fraction": (hid / total) if total > 0 else None, "steps": max(1, len(trace.steps()))}
@@ -91,7 +91,7 @@ def range_intervals(trace, name: str) -> list[tuple[float, float]]:
     """``(start_us, end_us)`` of every ``record_function`` range called ``name``, in time order."""
     ev = trace.events
     r = ev[(ev["cat"] == "user_annotation") & (ev["name"] == name)].sort_values("start_us")
-    return list(zip(r["start_us"].astype(float), r["end_us"].astype(float)))
+    return list(zip(r["start_us"].astype(float), r["end_us"].astype(float), strict=True))
 
 
 def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
@@ -157,7 +157,7 @@ def launches_per_step(trace):
             end = r.end_us
     top_ops = ops.loc[top]
     rows = []
-    for s, wr in zip(steps.itertuples(), w.itertuples(index=False)):
+    for s, wr in zip(steps.itertuples(), w.itertuples(index=False), strict=True):
         inside = (graphs["start_us"] >= s.start_us) & (graphs["start_us"] < s.end_us) & (graphs["pid"] == s.pid)
         mine = top_ops[(top_ops["tid"] == s.tid) & (top_ops["start_us"] >= s.start_us) & (top_ops["end_us"] <= s.end_us)]
         lc = calls[(calls["start_us"] >= s.start_us) & (calls["start_us"] < s.end_us) & (calls["pid"] == s.pid)]
@@ -266,7 +266,7 @@ def engine_busy(trace) -> dict:
     out = {"period_us": (b - a) / n}
     for key, sel in (("copy_us", g["cat"] == "gpu_memcpy"), ("kernel_us", g["cat"] == "kernel"),
                      ("any_us", g["cat"].isin(("gpu_memcpy", "kernel")))):
-        iv = [(max(s, a), min(e, b)) for s, e in zip(g.loc[sel, "start_us"], g.loc[sel, "end_us"]) if e > a and s < b]
+        iv = [(max(s, a), min(e, b)) for s, e in zip(g.loc[sel, "start_us"], g.loc[sel, "end_us"], strict=True) if e > a and s < b]
         out[key] = _hidden(iv, [(a, b)])[0] / n
     for k in ("copy", "kernel", "any"):
         out[f"{k}_pct"] = 100 * out[f"{k}_us"] / out["period_us"]

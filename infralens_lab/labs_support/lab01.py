@@ -76,7 +76,7 @@ def commands(hot_kernel: str) -> dict:
         return shlex.join(cmd)
 
     return {
-        "nsys (timeline)": nsys.command_line(TARGET[:2] + ["--warmup", "2", "--iters", "3"], output="train_step"),
+        "nsys (timeline)": nsys.command_line([*TARGET[:2], "--warmup", "2", "--iters", "3"], output="train_step"),
         "ncu (speed of light of the hot kernel)": ncu("--section", "SpeedOfLight"),
         # every section: ~40 replay passes, so only on the one kernel
         "ncu (everything, once the SOL says where to look)": ncu("--set", "full"),

@@ -73,13 +73,13 @@ def _regressions(k: int, device: str, sizes: dict) -> list[dict]:
     gpu = device == "cuda"
     rows = []
     breaks = {}  # counted once, before anything is compiled (explain resets dynamo's caches)
-    for reg in (None,) + REGRESSIONS:
+    for reg in (None, *REGRESSIONS):
         probe = MLPStep(reg, device=device, **sizes)
         breaks[reg or "intended"] = graph_breaks(probe.chain, *probe.chain_args()).breaks
     backend = "inductor" if gpu else "eager"  # a CPU dry run only traces: inductor's C++ build takes minutes there
     for compiled in (False, True):
         intended = MLPStep(None, compiled=compiled, device=device, backend=backend, **sizes)
-        for reg in (None,) + REGRESSIONS:
+        for reg in (None, *REGRESSIONS):
             step = intended if reg is None else MLPStep(reg, compiled=compiled, device=device, backend=backend,
                                                         **sizes)
             row = {"regression": reg or "intended", "compiled": compiled, "graph_breaks": breaks[reg or "intended"]}

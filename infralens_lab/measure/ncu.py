@@ -101,7 +101,7 @@ def ncu_command(target_args: Sequence[str], kernel_regex: str, metrics: Sequence
         cmd += ["--metrics", ",".join(metrics)]
     for s in sections or ():
         cmd += ["--section", s]
-    return cmd + [python or sys.executable, "-m", "infralens_lab", "target", *map(str, target_args)]
+    return [*cmd, python or sys.executable, "-m", "infralens_lab", "target", *map(str, target_args)]
 
 
 def command_line(*args, **kwargs) -> str:
@@ -192,18 +192,18 @@ def source_commands(target_args: Sequence[str], kernel_regex: str, report: str, 
     profile = [a for a in base[:cut] if a not in ("--csv",)]
     i = profile.index("--page")
     del profile[i:i + 2]  # the report keeps everything; pages are chosen at export
-    profile += ["--force-overwrite", "--export", _report_base(report)] + base[cut:]
+    profile += ["--force-overwrite", "--export", _report_base(report), *base[cut:]]
     rep = _report_base(report) + ".ncu-rep"
     raw = [ncu, "--import", rep, "--csv", "--page", "raw"]
     return (profile, [ncu, "--import", rep, "--csv", "--page", "source", "--print-source", "sass"], raw,
-            raw + ["--print-metric-instances", "details"])
+            [*raw, "--print-metric-instances", "details"])
 
 
 def source_command_line(target_args: Sequence[str], page: str = "source", **kwargs) -> str:
     """The profile command and the export of ``page`` (``"source"``, ``"raw"`` or ``"instances"``) of
     :func:`source_commands`,
     shell-quoted and joined by `` ; `` (the report path is a placeholder), to record beside the CSV."""
-    cmds = dict(zip(("profile", "source", "raw", "instances"), source_commands(target_args, report="REPORT", **kwargs)))
+    cmds = dict(zip(("profile", "source", "raw", "instances"), source_commands(target_args, report="REPORT", **kwargs), strict=True))
     if page not in cmds or page == "profile":
         raise ValueError(f"page={page!r}; expected 'source', 'raw' or 'instances'")
     return shlex.join(cmds["profile"]) + " ; " + shlex.join(cmds[page])

@@ -146,7 +146,7 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
         _call(fn, args_at(warmup + i))
         ends[i].record()
     torch.cuda.synchronize()
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    samples = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     parts = [f"CUDA events, {warmup} warm-up calls"]
     if rotate is not None:
         parts.append(f"rotating over {len(rotate)} input sets")

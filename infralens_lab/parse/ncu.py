@@ -298,7 +298,7 @@ KEYS = ["config", "kernel", "launch"]
 def wide(df, metrics: Sequence[str] | None = None):
     """One row per (config, kernel, launch), one column per metric (values as floats)."""
     sub = df if metrics is None else df[df["metric"].isin(list(metrics))]
-    out = sub.groupby(KEYS + ["metric"], sort=False)["value"].first().unstack("metric")
+    out = sub.groupby([*KEYS, "metric"], sort=False)["value"].first().unstack("metric")
     out.columns.name = None
     return out.reset_index()
 
@@ -341,7 +341,7 @@ def dram_bytes(df, useful_bytes=None):
     w["total_bytes"] = w["read_bytes"] + w["write_bytes"]
     if useful_bytes is not None:
         if isinstance(useful_bytes, dict):
-            w["useful_bytes"] = [useful_bytes.get(c, useful_bytes.get(k, math.nan)) for c, k in zip(w["config"], w["kernel"])]
+            w["useful_bytes"] = [useful_bytes.get(c, useful_bytes.get(k, math.nan)) for c, k in zip(w["config"], w["kernel"], strict=True)]
         else:
             w["useful_bytes"] = float(useful_bytes)
         w["read_over_useful"] = w["read_bytes"] / w["useful_bytes"]
@@ -370,17 +370,17 @@ def stall_breakdown(df):
     sub["reason"] = sub["metric"].str.extract(_STALL_RE.pattern, expand=False)
     sub = sub[~sub["reason"].str.endswith("_not_issued")]
     sub["reason"] = sub["reason"].replace({"no_instructions": "no_instruction"})
-    sub = sub.rename(columns={"value": "samples"})[KEYS + ["reason", "samples"]]
+    sub = sub.rename(columns={"value": "samples"})[[*KEYS, "reason", "samples"]]
     total = sub.groupby(KEYS, sort=False)["samples"].transform("sum")
     sub["share"] = sub["samples"] / total.where(total > 0)
-    return sub.sort_values(KEYS[:2] + ["launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
+    return sub.sort_values([*KEYS[:2], "launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
 
 
 def scheduler(df):
     """Per launch: ``issue_active_pct`` (issue-slot utilisation: % of active cycles with an instruction
     issued), ``eligible_warps`` and ``active_warps`` (per scheduler per active cycle), from :data:`SCHEDULER`."""
     _require(df, SCHEDULER, "scheduler", f"Profile with --metrics {','.join(SCHEDULER)}.")
-    return _pick(df, dict(zip(SCHEDULER, ("issue_active_pct", "eligible_warps", "active_warps"))))
+    return _pick(df, dict(zip(SCHEDULER, ("issue_active_pct", "eligible_warps", "active_warps"), strict=True)))
 
 
 def has_stalls(df) -> bool:
@@ -508,7 +508,7 @@ def parse_source_csv(text: str):
     df["op"] = df["opcode"].str.split(".").str[0]
     df["pc_offset"] = df["address"] - df.groupby(["config", "kernel"], sort=False)["address"].transform("min")
     return df[["config", "kernel", "address", "pc_offset", "sass", "opcode", "op", "samples", "samples_not_issued",
-               "inst_executed"] + reasons]
+               "inst_executed", *reasons]]
 
 
 OPCODE_MIX = "sass__inst_executed_per_opcode"  # InstructionStats: warp-level executed instructions per SASS opcode
@@ -529,4 +529,4 @@ def opcode_census(df):
                               f"per-opcode values; expected \"total (OPCODE: n; ...)\"",
                               "Export with `ncu --import R.ncu-rep --csv --page raw --print-metric-instances details`.")
         rows += [(r.config, r.kernel, r.launch, op, _number(v)) for op, v in pairs]
-    return pd.DataFrame(rows, columns=KEYS + ["opcode", "executed"])
+    return pd.DataFrame(rows, columns=[*KEYS, "opcode", "executed"])

@@ -111,9 +111,9 @@ class RunConfig:
             if getattr(self, f) is not None:
                 d[f] = getattr(self, f)
         if self.family == "attention":
-            d.update(variant=self.kind, **dict(zip("BHND", self.shape)))
+            d.update(variant=self.kind, **dict(zip("BHND", self.shape, strict=True)))
         elif self.kind == "matmul":
-            d.update(dict(zip("MNK", self.shape)))
+            d.update(dict(zip("MNK", self.shape, strict=True)))
         return d
 
 

@@ -20,6 +20,7 @@ trace's first event, unless a column says ``_ms``.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,7 @@ import pandas as pd
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-CPU_CATS = ("cpu_op", "user_annotation") + RUNTIME_CATS
+CPU_CATS = ("cpu_op", "user_annotation", *RUNTIME_CATS)
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
               "cuCtxSynchronize", "aten::item", "aten::_local_scalar_dense")
 CAUSES = ("sync", "memcpy", "launch", "host", "unaccounted")
@@ -272,7 +273,7 @@ class Trace:
         own = dur.copy()
         child, up = dur[has], e[parent[has]] - s[has]
         np.subtract.at(own, parent[has], np.where(up < child, up, child))
-        self.self_us: dict[int, float] = dict(zip(rows.tolist(), own.tolist()))
+        self.self_us: dict[int, float] = dict(zip(rows.tolist(), own.tolist(), strict=True))
         # enclosing chains of the runtime calls: parent, grandparent... (one array step per nesting level)
         rt = np.flatnonzero(cpu["cat"].isin(RUNTIME_CATS).to_numpy())
         levels, cur = [], parent[rt]
@@ -283,7 +284,8 @@ class Trace:
         ok = chain >= 0  # outermost first: the -1s of shallower chains come first in each row
         flat = rows[chain[ok]].tolist()
         ends = np.cumsum(ok.sum(axis=1)).tolist()
-        self.enclosing: dict[int, list[int]] = dict(zip(rows[rt].tolist(), (flat[a:b] for a, b in zip([0] + ends, ends))))
+        spans = itertools.pairwise([0, *ends])  # row i's chain is flat[ends[i - 1]:ends[i]]
+        self.enclosing: dict[int, list[int]] = dict(zip(rows[rt].tolist(), (flat[a:b] for a, b in spans), strict=True))
         # launches: the runtime call and the GPU event share a correlation id (own arg, else via a flow)
         calls = cpu.iloc[rt]
         corr = _correlation(calls["correlation"], calls[["pid", "tid"]].assign(ts3=self._ts3), self._flow_ids("s"))
@@ -293,7 +295,7 @@ class Trace:
         gcorr = _correlation(gpu["correlation"], gpu[["pid", "tid"]].assign(ts3=self._ts3), self._flow_ids("f"))
         hit = gcorr.notna() & gcorr.isin(by_corr.index)
         self.launcher = dict(zip(gpu.index[hit.to_numpy()].tolist(),
-                                 by_corr.reindex(gcorr[hit].to_numpy()).to_numpy().tolist()))  # GPU row -> runtime row
+                                 by_corr.reindex(gcorr[hit].to_numpy()).to_numpy().tolist(), strict=True))  # GPU row -> runtime row
 
     # -- tables
     # -- the one attribution rule: GPU work belongs to the profiled step whose CPU range holds its launch call

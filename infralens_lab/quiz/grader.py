@@ -270,7 +270,7 @@ def _grade(path: Path, name: str, data: bytes | None, run) -> list[Row]:
     try:
         bank = load_bank(lab)
     except BankError as exc:
-        return [Row(name, lab, "", "unknown lab", 0, 0, f"{flag} {exc}".strip(), flags="; ".join(flags + ["unknown lab"]))]
+        return [Row(name, lab, "", "unknown lab", 0, 0, f"{flag} {exc}".strip(), flags="; ".join([*flags, "unknown lab"]))]
     answers, notes = final_answers(nb)
     saved = saved_payloads(nb)
     run_note = ""

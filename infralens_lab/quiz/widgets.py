@@ -156,7 +156,7 @@ def saved_self_checks(notebook: str | Path) -> list[tuple[str, str]]:
         qids = SELF_CHECK_CALL.findall("".join(src) if isinstance(src, list) else src)
         views = [o["data"][WIDGET_VIEW].get("model_id") for o in cell.get("outputs", [])
                  if isinstance(o.get("data"), dict) and isinstance(o["data"].get(WIDGET_VIEW), dict)]
-        found += [(qid, mid) for qid, mid in zip(qids, views) if mid]
+        found += [(qid, mid) for qid, mid in zip(qids, views, strict=False) if mid]  # a cell never run has no views
     return found
 
 
