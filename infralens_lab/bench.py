@@ -35,6 +35,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
+from functools import partial
 from typing import NamedTuple
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
@@ -106,14 +107,14 @@ def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
         x = torch.randn(n_bytes // e, device="cuda").to(dtype)
         n = x.numel()
         dst = torch.empty_like(x)
-        rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(lambda: dst.copy_(x)), True))
+        rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(partial(dst.copy_, x)), True))
         ok = torch.equal(copies.copy(x, out=dst), x)
-        rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(lambda: copies.copy(x, out=dst)), ok))
-        dst = None  # free the buffer (None, not del: the timed lambdas above close over the name)
+        rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(partial(copies.copy, x, out=dst)), ok))
+        dst = None  # free the buffer before the strided copies
         for s in copies.STRIDES:
             out = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
             ok = torch.equal(copies.copy_strided(x, s, out=out), x[::s])
-            t = _ms(lambda: copies.copy_strided(x, s, out=out))
+            t = _ms(partial(copies.copy_strided, x, s, out=out))
             rows.append(_copy_row("strided", name, s, n, out.numel(), e, t, ok))
             out = None  # free the buffer before the next stride
         coalesced = next(r for r in rows if r["variant"] == "coalesced" and r["dtype"] == name)
@@ -208,7 +209,7 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[li
                 continue
             err = _rel_err(o, ref)
             o = None  # free the output before timing
-            ms = _ms(lambda: fn(q, k, v, causal))
+            ms = _ms(partial(fn, q, k, v, causal))
             row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
                    "correct": err <= REL_ERR_OK[dtype_name], "config": None}
             if name == "tiled":

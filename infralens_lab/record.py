@@ -261,7 +261,7 @@ class Recorder:
             target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
             try:
                 text, cmd = self._in_first_window(kernel, regex[0] if regex else None, label,
-                                                  lambda a: profile(a, target, label))
+                                                  lambda a, target=target, label=label: profile(a, target, label))
             except N.NcuError as err:
                 failed.append(f"{label}: {err}")
                 self.log(f"[record]   {label} FAILED: {err}")

@@ -110,7 +110,7 @@ def random_trace(seed: int) -> dict:
         for tid in rng.sample(range(1, 50), 3):
             t = rng.choice([0.0, 0.5, 1000.25])
 
-            def block(t0, t1, depth):
+            def block(t0, t1, depth, pid=pid, tid=tid):
                 nonlocal corr
                 t = t0
                 while t < t1 and rng.random() < 0.8:

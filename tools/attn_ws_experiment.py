@@ -43,6 +43,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -342,11 +343,11 @@ def child(out: Path, deadline: float, rounds: int, skip: set[str], done: set[str
         q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=dtype) for _ in range(3))
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        def flash():
+        def flash(q=q, k=k, v=v, causal=causal):
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        fns = {"sdpa_default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
+        fns = {"sdpa_default": partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal)}
         errs = {"sdpa_default": 0.0}
         try:
             errs["sdpa_flash"] = float((flash().float() - ref.float()).norm() / ref.float().norm())
@@ -373,7 +374,7 @@ def child(out: Path, deadline: float, rounds: int, skip: set[str], done: set[str
             _emit(events, ev="checked", case=key, variant=label, ok=ok, seconds=time.time() - t0, **res)
             if ok:
                 out_buf = torch.empty_like(q)
-                fns[label] = lambda var=var, o=out_buf: run_variant(var, q, k, v, causal, o)
+                fns[label] = partial(run_variant, var, q, k, v, causal, out_buf)
                 errs[label] = res["rel_err"]
         _emit(events, ev="timing", case=key)
         times = {name: [] for name in fns}

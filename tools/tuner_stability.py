@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+from functools import partial
 
 CASES = [(4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]  # (B, H, N, D), fp16, not causal
 
@@ -59,9 +60,9 @@ def parent(procs: int, rounds: int) -> None:
         key = f"{B}x{H}x{N}x{D}"
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
         group = "d128" if D >= 128 else "small_d"
-        fns = {"sdpa_default": lambda: F.scaled_dot_product_attention(q, k, v)}
+        fns = {"sdpa_default": partial(F.scaled_dot_product_attention, q, k, v)}
         for c in af.GPU_CANDIDATES[group]:
-            fns[af._name(c)] = lambda c=c: af.attention_tiled_fast(q, k, v, config=c)
+            fns[af._name(c)] = partial(af.attention_tiled_fast, q, k, v, config=c)
         times = {n: [] for n in fns}
         for _ in range(rounds):
             for n, fn in fns.items():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import asdict
+from functools import partial
 
 import pandas as pd
 import torch
@@ -265,7 +266,7 @@ def measure_inference(config: GPTConfig | None = None, batch: int = 4, context: 
         for _ in range(new_tokens):
             nxt = logits[:, -1:].argmax(-1)
             del logits
-            (logits, _), _, peak = run_phase(lambda: model(nxt, caches=cache), dev)
+            (logits, _), _, peak = run_phase(partial(model, nxt, caches=cache), dev)
             decode = max(decode, peak)
         return prefill, decode
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 
 from ..parse.trace import Trace, trim
 from .torch_trace import chrome_trace_of, profile
@@ -300,7 +301,7 @@ def compile_study(device: str, width: int, blocks: int, batch: int, repeats: int
             if comp:
                 torch._dynamo.reset()
                 m = torch.compile(m, backend=counter)
-            r = wall(lambda: m(x), repeats=repeats, warmup=3)
+            r = wall(partial(m, x), repeats=repeats, warmup=3)
             row = {"variant": name, "first_ms": r["first_ms"], "median_ms": r["median_ms"], "p10_ms": r["p10_ms"],
                    "p90_ms": r["p90_ms"], "graphs_compiled": len(counter.graphs) if comp else 0}
             counter.calls = 0
@@ -336,8 +337,8 @@ def fusion_study(numel: int = FUSION_NUMEL, repeats: int = 20) -> tuple[dict, di
     first = time.perf_counter() - t0
     rows, traces = [], {}
     for name, fn in (("eager", elementwise_chain), ("compiled", comp)):
-        t = time_fn(lambda: fn(x), warmup=3, repeats=repeats)
-        tr = profile(lambda: fn(x), wait=1, warmup=1, active=2)
+        t = time_fn(partial(fn, x), warmup=3, repeats=repeats)
+        tr = profile(partial(fn, x), wait=1, warmup=1, active=2)
         traces[name] = tr
         rows.append({"variant": name, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms})
     diff = float((comp(x) - elementwise_chain(x)).abs().max())  # recorded, not asserted: the record says it
@@ -422,7 +423,7 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
             for name, brk in (("trace_compile_whole", False), ("trace_compile_breaks", True)):
                 torch._dynamo.reset()
                 m = torch.compile(BlockNet(cfg["width"], cfg["blocks"], graph_break=brk).cuda())
-                outs.append(_write_trace(writer, name, profile(lambda: m(x), wait=1, warmup=2, active=3),
+                outs.append(_write_trace(writer, name, profile(partial(m, x), wait=1, warmup=2, active=3),
                                          f"compiled BlockNet forward, graph_break={brk}"))
         return "; ".join(outs)
 

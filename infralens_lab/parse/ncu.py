@@ -490,7 +490,7 @@ def parse_source_csv(text: str):
             continue
         if cols is None or len(row) <= cols["address"] or not _ADDRESS.match(row[cols["address"]].strip()):
             continue  # not an instruction row (a source line, a separator, "-")
-        def get(k, row=row):
+        def get(k, row=row, cols=cols):
             return _number(row[cols[k]]) if cols.get(k) is not None and cols[k] < len(row) else math.nan
         rec = {"config": label, "kernel": kernel, "address": int(row[cols["address"]].strip(), 0),
                "sass": row[cols["sass"]].strip(), "samples": get("samples"),

@@ -538,7 +538,7 @@ class Trace:
         ev = self._once("causes", self._causes)
         claimed = np.zeros(len(gaps))
         for rank, c in enumerate(CAUSES[:4]):  # each cause gets what earlier causes left: |U_k ∩ gap| - |U_k-1 ∩ gap|
-            upto = covered(self._once(("causes up to", rank), lambda: union(
+            upto = covered(self._once(("causes up to", rank), lambda rank=rank: union(
                 *(lambda sel: (sel["start_us"], sel["end_us"]))(ev[ev["rank"] <= rank]))), g0, g1)
             gaps[f"{c}_us"] = upto - claimed
             claimed = upto
