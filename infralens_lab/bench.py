@@ -36,6 +36,7 @@ import datetime as _dt
 import json
 import sys
 from functools import partial
+from pathlib import Path
 from typing import NamedTuple
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
@@ -392,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_benchmark(args.quick, args.cases)
     print(format_table(result))
     if args.json:
-        with open(args.json, "w") as fh:
+        with Path(args.json).open("w") as fh:
             json.dump(result, fh, indent=1)
     if args.out:
         from .evidence import EvidenceWriter

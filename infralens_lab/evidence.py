@@ -13,6 +13,7 @@ wrong. Only JSON and CSV are read: no pickle, no eval.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -191,10 +192,8 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        try:
+        with contextlib.suppress(ValueError, TypeError):
             v = v.item()
-        except (ValueError, TypeError):
-            pass
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if v is None or isinstance(v, (str, int, float, bool)):

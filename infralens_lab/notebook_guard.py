@@ -25,6 +25,7 @@ library is imported at module level: the package itself imports this module.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -160,10 +161,8 @@ def _other_notebooks() -> list[Path]:
     Jupyter did not say which notebook this kernel runs."""
     out: list[Path] = []
     for folder in (Path.cwd(), Path(__file__).resolve().parents[1] / "labs"):
-        try:
+        with contextlib.suppress(OSError):
             out += sorted(folder.glob("*.ipynb"))
-        except OSError:
-            pass
     return out
 
 

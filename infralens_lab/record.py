@@ -296,20 +296,21 @@ class Recorder:
         src, raw, inst, failed = [], [], [], []
         for run in [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in (8, 32)]:
             target = ["--kernel", run.kind, *target_args(run), "--warmup", "1", "--iters", "1"]
+            label = run.label()
 
-            def capture(a, target=target, label=run.label()):
+            def capture(a, target=target, label=label):
                 t0 = time.perf_counter()
                 out = NR.run_ncu_source(target, timeout=240, **a)
                 self.log(f"[record]   ncu_copies_source {label}: {time.perf_counter() - t0:.1f} s")
                 return out, {page: NR.source_command_line(target, page=page, **a) for page in ("source", "raw", "instances")}
 
             try:
-                out, cmds = self._in_first_window(run.kind, None, run.label(), capture)
+                out, cmds = self._in_first_window(run.kind, None, label, capture)
             except N.NcuError as err:
-                failed.append(f"{run.label()}: {err}")
+                failed.append(f"{label}: {err}")
                 continue
             for blocks, page in ((src, "source"), (raw, "raw"), (inst, "instances")):
-                blocks.append(N.config_block(run.label(), cmds[page], out[page]))
+                blocks.append(N.config_block(label, cmds[page], out[page]))
         if not src:
             raise RuntimeError(f"every ncu source capture failed: {failed}")
         self.w.write_text("ncu_copies_source.csv", "".join(src))

@@ -170,6 +170,6 @@ def test_worker_checks_times_and_records_a_failing_variant(tmp_path, monkeypatch
                      "1x2x128x64 float16 causal": ["sdpa_default", "t06 BM128-BN64-w4-s2 host heavy inf"]}
     rows = [r for e in events if e["ev"] == "case" for r in e["rows"]]
     assert all(r["rounds"] == 2 and r["ms"] == 1.0 for r in rows)
-    text, result = exp.report(events, [])
+    text, _ = exp.report(events, [])
     assert "FAILED ws BM256-BN64-w4-s2: RuntimeError: PassManager::run failed" in text
     assert "t06 BM128-BN64-w4-s2 dev ws" in text and "best /sdpa: cur 1.000x, t06 ws 1.000x" in text

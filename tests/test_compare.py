@@ -71,7 +71,7 @@ def test_copy_family_without_the_dtype():
 def test_load_all_keys_by_gpu_default_first(tmp_path, monkeypatch):
     monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
     got = evidence.load_all("bench")
-    assert list(got)[0] == H200.gpu and got[H200.gpu].values == BENCH
+    assert next(iter(got)) == H200.gpu and got[H200.gpu].values == BENCH
     assert evidence.load_all("no_such_record") == {}
 
 

@@ -35,7 +35,7 @@ def four(tmp_path_factory):
 def test_four_gloo_ranks_write_one_trace_each(four):
     out, stdout = four
     assert sorted(p.name for p in out.iterdir()) == [f"rank{i}.json" for i in range(4)]
-    traces, _, datas = ranks(out, cpu_ok=True)
+    _, _, datas = ranks(out, cpu_ok=True)
     assert [d["distributedInfo"] for d in datas] == [{"backend": "gloo", "rank": i, "world_size": 4} for i in range(4)]
     prov = datas[0]["infralens"]["provenance"]
     assert prov["torch"] and prov["command"].startswith("torchrun") and prov["width"] == 128 and prov["local_rank"] == 0

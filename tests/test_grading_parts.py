@@ -175,7 +175,7 @@ def test_committed_manifest_matches_the_grader_files():
 
 def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
     M.verify(quiz_copy)
-    with open(quiz_copy / "check.py", "a") as f:
+    with (quiz_copy / "check.py").open("a") as f:
         f.write("\ndef _judge(q, answer, expected):\n    return 'correct', ''\n")
     with pytest.raises(M.ManifestError) as exc:
         M.verify(quiz_copy)

@@ -3,8 +3,8 @@ the parser on SYNTHETIC CSV text that mirrors the documented layout (tests/sourc
 this page exists yet), its errors, and the recorder step that writes ``ncu_copies_source.csv``."""
 from __future__ import annotations
 
-import os
 import stat
+from pathlib import Path
 
 import pytest
 import source_fixture as F
@@ -85,7 +85,7 @@ def test_run_ncu_source_returns_both_pages_and_deletes_the_report(tmp_path, monk
     assert len(N.parse_source_csv(out["source"])) == len(F.STRIDED)
     assert N.parse_raw_csv(out["raw"])["metric"].tolist() == ["x__y.sum"]
     rep = (d / "last_report").read_text().strip()
-    assert rep.endswith(".ncu-rep") and not os.path.exists(rep)  # the temporary report is gone
+    assert rep.endswith(".ncu-rep") and not Path(rep).exists()  # the temporary report is gone
 
 
 def test_run_ncu_source_errors(tmp_path, monkeypatch):

@@ -117,7 +117,7 @@ def test_matmul_precision_restores_after_an_error():
     before = torch.backends.cuda.matmul.allow_tf32
     with pytest.raises(ZeroDivisionError), matmul_precision("highest" if before else "high"):
         assert torch.backends.cuda.matmul.allow_tf32 is (not before)
-        1 / 0
+        raise ZeroDivisionError("inside the context")
     assert torch.backends.cuda.matmul.allow_tf32 is before
 
 

@@ -70,7 +70,7 @@ def assert_same_attribution(tr: Trace) -> None:
     for name, want, got in (("enclosing", enclosing, tr.enclosing), ("self_us", self_us, tr.self_us),
                             ("launcher", launcher, tr.launcher)):
         assert list(got) == list(want), f"{name}: keys or their order differ"
-        bad = [k for k in want if not (got[k] == want[k])]  # exact: lists element by element, floats bit for bit
+        bad = [k for k in want if got[k] != want[k]]  # exact: lists element by element, floats bit for bit
         assert not bad, f"{name}: {len(bad)} rows differ, first {bad[0]}: got {got[bad[0]]!r}, expected {want[bad[0]]!r}"
 
 

@@ -155,10 +155,7 @@ def t06_fwd(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, q
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     q = d_q.load([row0 + start_m * BLOCK_M, 0])
     if WS:  # Triton 3.6 warp-specializes one K/V loop per kernel: one loop, the masks on every tile
-        if CAUSAL:
-            hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
-        else:
-            hi = N_CTX
+        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX) if CAUSAL else N_CTX
         acc, l_i, m_i = _t06_loop(acc, l_i, m_i, q, d_k, d_v, row0, 0, hi, offs_m, N_CTX, qk_scale,
                                   BLOCK_N, CAUSAL, not EVEN_N, ADD_MASK, True)
     elif CAUSAL:  # the STAGE scheme: off-band without a mask, then the diagonal band with it

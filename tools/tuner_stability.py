@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 from functools import partial
+from pathlib import Path
 
 CASES = [(4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]  # (B, H, N, D), fp16, not causal
 
@@ -46,7 +47,7 @@ def parent(procs: int, rounds: int) -> None:
 
     from infralens_lab.kernels import attention_fast as af
 
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
     picks = {"default": [], "steady": []}
     for i in range(2 * procs):
         kind = "steady" if i % 2 else "default"  # interleaved, so drift hits both alike

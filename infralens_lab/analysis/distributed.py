@@ -180,7 +180,7 @@ def step_intervals(trace: Trace) -> list[dict]:
         out.append({"step": int(w.step), "window": (float(w.start_us), float(w.end_us)),
                     "comm": clip(list(zip(mine["start_us"], mine["end_us"], strict=True)), w.start_us, w.end_us),
                     "backward": clip(bwd, w.start_us, w.end_us), "compute": clip(allc, w.start_us, w.end_us),
-                    "calls": int(len(mine))})
+                    "calls": len(mine)})
     return out
 
 

@@ -83,7 +83,7 @@ def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
     civ = list(zip(cp["start_us"], cp["end_us"], strict=True))
     kiv = list(zip(k["start_us"], k["end_us"], strict=True))
     total, hid = _hidden(civ, kiv)
-    return {"copies": int(len(cp)), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
+    return {"copies": len(cp), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
             "fraction": (hid / total) if total > 0 else None, "steps": max(1, len(trace.steps()))}
 
 
@@ -162,7 +162,7 @@ def launches_per_step(trace):
         mine = top_ops[(top_ops["tid"] == s.tid) & (top_ops["start_us"] >= s.start_us) & (top_ops["end_us"] <= s.end_us)]
         lc = calls[(calls["start_us"] >= s.start_us) & (calls["start_us"] < s.end_us) & (calls["pid"] == s.pid)]
         rows.append({"step": s.name, "launch_calls": int(wr.launch_calls), "graph_launches": int(inside.sum()),
-                     "gpu_events": int(wr.gpu_ops), "cpu_ops": int(len(mine)), "cpu_us": float(s.dur),
+                     "gpu_events": int(wr.gpu_ops), "cpu_ops": len(mine), "cpu_us": float(s.dur),
                      "op_cpu_us": float(mine["dur"].sum()), "launch_cpu_us": float(lc["dur"].sum()),
                      "gpu_busy_us": float(wr.gpu_busy_us)})
     return pd.DataFrame(rows)
@@ -304,7 +304,7 @@ def compiled_regions(trace):
     rows = []
     for s in st.itertuples(index=False):
         mine = reg[(reg["start_us"] >= s.cpu_start_us) & (reg["start_us"] < s.cpu_end_us) & (reg["pid"] == s.pid)]
-        rows.append({"step": s.name, "regions": int(len(mine)), "distinct": int(mine["name"].nunique()),
+        rows.append({"step": s.name, "regions": len(mine), "distinct": int(mine["name"].nunique()),
                      "ids": ", ".join(sorted(n.split(":", 1)[-1].strip() for n in set(mine["name"])))})
     return pd.DataFrame(rows)
 

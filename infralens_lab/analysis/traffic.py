@@ -149,7 +149,7 @@ def copy_traffic(n_out: int, elem_bytes: int, stride: int = 1) -> Traffic:
     name = "copy_coalesced" if stride == 1 else "copy_strided"
     return Traffic(
         kernel=name,
-        bytes_read=int(round(useful * m.read_amplification)),
+        bytes_read=round(useful * m.read_amplification),
         bytes_written=useful,
         flops=0,
         useful_bytes_read=useful,

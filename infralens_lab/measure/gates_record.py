@@ -104,7 +104,7 @@ def _variant_summary(tr) -> dict:
     w = step_gpu_work(tr)
     sw = tr.steady_window()
     period = (sw[1] - sw[0]) / sw[2] if sw else None
-    return {"steps": int(len(w)), "launch_calls": [int(x) for x in w["launch_calls"]],
+    return {"steps": len(w), "launch_calls": [int(x) for x in w["launch_calls"]],
             "kernels": [int(x) for x in w["kernels"]], "kernel_us": float(w["gpu_work_us"].mean()),
             "gpu_busy_us": float(w["gpu_busy_us"].mean()), "period_us": period}
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 # re-exported (F401): the errors a runner raises, so callers catch them from here
 from ..parse.ncu import (  # noqa: F401
@@ -63,9 +64,9 @@ def ncu_binary() -> str | None:
 
 def ncu_env_problem(path: str) -> str:
     """Why ``$INFRALENS_NCU=path`` cannot be run (empty when it can)."""
-    if not os.path.exists(path):
+    if not Path(path).exists():
         return f"{NCU_ENV}={path!r} names no file (no such file or folder)"
-    if os.path.isdir(path):
+    if Path(path).is_dir():
         return f"{NCU_ENV}={path!r} is a folder; expected the ncu executable inside it"
     if not os.access(path, os.X_OK):
         return f"{NCU_ENV}={path!r} is not executable"
@@ -220,11 +221,11 @@ def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: i
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     with tempfile.TemporaryDirectory(prefix="infralens_ncu_") as tmp:
-        profile, source, raw, inst = source_commands(target_args, kernel_regex, os.path.join(tmp, "source"),
+        profile, source, raw, inst = source_commands(target_args, kernel_regex, str(Path(tmp) / "source"),
                                                      launch_skip, launch_count, nvtx, ncu=ncu)
         _run(profile, timeout, "profile", kernel_regex)  # its output is the report file
-        if not os.path.exists(source[2]):
-            raise NcuNoKernels(f"ncu wrote no report ({os.path.basename(source[2])}): no kernel matched "
+        if not Path(source[2]).exists():
+            raise NcuNoKernels(f"ncu wrote no report ({Path(source[2]).name}): no kernel matched "
                                f"regex {kernel_regex!r} in the launch window.", FIX_NO_KERNELS)
         out = {"source": _run(source, timeout, "source page export")[0],
                "raw": _run(raw, timeout, "raw page export")[0],

@@ -168,7 +168,7 @@ def graph_limits() -> dict:
     except Exception as exc:  # the capture error is the evidence
         out["host_sync_in_capture"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     torch.cuda.synchronize()
-    replay, static = cuda_graphed(lambda t: small_ops_step(t, 4), x)
+    _replay, static = cuda_graphed(lambda t: small_ops_step(t, 4), x)
     try:
         static.copy_(torch.randn(2 * LAUNCH_NUMEL, device="cuda"))
         out["new_shape"] = "copied a larger input into the static buffer without error"
@@ -188,7 +188,7 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
 
     require_gpu("launch_study", "It counts kernel launches and times them against GPU work.")
     x = torch.randn(numel, device="cuda")
-    replay, static = cuda_graphed(lambda t: small_ops_step(t, ops), x)
+    replay, _static = cuda_graphed(lambda t: small_ops_step(t, ops), x)  # the graph's input buffer stays alive
     variants = {"eager": lambda: small_ops_step(x, ops), "graph": replay}
     vals: dict = {"ops": ops, "numel": numel}
     if compile_too:

@@ -51,7 +51,7 @@ def chrome_trace_of(prof) -> dict:
         prof.export_chrome_trace(path)
         return json.loads(Path(path).read_text())
     finally:
-        os.unlink(path)
+        Path(path).unlink()
 
 
 def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,

@@ -253,7 +253,7 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
         try:
             header, units = next(reader), next(reader)
         except StopIteration:
-            raise NcuCsvError(f"line {h + 1}: header without a units row", "Pass the complete ncu output.", text)
+            raise NcuCsvError(f"line {h + 1}: header without a units row", "Pass the complete ncu output.", text) from None
         if len(units) != len(header):
             raise NcuCsvError(f"line {h + 2}: units row has {len(units)} fields, header has {len(header)}",
                               "Pass the complete, unmodified ncu output.", text)

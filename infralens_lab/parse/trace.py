@@ -382,7 +382,7 @@ class Trace:
             if not self.has_steps:
                 return {"events": 0, "kernels": 0, "device_us": 0.0}
             out = g[self._once("gpu_step", self._gpu_step_now).reindex(g.index).to_numpy() < 0]
-            return {"events": int(len(out)), "kernels": int((out["cat"] == "kernel").sum()),
+            return {"events": len(out), "kernels": int((out["cat"] == "kernel").sum()),
                     "device_us": float(out["dur"].sum())}
         return dict(self._once("leftover", make))
 
@@ -591,7 +591,7 @@ class Trace:
         st = self._once("steps", self._steps_now)
         busy = self.busy()
         out = {"span_us": float(ev["end_us"].max()) if len(ev) else 0.0, "has_gpu": self.has_gpu,
-               "steps": int(len(st)),
+               "steps": len(st),
                "mean_step_us": float((st["cpu_end_us"] - st["cpu_start_us"]).mean()) if len(st) else None,
                "kernels": int((self._scoped("steps")["cat"] == "kernel").sum()), "leftover": self.leftover()}
         if not busy:
@@ -604,7 +604,7 @@ class Trace:
         out.update({"window_us": window[1] - window[0], "gpu_busy_us": inside,
                     "gpu_utilization": inside / (window[1] - window[0]) if window[1] > window[0] else None,
                     "cpu_window_us": float(st["cpu_end_us"].max() - st["cpu_start_us"].min()) if len(st) else None,
-                    "idle_gaps": int(len(gaps)), "idle_gap_us": float(gaps["gap_us"].sum()),
+                    "idle_gaps": len(gaps), "idle_gap_us": float(gaps["gap_us"].sum()),
                     "idle_by_cause_us": {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}})
         return out
 
@@ -635,7 +635,7 @@ def step_gpu_work(tr: Trace) -> pd.DataFrame:
         mine = g[g["step"] == s.step]
         iv = union(mine["start_us"], mine["end_us"])
         rows.append({"step": s.name, "cpu_start_us": s.cpu_start_us, "cpu_end_us": s.cpu_end_us,
-                     "gpu_ops": int(len(mine)), "kernels": int((mine["cat"] == "kernel").sum()),
+                     "gpu_ops": len(mine), "kernels": int((mine["cat"] == "kernel").sum()),
                      "memcpys": int((mine["cat"] == "gpu_memcpy").sum()),
                      "gpu_work_us": float(mine["dur_us"].sum()), "gpu_busy_us": float((iv[:, 1] - iv[:, 0]).sum()),
                      "launch_calls": int(((calls["start_us"] >= s.cpu_start_us) & (calls["start_us"] < s.cpu_end_us)

@@ -121,7 +121,7 @@ def peak_figure(stacks: Mapping[str, Mapping[str, float]], peak: Mapping[str, fl
                 ax.text(i, b + v / 2, f"{c}\n{v:,.3g}", ha="center", va="center", fontsize=_FONT - 1, color="white")
         bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]
     top = max(bottoms)
-    for i, n in enumerate(names):
+    for i in range(len(names)):
         ax.text(i, bottoms[i] + top * 0.01, f"{bottoms[i]:,.3g} {unit}", ha="center", va="bottom", fontsize=_FONT)
     if peak:
         for i, n in enumerate(names):

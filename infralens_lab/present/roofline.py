@@ -156,8 +156,8 @@ class _Placer:
     LINE_STEP_PX = 2.0  # lines are sampled every 2 px; each sample inside a label box costs
     LINE_COST = 40.0    # as much as 40 px² of box overlap, so a label never sits on a roof
 
-    OFFSETS = [(6, 6), (6, -14), (-6, 6), (-6, -14), (10, 18), (10, -26), (-10, 18), (-10, -26), (14, 0),
-               (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20)]
+    OFFSETS = ((6, 6), (6, -14), (-6, 6), (-6, -14), (10, 18), (10, -26), (-10, 18), (-10, -26), (14, 0),
+               (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20))
 
     def __init__(self, ax, fig, xs=(), ys=()):
         import numpy as np

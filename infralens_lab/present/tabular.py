@@ -60,13 +60,13 @@ def format_number(v: Any) -> str:
         return "∞" if x > 0 else "−∞"
     a = abs(x)
     if x == round(x) and a < 1e12:  # a whole count (bytes, instructions): exact
-        return f"{int(round(x)):,}"
+        return f"{round(x):,}"
     if a >= 1e6:
         for scale, prefix in _SI:
             if a >= scale:
                 return f"{x / scale:.3g} {prefix}" if a < scale * 1000 or prefix == "P" else f"{x / scale:,.0f} {prefix}"
     if x == round(x):
-        return f"{int(round(x)):,}"
+        return f"{round(x):,}"
     if a >= 100:
         return f"{x:,.0f}"
     if a < 1e-6:
@@ -220,7 +220,7 @@ def _cell_html(v: Any, floatfmt: str | None, whole: bool = False, limit: int = N
         if floatfmt and isinstance(v, float) and not math.isnan(v):
             return "num", html.escape(floatfmt.format(v))
         if whole and not math.isnan(float(v)):
-            return "num", f"{int(round(float(v))):,}"
+            return "num", f"{round(float(v)):,}"
         return "num", html.escape(format_number(v))
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "num", "—"

@@ -17,6 +17,7 @@ Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -73,7 +74,7 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
     try:
         if p.is_dir():
             raise IsADirectoryError(21, "is a folder")
-        with open(p, "a", encoding="utf-8"):
+        with p.open("a", encoding="utf-8"):
             pass
     except OSError as exc:
         raise pytest.UsageError(
@@ -313,10 +314,8 @@ class GradeSession:
             except BankError:
                 continue
             for q in bank.values():  # every answer key is computed before any notebook runs
-                try:
+                with contextlib.suppress(EvidenceUnavailable):
                     expected_for_grading(q)
-                except EvidenceUnavailable:
-                    pass
 
     def execute(self, gf: GradeFile):
         from .isolation import RunOutcome, run_notebook
@@ -364,10 +363,8 @@ class GradeSession:
         submitted = {}
         for f in files:
             if f.readable and f.lab and f.lab not in submitted:
-                try:
+                with contextlib.suppress(ValueError):
                     submitted[f.lab] = json.loads(f.data)
-                except ValueError:
-                    pass
         outputs = ((self.config.getoption("infralens_score_csv"), write_csv, "score rows"),
                    (self.config.getoption("infralens_score_junit"), write_junit, "score JUnit XML"),
                    (report_path(self.config), lambda rows, p: write_report(rows, p, students, submitted), "class report"))
