@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import present
 from .analysis import distributed as D
 from .analysis.overlap import copy_overlap
 from .parse.trace import Trace, TraceError, idle_by_cause, load_trace, read_trace_file, step_gpu_work
@@ -62,7 +63,6 @@ class Report:
 
     def show(self) -> None:
         """Display every table in a notebook under its provenance line (plain text outside IPython)."""
-        from . import present
         for n in self.notes:
             print(n)
         for name, df in self.tables.items():

@@ -39,8 +39,16 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    SDPBackend,
+    sdpa_kernel,
+)
+
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
+from .evidence import EvidenceWriter
 from .kernels.reference import naive_torch
 from .units import dtype_bytes
 
@@ -97,8 +105,6 @@ def _ms(fn) -> float:
 # --------------------------------------------------------------------------- copies
 def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
     """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16."""
-    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
     from .kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
     rows = []
@@ -139,12 +145,6 @@ def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
 
 # --------------------------------------------------------------------------- attention
 def _sdpa(backend):
-    import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    from torch.nn.attention import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-        SDPBackend,
-        sdpa_kernel,
-    )
-
     if backend is None:
         return lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     which = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -181,8 +181,6 @@ def attention_variants(variants: tuple | None = None) -> list[tuple[str, object]
 def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[list[dict], list[dict]]:
     """Rows (and skipped variants with reasons) for every attention variant and SDPA backend, or for the
     ``variants`` named (``sdpa_default`` always runs: it is every row's reference)."""
-    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
     from .kernels import attention, attention_fast  # lazy: defines Triton kernels / models only when this runs
 
     rows, skipped = [], []
@@ -396,8 +394,6 @@ def main(argv: list[str] | None = None) -> int:
         with Path(args.json).open("w") as fh:
             json.dump(result, fh, indent=1)
     if args.out:
-        from .evidence import EvidenceWriter
-
         cmd = "python -m infralens_lab bench" + ("" if argv is None else " " + " ".join(argv))
         w = EvidenceWriter(args.out, command=cmd.strip())
         record_into(w, result=result)

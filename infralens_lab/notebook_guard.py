@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -235,8 +236,6 @@ def _handler_output_shown() -> bool:
     IPython 9's ``run_code`` drops it, so the handler shows it itself)."""
     global _SHOWN
     if _SHOWN is None:
-        import inspect
-
         from IPython.core.interactiveshell import InteractiveShell
         try:
             _SHOWN = "_showtraceback" in inspect.getsource(InteractiveShell.set_custom_exc)

@@ -32,6 +32,8 @@ from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
+from . import evidence
+from .measure.distributed import ddp_facts, profiled
 from .workloads import ddp as W
 
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -100,9 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from . import evidence
-    from .measure.distributed import ddp_facts, profiled
 
     gpu = torch.cuda.is_available() and torch.cuda.device_count() > local
     backend = ("nccl" if gpu else "gloo") if args.backend == "auto" else args.backend

@@ -14,6 +14,7 @@ table of contents and a link to download its notebook (copied to ``notebooks/``)
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import html
 import math
@@ -303,8 +304,6 @@ _TOC_HEADING_RE = re.compile(r'<h([23])\b[^>]*\bid="([^"]+)"[^>]*>(.*?)</h\1>', 
 def is_card_cell(source: str) -> bool:
     """True if a code cell only calls ``card(...)``/``present.card(...)``: its output (the
     rendered card) is the content, so the offline edition shows that and hides the source."""
-    import ast
-
     if not _CARD_CALL.match(source):
         return False
     try:

@@ -20,7 +20,7 @@ import pytest
 from helpers import question_sections_of
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
-import hostile_class as H  # noqa: E402
+import hostile_class as H  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 DELAY_S = 0.0          # attack 4 waits this long, then for the score file (20 s in the issue: run that by hand)

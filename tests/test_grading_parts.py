@@ -27,7 +27,7 @@ from infralens_lab.quiz.check import ANSWER_MIME, answer_record, check
 from infralens_lab.quiz.isolation import RunOutcome
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
-import hostile_class as H  # noqa: E402
+import hostile_class as H  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from infralens_lab import site as site_mod
 from infralens_lab import site_assets
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output  # noqa: E402
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output  # noqa: E402  (after the importorskip above)
 
 REAL_LABS = sorted((ROOT / "labs").glob(site_mod.LAB_GLOB))
 needs_real_labs = pytest.mark.skipif(not REAL_LABS, reason="no labs/NN_*.ipynb committed yet")

@@ -46,18 +46,21 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.tools.tensor_descriptor import TensorDescriptor
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
-
-import infralens_lab  # noqa: E402,F401  (decides the mode first: without a GPU, Triton's interpreter)
-from infralens_lab.device import is_gpu  # noqa: E402
-from infralens_lab.kernels import attention_fast as af  # noqa: E402
-from infralens_lab.kernels.check import matches  # noqa: E402
-from infralens_lab.kernels.reference import attention_ref  # noqa: E402
+# after the path above: the package of this checkout
+import infralens_lab  # noqa: E402, F401  (decides the mode first: without a GPU, Triton's interpreter)
+from infralens_lab.device import is_gpu, synchronize  # noqa: E402  (after the path)
+from infralens_lab.kernels import attention_fast as af  # noqa: E402  (after the path)
+from infralens_lab.kernels.check import matches  # noqa: E402  (after the path)
+from infralens_lab.kernels.reference import attention_ref  # noqa: E402  (after the path)
 
 CASES = [  # (B, H, N, D, dtype, causal), most informative first: the budget may end the list early
     (4, 16, 4096, 128, "float16", False),
@@ -317,11 +320,6 @@ def _bench(fn) -> float:
 
 def child(out: Path, deadline: float, rounds: int, skip: set[str], done: set[str]) -> None:
     """The worker: every case in CASES, its variants checked then timed; progress as events (JSON lines)."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from infralens_lab.device import synchronize
-
     events = out / "events.jsonl"
     gpu = is_gpu()
     dev = "cuda" if gpu else "cpu"  # the CPU path (interpreter, tiny cases) exists for the tests

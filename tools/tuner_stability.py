@@ -19,15 +19,16 @@ import sys
 from functools import partial
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+import triton
+
+from infralens_lab.kernels import attention_fast as af
+
 CASES = [(4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]  # (B, H, N, D), fp16, not causal
 
 
 def child(steady: bool) -> None:
-    import torch
-    import triton
-
-    from infralens_lab.kernels import attention_fast as af
-
     if not steady:  # Triton's own timing: one do_bench per candidate
         af._tuned = triton.autotune(af.CONFIGS, key=["N_CTX", "HEAD_DIM", "CAUSAL"],
                                     prune_configs_by={"early_config_prune": af._prune})(af._with_flags)
@@ -41,12 +42,6 @@ def child(steady: bool) -> None:
 
 
 def parent(procs: int, rounds: int) -> None:
-    import torch
-    import torch.nn.functional as F
-    import triton
-
-    from infralens_lab.kernels import attention_fast as af
-
     env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
     picks = {"default": [], "steady": []}
     for i in range(2 * procs):

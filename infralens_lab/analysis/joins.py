@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..parse import ncu as N
@@ -306,8 +307,6 @@ def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
     back-to-back launches, not listed), ``gaps_over_per_step``. ``busy + idle_over + idle_under = period``
     exactly; ``min_gap_us`` is returned with them so a table can print the threshold it used.
     """
-    import numpy as np  # local: only this function needs it
-
     sw = tr.steady_window()
     if sw is None:
         raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(tr.steps())} steps")

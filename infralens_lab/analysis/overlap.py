@@ -37,6 +37,8 @@ import math
 import re
 from dataclasses import dataclass
 
+import pandas as pd
+
 from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # (re-exported)
 from .intervals import hidden as _hidden
 from .traffic import Traffic
@@ -138,8 +140,6 @@ def launches_per_step(trace):
     op, ``launch_cpu_us`` is the driver's share, ``op_cpu_us - launch_cpu_us`` the dispatcher's (torch's C++
     between Python and the driver) and ``cpu_us - op_cpu_us`` the Python between ops. On a CPU-only trace the
     launch and GPU columns are 0 and ``cpu_ops`` still counts the dispatches."""
-    import pandas as pd
-
     w = step_gpu_work(trace)  # raises for a trace without ProfilerStep ranges
     ev = trace.events
     steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
@@ -294,8 +294,6 @@ def compiled_regions(trace):
     torch.compile opens around each, f = frame, c = compile of that frame) and ``distinct`` (how many
     different compiled graphs those calls ran). A graph compiled once and run many times shows as many
     regions of one id. CPU ops of each step's thread, inside its ``ProfilerStep`` range."""
-    import pandas as pd
-
     st = trace.steps()
     if st.empty:
         raise ValueError("trace has no ProfilerStep ranges; expected a trace taken with a profiler schedule")

@@ -30,6 +30,10 @@ from functools import partial
 
 import pandas as pd
 import torch
+from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    ProfilerActivity,
+    profile,
+)
 
 from ..device import torch_device
 from ..workloads.tiny_gpt import GPTConfig, TinyGPT
@@ -93,10 +97,6 @@ def run_phase(fn, device: torch.device):
         out = fn()
         torch.cuda.synchronize(device)
         return out, torch.cuda.memory_allocated(device) - base, torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-        ProfilerActivity,
-        profile,
-    )
 
     # Python's cyclic garbage collector frees leftovers of earlier work at moments of its choosing; a free
     # landing inside the window would move the peak from run to run. Collect first, then keep it off.

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # re-exported (F401): the errors a runner raises, so callers catch them from here
-from ..parse.ncu import (  # noqa: F401
+from ..parse.ncu import (  # noqa: F401  (re-exported: see above)
     FIX_NO_GPU,
     FIX_NO_KERNELS,
     FIX_NOT_FOUND,

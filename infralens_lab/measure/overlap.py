@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
 
+from ..device import is_gpu, synchronize
 from ..parse.trace import Trace, trim
+from .timing import summarize, time_fn
 from .torch_trace import chrome_trace_of, profile
 
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
@@ -32,16 +35,12 @@ FUSION_NUMEL = 64 * 2**20  # 256 MiB of fp32: far above L2, so the byte model's 
 
 
 def _sync() -> None:
-    from ..device import synchronize
-
     synchronize()
 
 
 def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
     """Median wall-clock milliseconds of ``fn()`` followed by a device synchronise (on a CPU, just
     ``fn()``), after ``warmup`` untimed calls; also the first warm-up call's time (``first_ms``)."""
-    from .timing import summarize
-
     if not isinstance(repeats, int) or repeats < 1 or not isinstance(warmup, int) or warmup < 1:
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}; expected positive ints")
     t0 = time.perf_counter()
@@ -88,7 +87,6 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
     import torch
 
     from ..workloads.overlap import pinned, require_gpu
-    from .timing import time_fn
 
     require_gpu("h2d_bandwidth", "It times host-to-device copies over the GPU's host link.")
     rows = []
@@ -127,8 +125,6 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
     caller's and autograd's), which would miss a producer thread's ranges."""
     import torch
     from torch.profiler import ProfilerActivity
-
-    from ..device import is_gpu
 
     try:
         cfg = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
@@ -224,8 +220,6 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
 @contextlib.contextmanager
 def _quiet_dynamo():
     """Silence dynamo's per-break warnings (the counts are what the lab shows)."""
-    import logging
-
     lg = logging.getLogger("torch._dynamo")
     old = lg.level
     lg.setLevel(logging.ERROR)
@@ -325,7 +319,6 @@ def fusion_study(numel: int = FUSION_NUMEL, repeats: int = 20) -> tuple[dict, di
     import torch
 
     from ..workloads.overlap import CHAIN_OPS, elementwise_chain, require_gpu
-    from .timing import time_fn
 
     require_gpu("fusion_study", "It times GPU kernels.")
     x = torch.randn(numel, device="cuda")

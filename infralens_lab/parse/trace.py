@@ -20,6 +20,7 @@ trace's first event, unless a column says ``_ms``.
 from __future__ import annotations
 
 import copy
+import gzip
 import itertools
 import json
 from collections.abc import Callable
@@ -54,8 +55,6 @@ def read_trace_file(path: str | Path) -> dict:
     """The chrome-trace dict in ``path`` (``.json`` or gzip-compressed ``.json.gz``). Raises
     :class:`TraceError` for a file that is not JSON, a truncated one (the profiler stopped while exporting),
     or JSON without a ``traceEvents`` list; FileNotFoundError when nothing is there."""
-    import gzip
-
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no trace file at {p}" + (" (it is a folder: pass one rank's file, or analyze "

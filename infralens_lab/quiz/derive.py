@@ -24,6 +24,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
+
 from ..analysis import gates as _gates
 from ..analysis import stalls
 from ..analysis.overlap import overlap_bound as _overlap_bound
@@ -66,8 +68,6 @@ def derive(name: str, evidence: Any, **args: Any) -> Any:
 # ---------------------------------------------------------------- helpers
 def as_frame(evidence: Any, key: str | None = None):
     """Evidence as a DataFrame: an Evidence (``.frame(key)``), a DataFrame, or a list of row dicts."""
-    import pandas as pd
-
     if isinstance(evidence, pd.DataFrame):
         return evidence if key is None else as_frame(evidence[key])
     if hasattr(evidence, "frame") and hasattr(evidence, "provenance"):
