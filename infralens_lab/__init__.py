@@ -5,17 +5,17 @@ and, in interpreter mode, sets ``TRITON_INTERPRET=1`` before any kernel is defin
 """
 from __future__ import annotations
 
+import contextlib
+
 __version__ = "0.1.0"
 
-from . import device as device  # noqa: E402
-from .device import facts, mode  # noqa: E402
+from . import device as device
+from .device import facts, mode
 
-try:
+# A bad or impossible INFRALENS_MODE is tolerated here: the doctor must still import to diagnose it; mode(),
+# facts() and everything that runs a kernel raise the same clear error again.
+with contextlib.suppress(device.ModeSettingError, device.GpuUnavailableError):
     mode()  # decide now, before any @triton.jit in this package runs
-except (device.ModeSettingError, device.GpuUnavailableError):
-    # A bad or impossible INFRALENS_MODE: the doctor must still import to diagnose it; mode(), facts() and
-    # everything that runs a kernel raise the same clear error again.
-    pass
 
 
 def doctor(verbose: bool = True):

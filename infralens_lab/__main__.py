@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from .device import GpuUnavailableError, ModeSettingError
+
 COMMANDS = {
     "doctor": ("infralens_lab.doctor", "check GPU, drivers, profilers and counters; say how to fix problems"),
     "bench": ("infralens_lab.bench", "benchmark copies and attention against torch (GPU)"),
@@ -36,7 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in COMMANDS:
         print(f"unknown command {cmd!r}; expected one of {sorted(COMMANDS)}\n\n{usage()}", file=sys.stderr)
         return 2
-    from .device import GpuUnavailableError, ModeSettingError
 
     try:
         module = importlib.import_module(COMMANDS[cmd][0])

@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import present
 from .analysis import distributed as D
 from .analysis.overlap import copy_overlap
 from .parse.trace import Trace, TraceError, idle_by_cause, load_trace, read_trace_file, step_gpu_work
@@ -62,7 +63,6 @@ class Report:
 
     def show(self) -> None:
         """Display every table in a notebook under its provenance line (plain text outside IPython)."""
-        from . import present
         for n in self.notes:
             print(n)
         for name, df in self.tables.items():
@@ -160,7 +160,7 @@ def ranks(folder: Path, cpu_ok: bool = False) -> tuple[list[Trace], list[Path], 
         raise TraceError(f"{folder}: ranks {seen} repeat; expected one file per rank")
     items.sort(key=lambda x: x[0])
     trs = [Trace(d) for _, _, d in items]
-    for (r, p, _), tr in zip(items, trs):
+    for (r, p, _), tr in zip(items, trs, strict=True):
         _require(tr, f"{p.name} (rank {r})", cpu_ok)
     return trs, [p for _, p, _ in items], [d for _, _, d in items]
 
@@ -178,7 +178,7 @@ def analyze(source: Any, min_gap_us: float = 50.0, cpu_ok: bool = False) -> Repo
     if p.is_dir():
         trs, files, datas = ranks(p, cpu_ok)
         rep = Report(str(p), _provenance(None, datas[0], f"{len(trs)} ranks in {p.name}/"))
-        for f, tr in zip(files, trs):
+        for f, tr in zip(files, trs, strict=True):
             tables, _ = single(tr, min_gap_us)
             rep.tables[f"{f.name}: steps"] = tables.get("steps", tables.get("steps (CPU)"))
         rep.tables["per rank and step: communication, compute, exposed"] = D.overlap_table(trs)

@@ -35,12 +35,22 @@ import argparse
 import datetime as _dt
 import json
 import sys
+from functools import partial
+from pathlib import Path
 from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    SDPBackend,
+    sdpa_kernel,
+)
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
-from .units import dtype_bytes
+from .evidence import EvidenceWriter
 from .kernels.reference import naive_torch
+from .units import dtype_bytes
 
 COPY_BYTES = 1 << 30
 COPY_BYTES_QUICK = 1 << 26
@@ -95,8 +105,6 @@ def _ms(fn) -> float:
 # --------------------------------------------------------------------------- copies
 def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
     """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16."""
-    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
     from .kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
     rows = []
@@ -106,14 +114,14 @@ def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
         x = torch.randn(n_bytes // e, device="cuda").to(dtype)
         n = x.numel()
         dst = torch.empty_like(x)
-        rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(lambda: dst.copy_(x)), True))
+        rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(partial(dst.copy_, x)), True))
         ok = torch.equal(copies.copy(x, out=dst), x)
-        rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(lambda: copies.copy(x, out=dst)), ok))
-        dst = None  # free the buffer (None, not del: the timed lambdas above close over the name)
+        rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(partial(copies.copy, x, out=dst)), ok))
+        dst = None  # free the buffer before the strided copies
         for s in copies.STRIDES:
             out = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
             ok = torch.equal(copies.copy_strided(x, s, out=out), x[::s])
-            t = _ms(lambda: copies.copy_strided(x, s, out=out))
+            t = _ms(partial(copies.copy_strided, x, s, out=out))
             rows.append(_copy_row("strided", name, s, n, out.numel(), e, t, ok))
             out = None  # free the buffer before the next stride
         coalesced = next(r for r in rows if r["variant"] == "coalesced" and r["dtype"] == name)
@@ -137,9 +145,6 @@ def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
 
 # --------------------------------------------------------------------------- attention
 def _sdpa(backend):
-    import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
     if backend is None:
         return lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     which = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -176,8 +181,6 @@ def attention_variants(variants: tuple | None = None) -> list[tuple[str, object]
 def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[list[dict], list[dict]]:
     """Rows (and skipped variants with reasons) for every attention variant and SDPA backend, or for the
     ``variants`` named (``sdpa_default`` always runs: it is every row's reference)."""
-    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
     from .kernels import attention, attention_fast  # lazy: defines Triton kernels / models only when this runs
 
     rows, skipped = [], []
@@ -205,7 +208,7 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[li
                 continue
             err = _rel_err(o, ref)
             o = None  # free the output before timing
-            ms = _ms(lambda: fn(q, k, v, causal))
+            ms = _ms(partial(fn, q, k, v, causal))
             row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
                    "correct": err <= REL_ERR_OK[dtype_name], "config": None}
             if name == "tiled":
@@ -300,7 +303,7 @@ def run_benchmark(quick: bool = False, cases: str = "full") -> dict:
     attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else chosen.attention, chosen.variants)
     return {
         "meta": {"gpu": f.name, "driver": f.driver, "cuda": f.cuda, "torch": f.torch, "triton": f.triton,
-                 "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "quick": quick, "cases": cases,
                  "copy_bytes": (COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else 0,
                  "timing": "triton.testing.do_bench median (CUDA events, L2 flushed between repeats)"},
@@ -388,11 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     result = run_benchmark(args.quick, args.cases)
     print(format_table(result))
     if args.json:
-        with open(args.json, "w") as fh:
+        with Path(args.json).open("w") as fh:
             json.dump(result, fh, indent=1)
     if args.out:
-        from .evidence import EvidenceWriter
-
         cmd = "python -m infralens_lab bench" + ("" if argv is None else " " + " ".join(argv))
         w = EvidenceWriter(args.out, command=cmd.strip())
         record_into(w, result=result)

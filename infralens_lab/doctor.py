@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import device
+from .evidence import default_reference, recordings
 
 PARAMS_FILE = Path("/proc/driver/nvidia/params")
 
@@ -79,12 +81,8 @@ class Probes:
         if self.is_root is None:
             self.is_root = lambda: hasattr(os, "geteuid") and os.geteuid() == 0
         if self.recordings is None:
-            from .evidence import recordings
-
             self.recordings = recordings
         if self.default_reference is None:
-            from .evidence import default_reference
-
             self.default_reference = default_reference
         if self.numpy_problem is None:
             self.numpy_problem = device.numpy_interpreter_problem
@@ -178,7 +176,6 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
     def versions_check():
         f = state.get("facts")
         if f is None:  # the mode could not be decided: the versions still can be read
-            import platform
 
             import torch
             import triton
@@ -254,7 +251,7 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
 
     def widgets_check():
         try:
-            import ipywidgets  # noqa: F401
+            import ipywidgets  # noqa: F401  (the check: is it importable?)
         except ImportError:
             checks.append(Check("widgets", "note", "ipywidgets missing", FIX_NO_WIDGETS))
             return

@@ -13,6 +13,7 @@ wrong. Only JSON and CSV are read: no pickle, no eval.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -22,9 +23,10 @@ import re
 import sys
 import sysconfig
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import device
 
@@ -100,7 +102,7 @@ class Provenance:
         return "Evidence: " + " · ".join(parts)
 
     @classmethod
-    def from_dict(cls, d: Any, where: str) -> "Provenance":
+    def from_dict(cls, d: Any, where: str) -> Provenance:
         if not isinstance(d, dict):
             raise EvidenceError(f"{where}: provenance is {type(d).__name__}, expected an object")
         names = [f.name for f in fields(cls)]
@@ -130,7 +132,7 @@ def current_provenance(command: str, source: str = "live") -> Provenance:
         torch=f.torch,
         triton=f.triton,
         ncu=device.tool_version("ncu") if f.mode == "gpu" else None,
-        date_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        date_utc=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         command=command,
         package_version=__version__,
         mode=f.mode,
@@ -190,10 +192,8 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        try:
+        with contextlib.suppress(ValueError, TypeError):
             v = v.item()
-        except (ValueError, TypeError):
-            pass
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if v is None or isinstance(v, (str, int, float, bool)):

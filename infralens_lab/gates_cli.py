@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from . import device, evidence
 from .analysis.gates import count_verdict, ratio_verdict, suggest
 from .measure import gates as G
 from .parse.gates import DEFAULT_THRESHOLDS, ThresholdError, gate_references, load_thresholds
@@ -61,12 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suggest", action="store_true", help="print the tolerance and k each ratio gate's recorded "
                     "samples call for (every recorded set with gates_gpu), then exit; any machine")
     args = ap.parse_args(argv)
-    from . import device
-    from .device import facts, is_gpu, slug
 
     if args.suggest:
-        from . import evidence
-
         rows = suggest(evidence.load_all_sets())
         for r in rows:
             sets = "; ".join(f"{g}: median {v['median']:.3f}, spread {v['spread']:.1%} (n={v['n']})"
@@ -85,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             print(f"gates: cannot run the count gates (they run kernels in Triton's interpreter): {bad}", file=sys.stderr)
             return 2
-        if is_gpu():
+        if device.is_gpu():
             print("gates: refusing the count gates in gpu mode: data/gates.json's counts were measured in "
                   "interpreter mode on a CPU (aten ops, launches and bytes differ on a CUDA build). Run them with "
                   "INFRALENS_MODE=interpreter (`make gates-gpu` does), and the time ratios with --ratios alone.",
@@ -93,17 +90,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         verdicts += check_counts(th)
     if args.ratios:
-        if not is_gpu():
+        if not device.is_gpu():
             print("gates: refusing the time-ratio gates in interpreter mode: timings of Triton's interpreter say "
                   "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
             return 2
-        from . import evidence
 
-        mine = slug(facts().name)  # this GPU's own recorded set when there is one, else the default
+        mine = device.slug(device.facts().name)  # this GPU's own recorded set when there is one, else the default
         st = evidence.reference(mine if mine in evidence.recordings() else None)
         print(f"gates: ratio references from the {st.gpu} set ({st.folder})")
-        if st.gpu != facts().name:
-            print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {facts().name}. Ratios "
+        if st.gpu != device.facts().name:
+            print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {device.facts().name}. Ratios "
                   f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
         verdicts += check_ratios(th, store=st, k=args.k)
     for v in verdicts:

@@ -25,6 +25,8 @@ library is imported at module level: the package itself imports this module.
 from __future__ import annotations
 
 import ast
+import contextlib
+import inspect
 import json
 import os
 import re
@@ -36,7 +38,7 @@ _NAME_IN_MESSAGE = re.compile(r"name '([^']+)' is not defined")
 FIRST_LINE_CHARS = 60  # the defining cell's first line is quoted up to this many characters
 
 # answer variable -> why its last assignment did not run (see _post_run_cell)
-_not_run: dict[str, "NotRun"] = {}
+_not_run: dict[str, NotRun] = {}
 _pending: dict[str, int] = {}  # answer variables the running cell assigns -> last line of that assignment
 
 
@@ -160,10 +162,8 @@ def _other_notebooks() -> list[Path]:
     Jupyter did not say which notebook this kernel runs."""
     out: list[Path] = []
     for folder in (Path.cwd(), Path(__file__).resolve().parents[1] / "labs"):
-        try:
+        with contextlib.suppress(OSError):
             out += sorted(folder.glob("*.ipynb"))
-        except OSError:
-            pass
     return out
 
 
@@ -236,8 +236,6 @@ def _handler_output_shown() -> bool:
     IPython 9's ``run_code`` drops it, so the handler shows it itself)."""
     global _SHOWN
     if _SHOWN is None:
-        import inspect
-
         from IPython.core.interactiveshell import InteractiveShell
         try:
             _SHOWN = "_showtraceback" in inspect.getsource(InteractiveShell.set_custom_exc)

@@ -32,6 +32,8 @@ from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
+from . import evidence
+from .measure.distributed import ddp_facts, profiled
 from .workloads import ddp as W
 
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -109,9 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from . import evidence
-    from .measure.distributed import ddp_facts, profiled
 
     backend = node_backend(args.backend, torch.cuda.is_available(), torch.cuda.device_count(),
                            int(os.environ.get("LOCAL_WORLD_SIZE", "1")))

@@ -43,20 +43,21 @@ import traceback
 from pathlib import Path
 
 from . import device
+from .analysis.ddp_run import run_violations
+from .analysis.variants import RECORD as VARIANTS_RECORD
+from .analysis.variants import SAME_WORK, trace_digest
 from .evidence import EvidenceError, EvidenceWriter
 from .kernels.copies import STRIDES
 from .measure import ceilings
 from .measure import ncu as NR
-from .parse import ncu as N
 from .measure.ceilings import MATMUL_SIZES
-from .parse.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .measure.target import LAUNCHES, REGEX, launch_window
 from .measure.timing import time_steps
 from .measure.torch_trace import profile
+from .parse import ncu as N
+from .parse.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .parse.trace import trim
 from .workloads.pipeline import VARIANTS, make_step, make_variant
-from .analysis.variants import RECORD as VARIANTS_RECORD, SAME_WORK, trace_digest
-from .analysis.ddp_run import run_violations
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
          "ncu_copies_stalls", "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
@@ -260,7 +261,7 @@ class Recorder:
             target = ["--kernel", kernel, *args, "--warmup", "1", "--iters", "1"]
             try:
                 text, cmd = self._in_first_window(kernel, regex[0] if regex else None, label,
-                                                  lambda a: profile(a, target, label))
+                                                  lambda a, target=target, label=label: profile(a, target, label))
             except N.NcuError as err:
                 failed.append(f"{label}: {err}")
                 self.log(f"[record]   {label} FAILED: {err}")
@@ -295,20 +296,21 @@ class Recorder:
         src, raw, inst, failed = [], [], [], []
         for run in [copy_run(COPY_N, "fp32")] + [copy_run(COPY_N, "fp32", s) for s in (8, 32)]:
             target = ["--kernel", run.kind, *target_args(run), "--warmup", "1", "--iters", "1"]
+            label = run.label()
 
-            def capture(a, target=target, label=run.label()):
+            def capture(a, target=target, label=label):
                 t0 = time.perf_counter()
                 out = NR.run_ncu_source(target, timeout=240, **a)
                 self.log(f"[record]   ncu_copies_source {label}: {time.perf_counter() - t0:.1f} s")
                 return out, {page: NR.source_command_line(target, page=page, **a) for page in ("source", "raw", "instances")}
 
             try:
-                out, cmds = self._in_first_window(run.kind, None, run.label(), capture)
+                out, cmds = self._in_first_window(run.kind, None, label, capture)
             except N.NcuError as err:
-                failed.append(f"{run.label()}: {err}")
+                failed.append(f"{label}: {err}")
                 continue
             for blocks, page in ((src, "source"), (raw, "raw"), (inst, "instances")):
-                blocks.append(N.config_block(run.label(), cmds[page], out[page]))
+                blocks.append(N.config_block(label, cmds[page], out[page]))
         if not src:
             raise RuntimeError(f"every ncu source capture failed: {failed}")
         self.w.write_text("ncu_copies_source.csv", "".join(src))

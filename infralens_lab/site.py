@@ -14,6 +14,7 @@ table of contents and a link to download its notebook (copied to ``notebooks/``)
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import html
 import math
@@ -210,7 +211,7 @@ def estimate_minutes(nb) -> int:
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     tags = [set(c.get("metadata", {}).get("tags", [])) for c in code]
     exercises = sum("exercise" in t for t in tags)
-    questions = sum(("answer" in t or "check(" in c.source) and "exercise" not in t for c, t in zip(code, tags))
+    questions = sum(("answer" in t or "check(" in c.source) and "exercise" not in t for c, t in zip(code, tags, strict=True))
     minutes = (words / READ_WORDS_PER_MIN + MIN_PER_CODE_CELL * len(code) + MIN_PER_QUESTION * questions
                + MIN_PER_EXERCISE * exercises)
     return max(ROUND_TO_MIN, int(math.ceil(minutes / ROUND_TO_MIN) * ROUND_TO_MIN))
@@ -303,8 +304,6 @@ _TOC_HEADING_RE = re.compile(r'<h([23])\b[^>]*\bid="([^"]+)"[^>]*>(.*?)</h\1>', 
 def is_card_cell(source: str) -> bool:
     """True if a code cell only calls ``card(...)``/``present.card(...)``: its output (the
     rendered card) is the content, so the offline edition shows that and hides the source."""
-    import ast
-
     if not _CARD_CALL.match(source):
         return False
     try:
@@ -492,7 +491,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
         raise ValueError(f"cannot write the site to {str(out)!r}: {exc.strerror or exc}; expected a folder this "
                          "user can create and write. Fix: pass --out with a writable folder, e.g. --out site") from exc
     nbs = [nbformat.read(p, as_version=4) for p in notebooks]
-    labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks)]
+    labs = [lab_info(nb, p) for nb, p in zip(nbs, notebooks, strict=True)]
     site = Site(index=out / "index.html", pages=[], labs=labs)
     exporter = _exporter()
     entries: list[dict] = []

@@ -5,6 +5,7 @@ import csv
 import io
 
 from infralens_lab.parse import ncu as N
+
 ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
               "Grid Size", "Device", "CC"]
 

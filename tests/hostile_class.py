@@ -14,7 +14,7 @@ answer cell), 7 hal (``ＡＮＳＷＥＲ_Q1``), 8 jon (metadata names lab99), 9
 Run by hand (the real scenario: a minute's wait): ``python tests/hostile_class.py OUT --delay 20``, then
 ``INFRALENS_QUIZ_BANKS=OUT/banks make grade SUBMISSIONS=OUT/class SCORES=OUT/scores.csv`` (see the note
 it prints).
-"""
+"""  # noqa: RUF002 (attack 7 is a fullwidth ANSWER_Q1)
 from __future__ import annotations
 
 import json
@@ -148,7 +148,7 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
                     if not ln.startswith("ANSWER_Q1"))
     put("ida", ida)
     hal = all_right(template())                                                                       # attack 7
-    answer(hal, "ANSWER_Q1", "", whole_line=f"ＡＮＳＷＥＲ_Q1 = {right['ANSWER_Q1']}")
+    answer(hal, "ANSWER_Q1", "", whole_line=f"ＡＮＳＷＥＲ_Q1 = {right['ANSWER_Q1']}")  # noqa: RUF001 (fullwidth: the attack)
     put("hal", hal)
     jon = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", right["ANSWER_Q3"])  # attack 8
     jon.metadata["infralens"]["lab"] = "lab99"

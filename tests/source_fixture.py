@@ -11,6 +11,7 @@ import csv
 import io
 
 from infralens_lab.parse import ncu as N
+
 LABELS = ["barrier", "branch_resolving", "dispatch", "drain", "imc", "lg", "long_sb", "math", "membar", "mio",
           "misc", "no_inst", "not_selected", "selected", "short_sb", "sleep", "tex", "wait"]
 HEADER = (["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
@@ -51,7 +52,7 @@ def page(kernel: str, rows, base: int = 0x7F0000001000) -> str:
         vals = [str(st.get(x, 0)) for x in LABELS]
         w.writerow([hex(base + 16 * k), f"      {sass} ", str(total), str(not_issued), f"{ex:,}", str(total), f"{ex:,}",
                     str(32 * ex), "global" if "G." in sass else "-", "0"] + vals
-                   + [v if x != "selected" else "0" for x, v in zip(LABELS, vals)])
+                   + [v if x != "selected" else "0" for x, v in zip(LABELS, vals, strict=True)])
     return buf.getvalue()
 
 

@@ -13,6 +13,7 @@ import pytest
 from infralens_lab.analysis import ledger as L
 from infralens_lab.evidence import EvidenceError, EvidenceWriter
 from infralens_lab.parse import ncu as N
+
 DATA = Path(__file__).parent / "data"
 
 

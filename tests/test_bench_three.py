@@ -10,7 +10,7 @@ import pytest
 from infralens_lab import bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import bench_three as b3  # noqa: E402
+import bench_three as b3
 
 CASES = [((4, 16, 4096, 64), "float16", False), ((4, 16, 4096, 128), "float16", True)]
 
@@ -18,7 +18,7 @@ CASES = [((4, 16, 4096, 64), "float16", False), ((4, 16, 4096, 128), "float16", 
 def _result(run: int, fast: tuple[float, float], cfgs=("BM128-BN128-w4-s3", "BM128-BN64-w4-s2")) -> dict:
     """A bench result as --cases issue31 writes it: SDPA at 500 TFLOP/s, flash 300, cuDNN 510, tiled_fast given."""
     attn = []
-    for (shape, dt, causal), t, cfg in zip(CASES, fast, cfgs):
+    for (shape, dt, causal), t, cfg in zip(CASES, fast, cfgs, strict=True):
         bm, bn, w, s = (int(x[2:] if x.startswith("BM") or x.startswith("BN") else x[1:]) for x in cfg.split("-"))
         for v, tf in (("sdpa_default", 500.0), ("sdpa_flash", 300.0), ("sdpa_cudnn", 510.0), ("tiled_fast", t)):
             attn.append(dict(shape=list(shape), dtype=dt, causal=causal, variant=v, median_ms=1.0, tflops=tf,

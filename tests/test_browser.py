@@ -41,8 +41,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
+
 from infralens_lab.present import SCROLL_CUE_CLASS, SCROLL_FADE_CLASS
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
@@ -67,7 +67,7 @@ _CELLS_JS = """() => [...document.querySelectorAll('%s .jp-CodeCell')].map(c => 
   empty: !((c.querySelector('.jp-InputArea-editor .cm-content') || {}).textContent || '').trim(),
   error: [...c.querySelectorAll('%s')].map(e => e.textContent).join('\\n'),
   stderr: [...c.querySelectorAll('%s')].map(e => e.textContent).join('\\n'),
-}))""" % (PANEL, ERROR_SEL, STDERR_SEL)
+}))""" % (PANEL, ERROR_SEL, STDERR_SEL)  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 # One table: does it fit the output area it sits in, or scroll inside a box made for it; when its box
 # does scroll, is a cue that says so visible (an overlay scrollbar shows nothing until one scrolls); and
@@ -94,7 +94,7 @@ _TABLE_JS = r"""(t) => {
   return {width: Math.round(width), avail, fits: width <= avail + 1, overflows, cue,
           scrolls: !!box && box.getBoundingClientRect().width <= avail + 1, markup,
           head: [...t.querySelectorAll('th')].slice(0, 4).map(c => c.textContent.trim())};
-}""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)
+}""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 
 def _free_port() -> int:
@@ -210,7 +210,7 @@ class Trouble:
 def _launch(p, chromium):
     try:
         return p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-    except Exception as exc:  # noqa: BLE001 - any launch failure means "no usable browser here"
+    except Exception as exc:  # any launch failure means "no usable browser here"
         pytest.skip(f"Chromium at {chromium} cannot be launched: {exc}")
 
 
@@ -253,7 +253,7 @@ _READY_JS = """(n) => { const p = document.querySelector('%s');
   const ind = p.querySelector('.jp-Notebook-ExecutionIndicator');
   const kernel = (p.querySelector('.jp-KernelName') || {}).textContent || '';
   return p.querySelectorAll('.jp-Cell').length === n && !!ind && ind.dataset.status === 'idle'
-         && kernel.trim() !== '' && !/No Kernel/.test(kernel); }""" % PANEL
+         && kernel.trim() !== '' && !/No Kernel/.test(kernel); }""" % PANEL  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 
 def _kernel_idle(page) -> bool:
@@ -685,7 +685,7 @@ def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_fact
             page.goto(built.index.as_uri(), wait_until="load")
             assert page.title() == "InfraLens Lab: offline edition"
             page.screenshot(path=str(shots / f"{label}_index_{width}.png"))
-            for k, (lab, html_page) in enumerate(zip(built.labs, built.pages)):
+            for k, (lab, html_page) in enumerate(zip(built.labs, built.pages, strict=True)):
                 if k == 0:  # the first page is reached as a reader would, from the index
                     page.click(f"ol.labs a[href='{html_page.name}']")
                 else:

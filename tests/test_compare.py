@@ -72,7 +72,7 @@ def test_load_all_keys_by_gpu_default_first(tmp_path, monkeypatch):
     monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
     got = evidence.load_all("bench")
     default = evidence.reference()  # data/recorded/DEFAULT names it
-    assert list(got)[0] == default.gpu and H200.gpu in got and got[H200.gpu].values == BENCH
+    assert next(iter(got)) == default.gpu and H200.gpu in got and got[H200.gpu].values == BENCH
     assert evidence.load_all("no_such_record") == {}
 
 

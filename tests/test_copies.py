@@ -4,6 +4,8 @@ Runs in either mode: tensors live on infralens_lab.device.torch_device() (cpu in
 mode, cuda in gpu mode). A copy moves bits, so every comparison is exact (atol=rtol=0);
 the output is filled with NaN first, so an element the kernel forgot to write fails the check.
 """
+import re
+
 import pytest
 import torch
 
@@ -87,7 +89,7 @@ def test_wrong_dtype_is_refused(dtype):
 @pytest.mark.skipif(is_gpu(), reason="bfloat16 is allowed on a GPU")
 def test_bf16_refused_in_interpreter():
     x = torch.randn(16, device=DEV).to(torch.bfloat16)
-    with pytest.raises(TypeError, match="bfloat16.*interpreter"):
+    with pytest.raises(TypeError, match=r"bfloat16.*interpreter"):
         copies.copy_strided(x, 2)
 
 
@@ -96,7 +98,7 @@ def test_rank_and_contiguity_are_checked():
         copies.copy(torch.randn(4, 4, device=DEV))
     with pytest.raises(ValueError, match=r"stride \(2,\), expected a contiguous 1-D tensor"):
         copies.copy(torch.randn(16, device=DEV)[::2])
-    with pytest.raises(TypeError, match="x is a list, expected a torch.Tensor"):
+    with pytest.raises(TypeError, match=re.escape("x is a list, expected a torch.Tensor")):
         copies.copy([1.0, 2.0])
 
 

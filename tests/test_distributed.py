@@ -112,12 +112,12 @@ def nccl_rank(late=0.0, skew=0.0, clock=0.0, steps=3, leftover=True, pid=1):
             comm.append(launch(c0 + t + 0.5, "cuLaunchKernelEx", AUTOGRAD, "cuda_driver"))
         ev.append(_x("Optimizer.step#SGD.step", "user_annotation", clock + c0 + 45, 10, pid=pid))
         opt = launch(c0 + 46)
-        for c, a in zip(fwd, (0, 8)):
+        for c, a in zip(fwd, (0, 8), strict=True):
             kernel("sm90_gemm_fwd", COMPUTE, g0 + a, g0 + a + 8, c)
-        for c, a in zip(bwd, (18, 30, 42, 54)):
+        for c, a in zip(bwd, (18, 30, 42, 54), strict=True):
             kernel("sm90_gemm_bwd", COMPUTE, g0 + a, g0 + a + 12, c)
         base = s * P + LAG  # the all-reduces end at the latest rank's arrival + transfer, on every rank
-        for c, a, d in zip(comm, (32, 66), (20, 14)):
+        for c, a, d in zip(comm, (32, 66), (20, 14), strict=True):
             kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", NCCL, g0 + a,
                    base + skew + a + d, c)
         kernel("multi_tensor_apply_kernel", COMPUTE, base + skew + 82, base + skew + 88, opt)
@@ -134,7 +134,7 @@ def test_nccl_collectives_belong_to_the_step_that_launched_them():
     assert list(c[c["step"] == 1]["start_us"]) == [100 + LAG + 32, 100 + LAG + 66]
     # a start-time rule would have put the leftover into step 0 and step 0's second all-reduce into step 1
     st = tr.steps()
-    by_start = [int(((c["start_us"] >= a) & (c["start_us"] < b)).sum()) for a, b in zip(st["cpu_start_us"], st["cpu_end_us"])]
+    by_start = [int(((c["start_us"] >= a) & (c["start_us"] < b)).sum()) for a, b in zip(st["cpu_start_us"], st["cpu_end_us"], strict=True)]
     assert by_start != [2, 2, 2]
 
 
@@ -228,8 +228,8 @@ def test_nccl_kernel_split_and_overlap_agree_with_hta(tmp_path, monkeypatch):
     ev = tr.gpu_events("steps")
     assert len(ev) == 27 and len(tr.gpu_events("all")) == 29
     nccl = ev["name"].str.contains("nccl")
-    ours = A.overlap(list(zip(ev[nccl]["start_us"], ev[nccl]["end_us"])),
-                     list(zip(ev[~nccl]["start_us"], ev[~nccl]["end_us"])))["hidden_fraction"]
+    ours = A.overlap(list(zip(ev[nccl]["start_us"], ev[nccl]["end_us"], strict=True)),
+                     list(zip(ev[~nccl]["start_us"], ev[~nccl]["end_us"], strict=True)))["hidden_fraction"]
     assert ours == pytest.approx(float(theirs["comp_comm_overlap_pctg"].iloc[0]) / 100, abs=5e-5)  # HTA: 0.01 %
 
 

@@ -3,6 +3,7 @@ of this CPU, read back as a folder of rank traces; a learner's own model as modu
 refuses to run outside torchrun."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def four(tmp_path_factory):
 def test_four_gloo_ranks_write_one_trace_each(four):
     out, stdout = four
     assert sorted(p.name for p in out.iterdir()) == [f"rank{i}.json" for i in range(4)]
-    traces, _, datas = ranks(out, cpu_ok=True)
+    _, _, datas = ranks(out, cpu_ok=True)
     assert [d["distributedInfo"] for d in datas] == [{"backend": "gloo", "rank": i, "world_size": 4} for i in range(4)]
     prov = datas[0]["infralens"]["provenance"]
     assert prov["torch"] and prov["command"].startswith("torchrun") and prov["width"] == 128 and prov["local_rank"] == 0
@@ -80,11 +81,11 @@ def test_a_learners_model_as_module_function(tmp_path):
 def test_outside_torchrun_it_says_how_to_start_it(monkeypatch, tmp_path):
     for k in P.ENV:
         monkeypatch.delenv(k, raising=False)
-    with pytest.raises(SystemExit, match="RANK, WORLD_SIZE, LOCAL_RANK not set.*torchrun --nproc_per_node=N"):
+    with pytest.raises(SystemExit, match=r"RANK, WORLD_SIZE, LOCAL_RANK not set.*torchrun --nproc_per_node=N"):
         P.main(["--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="RANK=4, WORLD_SIZE=4"):
         P.rank_env({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"})
-    with pytest.raises(SystemExit, match="--model 'nocolon'; expected package.module:function"):
+    with pytest.raises(SystemExit, match=re.escape("--model 'nocolon'; expected package.module:function")):
         P.load_model_fn("nocolon")
     with pytest.raises(SystemExit, match="cannot be loaded"):
         P.load_model_fn("no_such_module_xyz:build")

@@ -58,8 +58,8 @@ def test_comm_time_is_the_raw_union_clipped_to_the_step():
     for rank, r in enumerate(RUN):
         steps, calls, comm = _raw(_cfg(r, "cap 0.25 MiB")["trace"])
         comm = comm[len(comm) - len(calls):]  # ranges of work enqueued before the profiler have no call
-        per_step = [[iv for c, iv in zip(calls, comm) if a <= c < b] for a, b in steps]
-        for i, ((a, b), mine) in enumerate(zip(steps, per_step)):
+        per_step = [[iv for c, iv in zip(calls, comm, strict=True) if a <= c < b] for a, b in steps]
+        for i, ((a, b), mine) in enumerate(zip(steps, per_step, strict=True)):
             union, end = 0.0, -1.0
             for s, e in sorted((max(s, a), min(e, b)) for s, e in mine):  # clipped, then a plain sweep
                 if s > end:

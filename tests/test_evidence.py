@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, fields, replace
 
 import numpy as np
@@ -98,7 +99,7 @@ def test_tampered_file_is_rejected(store_dir):
 
 def test_tampered_csv_is_rejected(store_dir):
     (store_dir / "ncu_copies.csv").write_text(CSV.replace("538", "138"))
-    with pytest.raises(EvidenceError, match="ncu_copies.csv: checksum"):
+    with pytest.raises(EvidenceError, match=re.escape("ncu_copies.csv: checksum")):
         RecordedStore(store_dir).text("ncu_copies.csv")
 
 
@@ -110,7 +111,7 @@ def test_unknown_and_missing_files(store_dir):
     with pytest.raises(EvidenceError, match=r"files not in manifest.json: \['extra.json'\]"):
         store.verify()
     (store_dir / "device.json").unlink()
-    with pytest.raises(EvidenceError, match="device.json: listed in manifest.json but missing on disk"):
+    with pytest.raises(EvidenceError, match=re.escape("device.json: listed in manifest.json but missing on disk")):
         store.load("device")
     with pytest.raises(EvidenceError, match="is not allowed"):
         store.load("../bench")
@@ -119,7 +120,7 @@ def test_unknown_and_missing_files(store_dir):
 def test_bad_schema(store_dir):
     doc = json.loads((store_dir / "bench.json").read_text())
     _rewrite(store_dir, "bench.json", json.dumps({**doc, "schema": "infralens.evidence/0"}))
-    with pytest.raises(EvidenceError, match="schema is 'infralens.evidence/0', expected 'infralens.evidence/1'"):
+    with pytest.raises(EvidenceError, match=re.escape("schema is 'infralens.evidence/0', expected 'infralens.evidence/1'")):
         RecordedStore(store_dir).load("bench")
 
 
@@ -151,7 +152,7 @@ def test_other_malformed_records(store_dir, change, match):
 
 def test_non_json_record(store_dir):
     _rewrite(store_dir, "bench.json", "this is not JSON {")
-    with pytest.raises(EvidenceError, match="bench.json: not valid JSON"):
+    with pytest.raises(EvidenceError, match=re.escape("bench.json: not valid JSON")):
         RecordedStore(store_dir).load("bench")
 
 
@@ -161,10 +162,10 @@ def test_bad_manifest(tmp_path, store_dir):
     m = store_dir / "manifest.json"
     good = m.read_text()
     m.write_text("[")
-    with pytest.raises(EvidenceError, match="manifest.json: not valid JSON"):
+    with pytest.raises(EvidenceError, match=re.escape("manifest.json: not valid JSON")):
         RecordedStore(store_dir)
     m.write_text(json.dumps({**json.loads(good), "schema": "x"}))
-    with pytest.raises(EvidenceError, match="schema is 'x', expected 'infralens.manifest/1'"):
+    with pytest.raises(EvidenceError, match=re.escape("schema is 'x', expected 'infralens.manifest/1'")):
         RecordedStore(store_dir)
     m.write_text(json.dumps({**json.loads(good), "files": []}))
     with pytest.raises(EvidenceError, match="'files' is missing or not an object"):
@@ -215,7 +216,7 @@ def test_reference_selection(root, monkeypatch):
 def test_reference_without_recordings(tmp_path, monkeypatch):
     monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
     assert evidence.recordings(tmp_path / "missing") == []
-    with pytest.raises(EvidenceError, match="no recorded evidence under .*python -m infralens_lab record"):
+    with pytest.raises(EvidenceError, match=r"no recorded evidence under .*python -m infralens_lab record"):
         evidence.reference(root=tmp_path)
 
 

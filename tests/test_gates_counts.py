@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from infralens_lab.device import is_gpu
 from infralens_lab import gates_cli as A
+from infralens_lab.device import is_gpu
 from infralens_lab.measure import gates as G
 from infralens_lab.measure import gates_record as GR
 from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated
@@ -138,7 +138,7 @@ def test_recorder_regressions_dry_run_on_cpu():
     eager backend there): every row is present and the counts match the live table's story."""
     rows = GR._regressions(1, "cpu", dict(batch=2, seq=8, width=16))
     assert [(r["regression"], r["compiled"]) for r in rows] == \
-        [(r, c) for c in (False, True) for r in ("intended",) + REGRESSIONS]
+        [(r, c) for c in (False, True) for r in ("intended", *REGRESSIONS)]
     eager = {r["regression"]: r for r in rows if not r["compiled"]}
     assert eager["item"]["syncs_per_step"] == 1 and eager["intended"]["syncs_per_step"] == 0
     assert eager["lost_fusion"]["graph_breaks"] == 1

@@ -5,9 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from infralens_lab import evidence
+from infralens_lab import evidence, gates_cli
 from infralens_lab.analysis import gates as A
-from infralens_lab import gates_cli
 from infralens_lab.measure import gates as G
 from infralens_lab.measure.timing import percentile
 

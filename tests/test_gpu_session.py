@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -19,7 +20,7 @@ def test_labs_step_reports_each_scripts_exit_status(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(ROOT), "INFRALENS_MODE": "interpreter",
-           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     r = subprocess.run(["bash", str(ROOT / "tools" / "gpu_session.sh"), "labs"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=120)
     lines = dict(re.findall(r"^lab (\S+): exit (\d+) in", r.stdout, re.M))

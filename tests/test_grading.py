@@ -22,9 +22,9 @@ import pytest
 
 from infralens_lab.quiz import grader as G
 from infralens_lab.quiz import labs, load_bank, question
-from infralens_lab.quiz.keys import lab00 as lab00_key
 from infralens_lab.quiz import pytest_plugin as plugin
 from infralens_lab.quiz.check import GRADE_ENV
+from infralens_lab.quiz.keys import lab00 as lab00_key
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
 

@@ -20,7 +20,7 @@ import pytest
 from helpers import question_sections_of
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
-import hostile_class as H  # noqa: E402
+import hostile_class as H  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 DELAY_S = 0.0          # attack 4 waits this long, then for the score file (20 s in the issue: run that by hand)
@@ -69,8 +69,9 @@ def graded(tmp_path_factory):
     refused_wrote = scores0.exists()
     shutil.copy(ROOT / "infralens_lab" / "quiz" / "check.py", check_py)   # what `git checkout -- ...` does
     run0 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
-    from infralens_lab.quiz.bank import decode_bank
     import json
+
+    from infralens_lab.quiz.bank import decode_bank
     ids = [q["id"] for q in decode_bank(json.loads((banks / "lab00.json").read_text()))["questions"]]
     return dict(run1=run1, run1_s=run1_s, rows1=_rows(scores), written=written, after=scores.read_bytes(),
                 marker=Path(str(scores) + ".rewritten"), tampered=tampered, refused=refused, refused_wrote=refused_wrote,

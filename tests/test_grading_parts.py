@@ -27,7 +27,7 @@ from infralens_lab.quiz.check import ANSWER_MIME, answer_record, check
 from infralens_lab.quiz.isolation import RunOutcome
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
-import hostile_class as H  # noqa: E402
+import hostile_class as H  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,7 +175,7 @@ def test_committed_manifest_matches_the_grader_files():
 
 def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
     M.verify(quiz_copy)
-    with open(quiz_copy / "check.py", "a") as f:
+    with (quiz_copy / "check.py").open("a") as f:
         f.write("\ndef _judge(q, answer, expected):\n    return 'correct', ''\n")
     with pytest.raises(M.ManifestError) as exc:
         M.verify(quiz_copy)
@@ -396,7 +396,7 @@ def test_grade_session_hands_kernels_absolute_bank_folders(monkeypatch, tmp_path
 def test_grade_mode_refuses_a_bank_folder_that_is_not_there(monkeypatch, tmp_path):
     monkeypatch.setenv(bank_mod.BANKS_ENV, str(tmp_path / "nope"))
     monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
-    with pytest.raises(pytest.UsageError, match="INFRALENS_QUIZ_BANKS=.*is not a folder"):
+    with pytest.raises(pytest.UsageError, match=r"INFRALENS_QUIZ_BANKS=.*is not a folder"):
         plugin.pytest_configure(_Config(infralens_grade=True))
 
 

@@ -84,7 +84,7 @@ def test_busy_shares_differ_only_by_their_definitions(gpu, name, tmp_path, monke
     s = tr.summary()
     sw = tr.steady_window()
     if sw is not None:
-        a, b, n = sw
+        a, b, _ = sw
         assert s["window_us"] == pytest.approx(b - a) and 0 < s["gpu_utilization"] <= 1
 
 

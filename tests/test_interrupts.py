@@ -22,7 +22,7 @@ def _catches_interrupt(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
     types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(isinstance(t, ast.Name) and t.id in CATCH_ALL or isinstance(t, ast.Attribute) and t.attr in CATCH_ALL
+    return any((isinstance(t, ast.Name) and t.id in CATCH_ALL) or (isinstance(t, ast.Attribute) and t.attr in CATCH_ALL)
                for t in types)
 
 

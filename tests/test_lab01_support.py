@@ -334,7 +334,7 @@ def test_variants_tables_from_a_synthetic_recorded_set(tmp_path):
 
     small = one[one["kind"] == "one change"].set_index("variant")["speedup"].idxmin()
     assert check("lab01.q6", small, evidence=one).status == "correct"
-    other = [v for v in ("bubble+prefetch", "bubble+no_sync", "bubble+pinned") if v != small][0]
+    other = next(v for v in ("bubble+prefetch", "bubble+no_sync", "bubble+pinned") if v != small)
     wrong = check("lab01.q6", other, evidence=one)
     assert wrong.status != "correct" and "compare its speedup" in wrong.message
 
@@ -362,7 +362,7 @@ def test_keys_are_what_the_notebook_computes_on_the_recording():
     assert keys.idle_causes().equals(idle_by_cause(tr_b))
     assert keys.matmul_ceilings().equals(lab01.matmul_ceilings(st)[0])
     # exercise 1: 1 - busy/window over the steady window, as the worked solution computes it from the intervals
-    a, b, n = tr_b.steady_window()
+    a, b, _ = tr_b.steady_window()
     import numpy as np
     busy = np.array(tr_b.busy())
     inside = float((np.clip(busy[:, 1], a, b) - np.clip(busy[:, 0], a, b)).sum())

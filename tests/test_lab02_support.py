@@ -4,18 +4,19 @@ the hierarchy view, and clear errors."""
 from __future__ import annotations
 
 import math
+import re
 
 import helpers
 import pandas as pd
 import pytest
 
+from infralens_lab.analysis import counters as C
+from infralens_lab.analysis import roofline_notes as NT
 from infralens_lab.analysis import traffic as tr
 from infralens_lab.analysis.hardware import Ceilings
-from infralens_lab.analysis import counters as C
 from infralens_lab.device import is_gpu
-from infralens_lab.analysis import roofline_notes as NT
-from infralens_lab.labs_support import lab02
 from infralens_lab.kernels.check import matches
+from infralens_lab.labs_support import lab02
 from infralens_lab.parse.ncu import parse_raw_csv
 
 T = 1e12
@@ -193,7 +194,7 @@ def test_load_counters_degrades_with_a_note(capsys):
     store = FakeStore({"ncu_matmul.csv": matmul_csv()})
     assert set(lab02.load_counters(store, "ncu_matmul.csv")["config"]) == {
         "matmul size=256,256,256 fp16", "matmul size=1024,1024,1024 fp16", "matmul size=4096,4096,4096 fp16"}
-    with pytest.raises(ValueError, match="'ncu_other.csv'"):
+    with pytest.raises(ValueError, match=re.escape("'ncu_other.csv'")):
         lab02.load_counters(store, "ncu_other.csv")
 
 
@@ -272,7 +273,7 @@ def test_real_attention_and_matmul_kernel_table():
 def test_real_copies_read_amplification():
     ct = C.copy_table(_real("ncu_copies.csv"), CEIL)
     assert list(ct["label"]) == ["copy_coalesced"] + [f"copy_strided ×{s}" for s in (1, 2, 4, 8, 16, 32)]
-    amp = dict(zip(ct["stride"].where(ct["kernel"] == "copy_strided"), ct["read_amplification"]))
+    amp = dict(zip(ct["stride"].where(ct["kernel"] == "copy_strided"), ct["read_amplification"], strict=True))
     for s in (1, 2, 4, 8):  # rel 10%: the model ignores part-used sectors at block edges and other DRAM traffic
         assert amp[s] == pytest.approx(s, rel=0.1)
     # beyond 32-byte spacing the model says 8x (one sector per element); DRAM moved about twice that

@@ -195,7 +195,7 @@ def test_recorded_timeline_absent_and_present():
     assert lab03.recorded_timeline(None) == (None, {})
     assert lab03.recorded_timeline(_Store(None)) == (None, {})
     rec = {p: {"meta": {"steps": 1}, "baseline_bytes": 1000, "events": _history()} for p in ("fp32", "amp_bf16")}
-    ev, tls = lab03.recorded_timeline(_Store(rec))
+    _, tls = lab03.recorded_timeline(_Store(rec))
     assert set(tls) == {"fp32", "amp_bf16"}
     assert tls["fp32"]["allocated_bytes"].max() == 1500  # 1000 held + 300 + 200 at the forward's peak
     assert list(tls["amp_bf16"]["phase"].unique()) == ["forward", "backward", "optimizer"]

@@ -21,6 +21,7 @@ from infralens_lab.present import attention as A
 from infralens_lab.present import stalls as S
 from infralens_lab.present import tables as T
 
+
 def _block(label: str, rows: list[tuple[str, dict]]) -> str:
     """One ncu --csv --page raw block after the recorder's config line (tests/helpers.py)."""
     return helpers.ncu_block(label, rows, chatter=False)
@@ -542,7 +543,7 @@ def test_exercise_keys_are_the_by_hand_arithmetic_of_the_notebook():
     st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
     raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
     fam = lab04.recorded_copy_family(st)
-    w = N.wide(raw, N.SECTORS + ["dram__bytes_read.sum"]).assign(label=lambda d: d["config"].map(fam.labels()))
+    w = N.wide(raw, [*N.SECTORS, "dram__bytes_read.sum"]).assign(label=lambda d: d["config"].map(fam.labels()))
     w = w.set_index("label")
     assert expected_answer(question("lab04.ex1"), keys.copy_family()) == pytest.approx(
         w.loc["stride 8", N.SECTORS[0]] / w.loc["stride 8", N.SECTORS[1]])

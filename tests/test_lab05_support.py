@@ -4,8 +4,8 @@ recorder step refusing without a GPU, and the compile study's counts with a code
 import pandas as pd
 import pytest
 
-from infralens_lab.device import is_gpu
 from infralens_lab.analysis import overlap_tables as T
+from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05
 from infralens_lab.measure import overlap as M
 from infralens_lab.parse.trace import Trace
@@ -55,11 +55,11 @@ def test_pageable_rates_old_and_new_records():
     old = [{"memory": "pageable", "mib": 256, "gb_per_s": 18.0}, {"memory": "pinned", "mib": 256, "gb_per_s": 55.0}]
     r = T.pageable_rates(copies, old, 32)
     assert r == {"trace_gb_per_s": 8.0, "table_gb_per_s": 18.0, "written_gb_per_s": None, "written_matches_trace": None}
-    new = old[:1] + [{"memory": "pageable", "written": True, "mib": 32, "gb_per_s": 9.0},
-                     {"memory": "pageable", "written": False, "mib": 32, "gb_per_s": 17.0}]
+    new = [*old[:1], {"memory": "pageable", "written": True, "mib": 32, "gb_per_s": 9.0},
+           {"memory": "pageable", "written": False, "mib": 32, "gb_per_s": 17.0}]
     r = T.pageable_rates(copies, new, 32)
     assert r["table_gb_per_s"] == 18.0 and r["written_gb_per_s"] == 9.0 and r["written_matches_trace"]  # 12% apart
-    assert not T.pageable_rates(copies, new[:1] + [dict(new[1], gb_per_s=16.0)], 32)["written_matches_trace"]
+    assert not T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0)], 32)["written_matches_trace"]
 
 
 def _pipe_trace(s0, s1, period, n=5):

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 LABS = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_file())

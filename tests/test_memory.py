@@ -138,7 +138,7 @@ def test_bad_inference_arguments():
     with pytest.raises(ValueError, match="dtype = 'int8'; expected one of"):
         M.measure_inference(CFG, dtype="int8", device="cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="torch.cuda.is_available.. is False"):
+        with pytest.raises(ValueError, match=r"torch.cuda.is_available.. is False"):
             M.measure_inference(CFG, device="cuda")
 
 

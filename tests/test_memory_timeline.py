@@ -34,7 +34,7 @@ def test_timeline_by_hand():
 
 def test_missing_markers_are_refused():
     truncated = [e for e in _history() if e != ["alloc", M[2]]]
-    with pytest.raises(ValueError, match="found 2 of 4 phase markers.*raise max_entries"):
+    with pytest.raises(ValueError, match=r"found 2 of 4 phase markers.*raise max_entries"):
         mt.timeline(truncated, 0, steps=1)
 
 

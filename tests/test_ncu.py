@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.parse import ncu as N
-
 from infralens_lab.measure import ncu as NR
 from infralens_lab.measure import nsys, target
+from infralens_lab.parse import ncu as N
 
 DATA = Path(__file__).parent / "data"
 
@@ -142,8 +141,8 @@ def test_real_copies_csv_tells_the_coalescing_story():
         pytest.skip("tests/data/ncu_copies.csv not recorded yet")
     df = N.parse_raw_csv((DATA / "ncu_copies.csv").read_text())
     s = N.sectors_per_request(df).set_index("config")["sectors_per_request"]
-    coalesced = [c for c in s.index if c.startswith("copy n=")][0]
-    strided8 = [c for c in s.index if "stride=8 " in c][0]
+    coalesced = next(c for c in s.index if c.startswith("copy n="))
+    strided8 = next(c for c in s.index if "stride=8 " in c)
     # Triton's 128-bit loads: 16 sectors per request coalesced; 32 once every thread has its own sector
     assert s[coalesced] == pytest.approx(16, rel=0.05)
     assert s[strided8] == pytest.approx(32, rel=0.05)
@@ -270,7 +269,7 @@ def test_launch_window_counts_launches():
     ["--kernel", "matmul", "--size", "33,17,9", "--dtype", "fp32"],
 ])
 def test_target_runs_and_prints_nothing(argv, capsys):
-    assert target.main(argv + ["--warmup", "1", "--iters", "1"]) == 0
+    assert target.main([*argv, "--warmup", "1", "--iters", "1"]) == 0
     assert capsys.readouterr().out == ""
 
 

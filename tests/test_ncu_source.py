@@ -3,16 +3,17 @@ the parser on SYNTHETIC CSV text that mirrors the documented layout (tests/sourc
 this page exists yet), its errors, and the recorder step that writes ``ncu_copies_source.csv``."""
 from __future__ import annotations
 
-import os
 import stat
+from pathlib import Path
 
 import pytest
 import source_fixture as F
 
 from infralens_lab import record
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
-from infralens_lab.parse import ncu as N
 from infralens_lab.measure import ncu as NR
+from infralens_lab.parse import ncu as N
+
 TARGET = ["--kernel", "copy_strided", "--stride", "8", "--n", "1024", "--dtype", "fp32"]
 
 
@@ -30,7 +31,7 @@ def test_source_commands_profile_into_a_report_and_export_two_pages():
     assert profile[-len(TARGET):] == TARGET and profile.index("--export") < profile.index("py")
     assert source == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "source", "--print-source", "sass"]
     assert raw == ["ncu", "--import", "/tmp/x/rep.ncu-rep", "--csv", "--page", "raw"]
-    assert inst == raw + ["--print-metric-instances", "details"]
+    assert inst == [*raw, "--print-metric-instances", "details"]
     counted = NR.source_commands(TARGET, "copy_strided", "r", launch_skip=1, nvtx=False, ncu="ncu", python="py")[0]
     assert "--nvtx" not in counted and counted[counted.index("--launch-skip") + 1] == "1"
     line = NR.source_command_line(TARGET, page="raw", kernel_regex="copy_strided")
@@ -84,7 +85,7 @@ def test_run_ncu_source_returns_both_pages_and_deletes_the_report(tmp_path, monk
     assert len(N.parse_source_csv(out["source"])) == len(F.STRIDED)
     assert N.parse_raw_csv(out["raw"])["metric"].tolist() == ["x__y.sum"]
     rep = (d / "last_report").read_text().strip()
-    assert rep.endswith(".ncu-rep") and not os.path.exists(rep)  # the temporary report is gone
+    assert rep.endswith(".ncu-rep") and not Path(rep).exists()  # the temporary report is gone
 
 
 def test_run_ncu_source_errors(tmp_path, monkeypatch):
@@ -199,7 +200,7 @@ def test_opcode_census_reads_instance_values_and_refuses_a_plain_export():
     text = ('"ID","Kernel Name","sass__inst_executed_per_opcode"\n"","","inst"\n'
             '"0","copy_strided","9,000 (EXIT: 1,000; IMAD: 3,000; LDG: 4,000; S2R: 1,000)"\n')
     c = N.opcode_census(N.parse_raw_csv(text))
-    assert dict(zip(c["opcode"], c["executed"])) == {"EXIT": 1000, "IMAD": 3000, "LDG": 4000, "S2R": 1000}
+    assert dict(zip(c["opcode"], c["executed"], strict=True)) == {"EXIT": 1000, "IMAD": 3000, "LDG": 4000, "S2R": 1000}
     plain = text.replace("9,000 (EXIT: 1,000; IMAD: 3,000; LDG: 4,000; S2R: 1,000)", "9,000")
     with pytest.raises(N.NcuCsvError, match="--print-metric-instances details"):
         N.opcode_census(N.parse_raw_csv(plain))

@@ -12,11 +12,11 @@ import time
 import pytest
 
 IPython = pytest.importorskip("IPython", reason="needs IPython (the Jupyter test stack)")
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402  (after the IPython importorskip)
 
-from infralens_lab import notebook_guard as G  # noqa: E402
-from infralens_lab.quiz import check, question  # noqa: E402
-from infralens_lab.quiz import widgets as W  # noqa: E402
+from infralens_lab import notebook_guard as G  # noqa: E402  (after the IPython importorskip)
+from infralens_lab.quiz import check, question  # noqa: E402  (after the IPython importorskip)
+from infralens_lab.quiz import widgets as W  # noqa: E402  (after the IPython importorskip)
 
 SETUP = "import math\nfrom infralens_lab.quiz import check\nbase = 41"
 

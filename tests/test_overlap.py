@@ -263,9 +263,9 @@ def test_elementwise_chain_traffic():
 def test_gpu_only_requests_explain_themselves():
     from infralens_lab.workloads import overlap as W
 
-    with pytest.raises(W.NeedsGpu, match="Pinned .* needs a CUDA GPU.*pinned allocator.*Fix"):
+    with pytest.raises(W.NeedsGpu, match=r"Pinned .* needs a CUDA GPU.*pinned allocator.*Fix"):
         W.pinned(torch.zeros(4))
-    with pytest.raises(W.NeedsGpu, match="CUDA graph needs a CUDA GPU.*stream"):
+    with pytest.raises(W.NeedsGpu, match=r"CUDA graph needs a CUDA GPU.*stream"):
         W.cuda_graphed(lambda t: t * 2, torch.zeros(4))
     with pytest.raises(W.NeedsGpu, match="CopyComputeStep"):
         W.CopyComputeStep("pinned")
@@ -312,7 +312,7 @@ def test_small_ops_and_chain_match_references():
     for _ in range(3):
         ref = ref * 1.0001 + 0.0001
     torch.testing.assert_close(W.small_ops_step(x, 6), ref)  # same op order, so exact up to fp32 rounding
-    y = torch.tanh(torch.exp((torch.sin(x * 1.5 + 0.25) ** 2 - 0.5)) * 0.75)
+    y = torch.tanh(torch.exp(torch.sin(x * 1.5 + 0.25) ** 2 - 0.5) * 0.75)
     torch.testing.assert_close(W.elementwise_chain(x), y)
 
 

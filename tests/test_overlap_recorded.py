@@ -2,6 +2,7 @@
 and glue on the lab 05 records captured on an H200 during development (tests/data/lab05_h200_*.json:
 written by `python -m infralens_lab record --only device,overlap` on the lent H200, torch 2.11; the
 provenance block inside each file says so). Expected numbers are recomputed here by independent means."""
+import itertools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,8 +13,7 @@ import pytest
 from infralens_lab import evidence
 from infralens_lab.analysis import overlap as A
 from infralens_lab.analysis import overlap_tables as T
-from infralens_lab.parse.trace import step_gpu_work
-from infralens_lab.parse.trace import load_trace
+from infralens_lab.parse.trace import load_trace, step_gpu_work
 
 DATA = Path(__file__).parent / "data"
 
@@ -38,7 +38,7 @@ def _sweep_hidden(copies, kernels):
     """Independent check: walk the sorted boundary points and add up copy time with a kernel running."""
     pts = sorted({p for iv in copies + kernels for p in iv})
     hidden = 0.0
-    for a, b in zip(pts, pts[1:]):
+    for a, b in itertools.pairwise(pts):
         mid = (a + b) / 2
         if any(s <= mid < e for s, e in copies) and any(s <= mid < e for s, e in kernels):
             hidden += b - a
@@ -53,12 +53,12 @@ def test_copy_overlap_on_recorded_trace(name):
     # lies inside a ProfilerStep range
     steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")]
     calls = ev[ev["cat"].isin(("cuda_runtime", "cuda_driver")) & ev["correlation"].notna()]
-    launched = {c for c, t in zip(calls["correlation"], calls["start_us"])
+    launched = {c for c, t in zip(calls["correlation"], calls["start_us"], strict=True)
                 if ((steps["start_us"] <= t) & (t < steps["end_us"])).any()}
     cp = ev[(ev["cat"] == "gpu_memcpy") & ev["name"].str.contains("HtoD") & ev["correlation"].isin(launched)]
     k = ev[ev["cat"] == "kernel"]
-    copies = list(zip(cp["start_us"], cp["end_us"]))
-    kernels = list(zip(k["start_us"], k["end_us"]))
+    copies = list(zip(cp["start_us"], cp["end_us"], strict=True))
+    kernels = list(zip(k["start_us"], k["end_us"], strict=True))
     c = A.copy_overlap(tr)
     assert c["copies"] == len(cp) > 0 and c["steps"] == len(steps) == 3
     assert c["copy_us"] == pytest.approx(sum(e - s for s, e in copies))
@@ -74,13 +74,13 @@ def test_launches_per_step_on_recorded_trace(name):
     w = step_gpu_work(tr)
     ev = tr.events
     assert list(t["step"]) == list(w["step"])
-    for row, st in zip(t.itertuples(), w.itertuples()):
+    for row, st in zip(t.itertuples(), w.itertuples(), strict=True):
         calls = ev[ev["name"].isin(A.LAUNCH_CALLS) & (ev["start_us"] >= st.cpu_start_us) & (ev["start_us"] < st.cpu_end_us)]
         assert row.launch_calls == len(calls) > 100  # a TinyGPT training step: hundreds of kernels
         # every GPU op the step launched (kernels, memcpys, memsets): the same count as lab 01's, one rule,
         # found here the plain way from the launch calls' correlation ids
         rt = ev[ev["cat"].isin(("cuda_runtime", "cuda_driver"))]
-        mine = {c for c, t in zip(rt["correlation"], rt["start_us"]) if c == c and st.cpu_start_us <= t < st.cpu_end_us}
+        mine = {c for c, t in zip(rt["correlation"], rt["start_us"], strict=True) if c == c and st.cpu_start_us <= t < st.cpu_end_us}
         gpu = ev[ev["cat"].isin(("kernel", "gpu_memcpy", "gpu_memset"))]
         assert row.gpu_events == st.gpu_ops == int(gpu["correlation"].isin(mine).sum())
         assert row.gpu_busy_us <= st.gpu_work_us + 1e-6  # union of intervals never exceeds their sum

@@ -55,7 +55,7 @@ def test_a_wheel_installed_elsewhere_loads_the_reference(tmp_path):
     shutil.copytree(ROOT / "infralens_lab", src / "infralens_lab", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "data" / "recorded", src / "data" / "recorded")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFRALENS_", "PYTHON", "PIP_"))}
-    run = lambda *cmd, **kw: subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, **kw)  # noqa: E731
+    run = lambda *cmd, **kw: subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, **kw)  # noqa: E731 (a short local helper)
     r = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
             str(src))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

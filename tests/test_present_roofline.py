@@ -5,6 +5,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import itertools
 import math
 
 import matplotlib.pyplot as plt
@@ -138,7 +139,7 @@ def test_figure_rejects_bad_points_and_roofs():
         roofline_figure(pd.DataFrame({"label": ["a"], "intensity": [1.0]}), _roofs())
     bad = _points()
     bad.loc[0, "intensity"] = 0.0
-    with pytest.raises(ValueError, match="log-log.*'copy'"):
+    with pytest.raises(ValueError, match=r"log-log.*'copy'"):
         roofline_figure(bad, _roofs())
     with pytest.raises(ValueError, match="at least one memory and one compute"):
         roofline_figure(_points(), [r for r in _roofs() if r.kind == "memory"])
@@ -187,7 +188,7 @@ def test_point_labels_keep_off_the_roof_lines():
         assert len(boxes) == 3
         for ln in ax.lines:
             xy = ax.transData.transform(ln.get_xydata())
-            for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:]):
+            for (x0, y0), (x1, y1) in itertools.pairwise(xy):
                 for k in range(201):
                     px, py = x0 + (x1 - x0) * k / 200, y0 + (y1 - y0) * k / 200
                     for text, bb in boxes.items():

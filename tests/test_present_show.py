@@ -104,7 +104,7 @@ def test_names_that_differ_stay_different_once_shortened():
     assert html_names == text_names and html_names[0] != html_names[1]
     assert all("…" in n and len(n) < len(XMMA) for n in html_names)
     assert shorten_name(XMMA) == shorten_name(nn)  # at the default cut they collide; the column widens it
-    assert present.shorten_names([XMMA, nn, 3.5, "short"]) == html_names + [3.5, "short"]  # what sentences use
+    assert present.shorten_names([XMMA, nn, 3.5, "short"]) == [*html_names, 3.5, "short"]  # what sentences use
 
 
 def test_plain_text_shows_the_names_the_html_shows():
@@ -194,7 +194,7 @@ def test_a_wide_table_carries_a_visible_scroll_cue_a_narrow_one_does_not():
     assert "scroll" not in table_text(pd.DataFrame({f"col_{i}_pct": [1.0, 2.0] for i in range(30)}))
     # every table's box ends with the strip that fades a cut edge out, stuck to the box's right edge
     for page in (wide, narrow):
-        assert re.search(r'</table><div class="%s"[^>]*style="position:sticky;right:0;' % present.SCROLL_FADE_CLASS, page)
+        assert re.search(rf'</table><div class="{present.SCROLL_FADE_CLASS}"[^>]*style="position:sticky;right:0;', page)
         assert page.endswith("</div></div>")
 
 

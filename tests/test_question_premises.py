@@ -42,9 +42,8 @@ def test_lab04_q8_premise_memory_tops_tiled_also_reaches_the_rule_tiled_fast_doe
     """lab04.q8's explanation and feedback (and the notebook's text after it): the variant closest to a roof is
     there by memory %; tiled reaches the rule's threshold too, by SM %, below the top; tiled_fast reaches it on
     neither unit although it is faster than tiled."""
-    from infralens_lab.analysis import roofline
-
     from infralens_lab.analysis import attention as attn
+    from infralens_lab.analysis import roofline
 
     att, _ = lab04.recorded_attention(evidence.reference())
     ev = attn.sol_pairs(att.variants).set_index("variant")
@@ -136,9 +135,9 @@ def test_lab01_q2_premise_the_long_gaps_follow_the_sync_and_are_charged_to_host(
     """lab01.q2: the long idle gaps of the recorded bubble step lie over the `log` range (loss.item()) and `data`,
     yet almost none of the idle time is charged to sync (B: .item() returns as the GPU runs dry, the gap is the
     host work after it)."""
+    from infralens_lab.labs_support import lab01
     from infralens_lab.parse.trace import idle_by_cause
     from infralens_lab.present.trace_tables import gap_view
-    from infralens_lab.labs_support import lab01
 
     tr = lab01.recorded_traces(evidence.reference())["bubble"][0]
     g = gap_view(tr)
@@ -234,7 +233,7 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
     _, tls = lab03.recorded_timeline(st)
     m = ev.values["meta"]
     sbv4 = 4 * m["batch"] * m["seq"] * m["config"]["vocab"]
-    by = {run: dict(zip(df["category"], df["bytes"])) for run, df in runs.items()}
+    by = {run: dict(zip(df["category"], df["bytes"], strict=True)) for run, df in runs.items()}
     held = by["fp32"]["weights"] + by["fp32"]["optimizer states"]
     for run, logits in (("fp32", sbv4), ("amp_bf16", sbv4 // 2)):
         tl = tls[run]
@@ -245,7 +244,7 @@ def test_lab03_timeline_text_premises_backward_order_and_held_logits():
         assert abs((above_rec - above_tl) - logits) < 2**20, \
             f"{run}: memory_train's peak is not the timeline's plus one logits tensor: re-word lab 03's timeline text"
         bw = tl[(tl["phase"] == "backward") & (tl["size"] >= 2**20) & tl["action"].isin(["alloc", "free_completed"])]
-        ev_ = list(zip(bw["action"], bw["size"]))
+        ev_ = list(zip(bw["action"], bw["size"], strict=True))
         if run == "fp32":
             assert ev_[:2] == [("alloc", sbv4), ("alloc", sbv4)], f"fp32 backward starts {ev_[:3]}: re-word lab 03"
         else:

@@ -1,18 +1,19 @@
 """record: refuses without a GPU, keeps going when a step fails, joins ncu runs, bundles, imports no Jupyter."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
 
 import pytest
+from test_ncu import SYNTHETIC  # tests/ is on sys.path (pytest rootdir import mode)
 
 from infralens_lab import record
 from infralens_lab.device import is_gpu
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
-from infralens_lab.parse import ncu as N
 from infralens_lab.measure import ncu as NR
-from test_ncu import SYNTHETIC  # tests/ is on sys.path (pytest rootdir import mode)
+from infralens_lab.parse import ncu as N
 
 
 @pytest.mark.skipif(is_gpu(), reason="checks the no-GPU refusal")
@@ -33,7 +34,7 @@ def test_help_lists_steps_and_records(capsys):
     with pytest.raises(SystemExit):
         record.main(["--help"])
     out = capsys.readouterr().out
-    for name in record.STEPS + ("trace_summary", "record_log", "ncu_copies_stalls.csv"):
+    for name in (*record.STEPS, "trace_summary", "record_log", "ncu_copies_stalls.csv"):
         assert name in out.replace("\n", " ")
 
 
@@ -71,7 +72,7 @@ def test_ncu_runs_are_joined_with_fallbacks(tmp_path, monkeypatch):
     w = EvidenceWriter(tmp_path / "rec", "test")
     rec = record.Recorder(w, log=lambda m: None)
     cfgs = [("a", "copy", ["--n", "8"]), ("b", "naive", []), ("c", "tiled", [])]
-    detail = rec._ncu_file("ncu_test.csv", cfgs, N.TIME + ["bad__metric"])
+    detail = rec._ncu_file("ncu_test.csv", cfgs, [*N.TIME, "bad__metric"])
     assert detail.startswith("2/3 runs ok; failed: ['c: no counters")
     # copy: dropped the bad metric and retried; naive: NVTX window empty -> counted window (skip 1 warm-up x 3)
     assert calls[0][0] == "copy" and calls[1] == ("copy", "copy_coalesced", 0, 1, True, tuple(N.TIME))
@@ -79,7 +80,7 @@ def test_ncu_runs_are_joined_with_fallbacks(tmp_path, monkeypatch):
     assert ("naive", "naive_", 3, 3, False, tuple(N.TIME)) in calls
     df = N.parse_raw_csv((tmp_path / "rec" / "ncu_test.csv").read_text())
     assert sorted(df["config"].unique()) == ["a", "b"] and len(df) == 40
-    with pytest.raises(RuntimeError, match="every ncu run for ncu_none.csv failed"):
+    with pytest.raises(RuntimeError, match=re.escape("every ncu run for ncu_none.csv failed")):
         rec._ncu_file("ncu_none.csv", [("c", "tiled", [])], N.TIME)
 
 
@@ -105,7 +106,7 @@ def test_import_path_has_no_jupyter():
 def test_metrics_that_ncu_silently_drops_are_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(NR, "run_ncu", lambda *a, **k: SYNTHETIC)
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
-    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], N.TIME + ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
+    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], [*N.TIME, "sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
     assert detail == "1/1 runs ok; metrics absent from the CSV: ['sm__ops_path_tensor_src_fp16_dst_fp32.sum']"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infralens_lab.workloads.resnet import (RESNET50_PARAMS, Bottleneck, ResNet, inference_step, resnet50)
+from infralens_lab.workloads.resnet import RESNET50_PARAMS, Bottleneck, ResNet, inference_step, resnet50
 
 
 def test_parameter_count_is_resnet50s():
@@ -17,7 +17,7 @@ def test_structure_matches_torchvision_layout():
     assert [len(getattr(m, f"layer{i}")) for i in range(1, 5)] == [3, 4, 6, 3]
     convs = [mod for mod in m.modules() if isinstance(mod, torch.nn.Conv2d)]
     assert len(convs) == 53  # stem + 16 blocks x 3 + 4 downsample projections
-    for i, stride in zip(range(1, 5), (1, 2, 2, 2)):
+    for i, stride in zip(range(1, 5), (1, 2, 2, 2), strict=True):
         first = getattr(m, f"layer{i}")[0]
         assert isinstance(first, Bottleneck) and first.downsample is not None
         assert first.conv2.stride == (stride, stride) and first.conv1.stride == (1, 1)  # v1.5: stride on the 3x3

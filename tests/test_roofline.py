@@ -4,8 +4,17 @@ from __future__ import annotations
 import pytest
 
 from infralens_lab.analysis.hardware import PEAKS, Ceilings, peaks_for
-from infralens_lab.analysis.roofline import (BOUND_THRESHOLD, RULE, attainable, classify, intensity, ridge, roof_curve,
-                                            sol_verdict, verdict)
+from infralens_lab.analysis.roofline import (
+    BOUND_THRESHOLD,
+    RULE,
+    attainable,
+    classify,
+    intensity,
+    ridge,
+    roof_curve,
+    sol_verdict,
+    verdict,
+)
 
 P, W = 100e12, 2e12  # a toy GPU: 100 TFLOP/s, 2 TB/s -> ridge at 50 FLOP/byte
 

@@ -56,7 +56,7 @@ def test_clock_notes_read_the_clock_control_and_the_range():
 
 
 def test_measured_ridges_and_kernel_notes_name_the_deciding_unit():
-    st, fr, ceil = _set()
+    st, _, ceil = _set()
     r = NT.measured_ridges(ceil).set_index("roof")
     assert r.loc["fp16 matmul", "ridge (FLOP/B)"] == pytest.approx(ceil.fp16 / ceil.copy_bw)
     kt = counters.store_kernel_table(st)

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.parse import ncu as N
-
 from infralens_lab.measure import ncu as NR
+from infralens_lab.parse import ncu as N
 from infralens_lab.parse.runs import ELEM_BYTES, RunConfig, copy_run, target_args
 
 DATA = Path(__file__).parent / "data"

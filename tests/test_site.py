@@ -10,13 +10,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURE_EVIDENCE, FIXTURE_QUESTION, ROOT
+
 from infralens_lab import site as site_mod
 from infralens_lab import site_assets
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output  # noqa: E402
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output  # noqa: E402  (after the importorskip above)
 
 REAL_LABS = sorted((ROOT / "labs").glob(site_mod.LAB_GLOB))
 needs_real_labs = pytest.mark.skipif(not REAL_LABS, reason="no labs/NN_*.ipynb committed yet")
@@ -146,7 +146,7 @@ def fixture_site(fixture_labs, quiz_bank, tmp_path_factory):
 def test_fixture_site_pages_figures_provenance(fixture_labs, fixture_site):
     nbs = sorted(fixture_labs.glob("*.ipynb"))
     assert [p.name for p in fixture_site.pages] == [p.stem + ".html" for p in nbs]
-    for nb_path, page_path in zip(nbs, fixture_site.pages):
+    for nb_path, page_path in zip(nbs, fixture_site.pages, strict=True):
         nb = nbformat.read(nb_path, as_version=4)
         check_page(nb, page_path.read_text(), page_path.name)
     nb0 = nbformat.read(nbs[0], as_version=4)
@@ -432,7 +432,7 @@ def real_site(tmp_path_factory):
 def test_real_labs_site(real_site):
     assert [p.name for p in real_site.pages] == [p.stem + ".html" for p in REAL_LABS]
     index = page_text(real_site.index.read_text())
-    for lab, nb_path, page_path in zip(real_site.labs, REAL_LABS, real_site.pages):
+    for lab, nb_path, page_path in zip(real_site.labs, REAL_LABS, real_site.pages, strict=True):
         nb = nbformat.read(nb_path, as_version=4)
         assert lab.title and _norm(lab.title) in index
         assert lab.teaches, f"{nb_path.name}: metadata.infralens.teaches is missing"
@@ -462,7 +462,7 @@ def test_real_labs_figures_carry_alt_text_from_the_figure():
 
 @needs_real_labs
 def test_real_labs_have_provenance_and_static_self_checks(real_site):
-    for nb_path, page_path in zip(REAL_LABS, real_site.pages):
+    for nb_path, page_path in zip(REAL_LABS, real_site.pages, strict=True):
         nb = nbformat.read(nb_path, as_version=4)
         page = page_path.read_text()
         assert evidence_lines(nb), f"{nb_path.name}: no 'Evidence: ' provenance line in its outputs"

@@ -9,6 +9,7 @@ import source_fixture as F
 
 from infralens_lab.analysis import sass as S
 from infralens_lab.parse import ncu as N
+
 STRIDED = "copy_strided stride=8 n=67108864 fp32"
 COALESCED = "copy n=67108864 fp32"
 
@@ -95,7 +96,7 @@ def test_reading_names_sites_and_says_when_evidence_is_split(rows):
     split = rows.copy()
     stg = split.index[(split["config"] == STRIDED) & (split["op"] == "STG")][0]
     split.loc[stg, "short_scoreboard"] = 120.0
-    line = [ln for ln in S.reading(split, reasons=("short_scoreboard",), threshold=0.6) if ln.startswith(STRIDED)][0]
+    line = next(ln for ln in S.reading(split, reasons=("short_scoreboard",), threshold=0.6) if ln.startswith(STRIDED))
     assert "split: " in line and "special register 50%" in line and "none 50%" in line
 
 
@@ -119,11 +120,11 @@ def test_a_store_waits_on_its_loaded_data_not_on_its_address():
     if "ncu_copies_source.csv" not in st.files():
         pytest.skip("the reference set has no ncu_copies_source.csv")
     real = N.parse_source_csv(st.text("ncu_copies_source.csv"))
-    cfg = [c for c in real["config"].unique() if "stride=8" in c][0]
+    cfg = next(c for c in real["config"].unique() if "stride=8" in c)
     stg = real.index[(real["config"] == cfg) & (real["op"] == "STG")][0]
     assert S.opcode_class(real.at[S.producer(real, stg), "op"]) == "integer / address"  # the nearest writer
     assert S.opcode_class(real.at[S.producer(real, stg, S.L1TEX_CLASSES), "op"]) == "global load"
-    line = [ln for ln in S.reading(real, reasons=("long_scoreboard",)) if ln.startswith(cfg)][0]
+    line = next(ln for ln in S.reading(real, reasons=("long_scoreboard",)) if ln.startswith(cfg))
     assert "global load result" in line
 
 

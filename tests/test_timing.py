@@ -4,8 +4,15 @@ from __future__ import annotations
 import pytest
 
 from infralens_lab.device import is_gpu
-from infralens_lab.measure.timing import (INTERPRETER_NOTE, Timing, percentile, rotation_count, summarize,
-                                          throughput, time_fn)
+from infralens_lab.measure.timing import (
+    INTERPRETER_NOTE,
+    Timing,
+    percentile,
+    rotation_count,
+    summarize,
+    throughput,
+    time_fn,
+)
 
 
 @pytest.mark.skipif(is_gpu(), reason="interpreter-mode behaviour")

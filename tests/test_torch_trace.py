@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.device import is_gpu
-from infralens_lab.parse.trace import NO_GPU_NOTE, Trace, load_trace, trim
 from infralens_lab.measure.torch_trace import profile
+from infralens_lab.parse.trace import NO_GPU_NOTE, Trace, load_trace, trim
 
 DATA = Path(__file__).parent / "data"
 T0 = 5_000_000.0  # absolute µs offset, as real traces have; every time below is relative to it
@@ -49,7 +49,7 @@ def synthetic(flows: bool = False) -> dict:
         ("gemm_a", K, 330, 530, 1), ("relu_k", K, 530, 560, 2), ("k3", K, 910, 950, 3), ("k4", K, 1010, 1020, 4),
         ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 1095, 1100, 101),
     ]
-    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}] + cpu
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}, *cpu]
     for name, cat, s, e, corr in gpu:
         args = {"stream": 7, "device": 0} if flows else {"stream": 7, "device": 0, "correlation": corr}
         events.append(X(name, cat, s, e, tid=7, pid=0, **args))

@@ -42,7 +42,7 @@ def reference_attribute(tr: Trace) -> tuple[dict, dict, dict]:
     self_us: dict[int, float] = {}
     stack: list[int] = []
     key = None
-    for i, r in zip(cpu.index, cpu.itertuples(index=False)):
+    for i, r in zip(cpu.index, cpu.itertuples(index=False), strict=True):
         if (r.pid, r.tid) != key:
             key, stack = (r.pid, r.tid), []
         while stack and ev.at[stack[-1], "end_us"] <= r.start_us:
@@ -58,7 +58,7 @@ def reference_attribute(tr: Trace) -> tuple[dict, dict, dict]:
         stack.append(i)
     flow_dst = {v["f"]: k for k, v in flows.items() if "f" in v}
     launcher = {}
-    for i, r in zip(gpu.index, gpu.itertuples(index=False)):
+    for i, r in zip(gpu.index, gpu.itertuples(index=False), strict=True):
         corr = _id(r.correlation, flow_dst.get((r.pid, r.tid, round(r.ts, 3))))
         if corr in runtime_by_corr:
             launcher[i] = runtime_by_corr[corr]
@@ -70,7 +70,7 @@ def assert_same_attribution(tr: Trace) -> None:
     for name, want, got in (("enclosing", enclosing, tr.enclosing), ("self_us", self_us, tr.self_us),
                             ("launcher", launcher, tr.launcher)):
         assert list(got) == list(want), f"{name}: keys or their order differ"
-        bad = [k for k in want if not (got[k] == want[k])]  # exact: lists element by element, floats bit for bit
+        bad = [k for k in want if got[k] != want[k]]  # exact: lists element by element, floats bit for bit
         assert not bad, f"{name}: {len(bad)} rows differ, first {bad[0]}: got {got[bad[0]]!r}, expected {want[bad[0]]!r}"
 
 
@@ -110,7 +110,7 @@ def random_trace(seed: int) -> dict:
         for tid in rng.sample(range(1, 50), 3):
             t = rng.choice([0.0, 0.5, 1000.25])
 
-            def block(t0, t1, depth):
+            def block(t0, t1, depth, pid=pid, tid=tid):
                 nonlocal corr
                 t = t0
                 while t < t1 and rng.random() < 0.8:
@@ -182,8 +182,9 @@ def test_enclosing_parent_matches_a_stack_walk_on_long_random_input():
 
 
 def test_gap_tables_are_cached_and_summary_reuses_them(monkeypatch):
-    import infralens_lab.parse.trace as T
     from test_torch_trace import synthetic
+
+    import infralens_lab.parse.trace as T
 
     calls = {"union": 0, "gaps": 0, "summary": 0}
 
@@ -217,7 +218,7 @@ def reference_names_in_gaps(ev, g0, g1):
         ["rank", "start_us", "end_us", "name", "cat"], kind="stable")
     s, e = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
     ranges, ops = [], []
-    for a, b in zip(g0, g1):
+    for a, b in zip(g0, g1, strict=True):
         hit = (s < b) & (e > a)
         sub = ev[hit].assign(overlap=np.minimum(e[hit], b) - np.maximum(s[hit], a))
         names = {}

@@ -98,7 +98,7 @@ def test_two_level_model_matches_the_recorded_dram_reads():
     dram = [T.sector_model(s, 4).dram_read_amplification for s in strides]
     l2 = [T.sector_model(s, 4).read_amplification for s in strides]
     assert dram == [1, 2, 4, 8, 16, 16] and l2 == [1, 2, 4, 8, 8, 8]
-    for s, want in zip(strides, dram):  # rel 12%: part-used fetches at block edges and other DRAM traffic
+    for s, want in zip(strides, dram, strict=True):  # rel 12%: part-used fetches at block edges and other DRAM traffic
         assert seen[s] == pytest.approx(want, rel=0.12), (s, seen[s])
     assert T.sector_model(32, 4).dram_useful_fraction == pytest.approx(2 / 17)
     assert T.DRAM_FETCH_BYTES == 2 * T.SECTOR_BYTES

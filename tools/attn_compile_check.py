@@ -24,11 +24,10 @@ sys.path.insert(0, str(ROOT))
 import infralens_lab  # noqa: E402,F401  (decides the mode: without a GPU it sets TRITON_INTERPRET=1)
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile the kernels, even on a machine without a GPU
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
 import attn_ws_experiment as exp  # noqa: E402  (tools/ is sys.path[0] when this file runs)
+import triton  # noqa: E402  (after TRITON_INTERPRET=0 above)
+from triton.backends.compiler import GPUTarget  # noqa: E402  (after TRITON_INTERPRET=0 above)
+from triton.compiler import ASTSource  # noqa: E402  (after TRITON_INTERPRET=0 above)
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 FAMILIES = [(64, "fp16", False), (128, "fp16", False), (64, "fp16", True), (128, "fp16", True), (64, "bf16", False)]

@@ -43,20 +43,24 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import infralens_lab  # noqa: E402,F401  (decides the mode first: without a GPU, Triton's interpreter)
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
-
-from infralens_lab.device import is_gpu  # noqa: E402
-from infralens_lab.kernels import attention_fast as af  # noqa: E402
-from infralens_lab.kernels.check import matches  # noqa: E402
-from infralens_lab.kernels.reference import attention_ref  # noqa: E402
+# after the path above: the package of this checkout
+import infralens_lab  # noqa: E402, F401  (decides the mode first: without a GPU, Triton's interpreter)
+from infralens_lab.device import is_gpu, synchronize  # noqa: E402  (after the path)
+from infralens_lab.kernels import attention_fast as af  # noqa: E402  (after the path)
+from infralens_lab.kernels.check import matches  # noqa: E402  (after the path)
+from infralens_lab.kernels.reference import attention_ref  # noqa: E402  (after the path)
 
 CASES = [  # (B, H, N, D, dtype, causal), most informative first: the budget may end the list early
     (4, 16, 4096, 128, "float16", False),
@@ -154,10 +158,7 @@ def t06_fwd(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, q
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     q = d_q.load([row0 + start_m * BLOCK_M, 0])
     if WS:  # Triton 3.6 warp-specializes one K/V loop per kernel: one loop, the masks on every tile
-        if CAUSAL:
-            hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
-        else:
-            hi = N_CTX
+        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX) if CAUSAL else N_CTX
         acc, l_i, m_i = _t06_loop(acc, l_i, m_i, q, d_k, d_v, row0, 0, hi, offs_m, N_CTX, qk_scale,
                                   BLOCK_N, CAUSAL, not EVEN_N, ADD_MASK, True)
     elif CAUSAL:  # the STAGE scheme: off-band without a mask, then the diagonal band with it
@@ -319,11 +320,6 @@ def _bench(fn) -> float:
 
 def child(out: Path, deadline: float, rounds: int, skip: set[str], done: set[str]) -> None:
     """The worker: every case in CASES, its variants checked then timed; progress as events (JSON lines)."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from infralens_lab.device import synchronize
-
     events = out / "events.jsonl"
     gpu = is_gpu()
     dev = "cuda" if gpu else "cpu"  # the CPU path (interpreter, tiny cases) exists for the tests
@@ -342,11 +338,11 @@ def child(out: Path, deadline: float, rounds: int, skip: set[str], done: set[str
         q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=dtype) for _ in range(3))
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        def flash():
+        def flash(q=q, k=k, v=v, causal=causal):
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        fns = {"sdpa_default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
+        fns = {"sdpa_default": partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal)}
         errs = {"sdpa_default": 0.0}
         try:
             errs["sdpa_flash"] = float((flash().float() - ref.float()).norm() / ref.float().norm())
@@ -373,7 +369,7 @@ def child(out: Path, deadline: float, rounds: int, skip: set[str], done: set[str
             _emit(events, ev="checked", case=key, variant=label, ok=ok, seconds=time.time() - t0, **res)
             if ok:
                 out_buf = torch.empty_like(q)
-                fns[label] = lambda var=var, o=out_buf: run_variant(var, q, k, v, causal, o)
+                fns[label] = partial(run_variant, var, q, k, v, causal, out_buf)
                 errs[label] = res["rel_err"]
         _emit(events, ev="timing", case=key)
         times = {name: [] for name in fns}

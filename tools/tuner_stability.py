@@ -16,16 +16,19 @@ import os
 import statistics
 import subprocess
 import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from infralens_lab.kernels import attention_fast as af
 
 CASES = [(4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]  # (B, H, N, D), fp16, not causal
 
 
 def child(steady: bool) -> None:
-    import torch
-    import triton
-
-    from infralens_lab.kernels import attention_fast as af
-
     if not steady:  # Triton's own timing: one do_bench per candidate
         af._tuned = triton.autotune(af.CONFIGS, key=["N_CTX", "HEAD_DIM", "CAUSAL"],
                                     prune_configs_by={"early_config_prune": af._prune})(af._with_flags)
@@ -39,13 +42,7 @@ def child(steady: bool) -> None:
 
 
 def parent(procs: int, rounds: int) -> None:
-    import torch
-    import torch.nn.functional as F
-    import triton
-
-    from infralens_lab.kernels import attention_fast as af
-
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
     picks = {"default": [], "steady": []}
     for i in range(2 * procs):
         kind = "steady" if i % 2 else "default"  # interleaved, so drift hits both alike
@@ -59,9 +56,9 @@ def parent(procs: int, rounds: int) -> None:
         key = f"{B}x{H}x{N}x{D}"
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
         group = "d128" if D >= 128 else "small_d"
-        fns = {"sdpa_default": lambda: F.scaled_dot_product_attention(q, k, v)}
+        fns = {"sdpa_default": partial(F.scaled_dot_product_attention, q, k, v)}
         for c in af.GPU_CANDIDATES[group]:
-            fns[af._name(c)] = lambda c=c: af.attention_tiled_fast(q, k, v, config=c)
+            fns[af._name(c)] = partial(af.attention_tiled_fast, q, k, v, config=c)
         times = {n: [] for n in fns}
         for _ in range(rounds):
             for n, fn in fns.items():

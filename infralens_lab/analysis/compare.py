@@ -195,8 +195,8 @@ def placement_view(df: pd.DataFrame) -> pd.DataFrame:
     for g in gpus:
         out[f"{short_gpu(g)} TFLOP/s"] = df[f"{g} TFLOP/s"]
         out[f"{short_gpu(g)} % roof"] = 100 * df[f"{g} of roof"]
-    out["verdict"] = [v[0] if len(set(v)) == 1 else "; ".join(f"{short_gpu(g)} {x}" for g, x in zip(gpus, v))
-                      for v in zip(*(df[f"{g} verdict"] for g in gpus))]
+    out["verdict"] = [v[0] if len(set(v)) == 1 else "; ".join(f"{short_gpu(g)} {x}" for g, x in zip(gpus, v, strict=True))
+                      for v in zip(*(df[f"{g} verdict"] for g in gpus), strict=True)]
     return out
 
 

@@ -95,7 +95,7 @@ class CopyFamily:
 
     def labels(self) -> dict:
         """Config -> row label (``'stride 8'``)."""
-        return dict(zip(self.table["config"], self.table["label"]))
+        return dict(zip(self.table["config"], self.table["label"], strict=True))
 
 
 def family(counters_text: str, stalls_text: str | None = None, bench_rows=None) -> CopyFamily:
@@ -111,7 +111,7 @@ def family(counters_text: str, stalls_text: str | None = None, bench_rows=None) 
         clk = None
     if clk is not None:
         table = table.merge(clk.drop(columns="kernel"), on="config", how="left")
-    cmds = {lab: N.command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"])}
+    cmds = {lab: N.command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"], strict=True)}
     return CopyFamily(table, N.stall_breakdown(sdf) if sdf is not None else None, clk,
                       {k: v for k, v in cmds.items() if v})
 
@@ -136,7 +136,7 @@ def shift_lines(fam: CopyFamily, top: int = 3, min_change: float = 0.01) -> list
         lines = [f"{tops[0]} is the largest reason in every copy: {d.loc[tops[0], 'first']:.0%} of samples at "
                  f"{first}, {d.loc[tops[0], 'last']:.0%} at {last}"]
     else:
-        lines = ["the largest reason changes along the family: " + ", ".join(f"{a} {r}" for a, r in zip(labels, tops))]
+        lines = ["the largest reason changes along the family: " + ", ".join(f"{a} {r}" for a, r in zip(labels, tops, strict=True))]
     grew = sh[sh["change"] > min_change].head(top)
     if len(grew):
         lines.append(f"grew most from {first} to {last}: "

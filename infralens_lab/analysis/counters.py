@@ -18,10 +18,23 @@ import re
 
 import pandas as pd
 
-from ..parse.ncu import CLOCK, FLOP_METRICS, FLOP_WEIGHTS, GRID, HIERARCHY, SOL, TENSOR_INST, TENSOR_OPS_NAMES, WAVES, wide
+from ..parse.ncu import (
+    CLOCK,
+    FLOP_METRICS,
+    FLOP_WEIGHTS,
+    GRID,
+    HIERARCHY,
+    SOL,
+    TENSOR_INST,
+    TENSOR_OPS_NAMES,
+    WAVES,
+    parse_raw_csv,
+    wide,
+)
 from ..parse.runs import RunConfig
 from . import roofline as rl
 from . import traffic as tr
+from .hardware import Ceilings
 
 TIME = "gpu__time_duration.sum"
 DRAM_READ, DRAM_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
@@ -252,9 +265,6 @@ def store_kernel_table(store) -> pd.DataFrame | None:
     """:func:`kernel_table` of a recorded set (its ``ncu_attention.csv``, ``ncu_matmul.csv`` and ``ceilings``),
     the tensor counter's unit checked on its matmuls; None when the set lacks one of them. Labs 02 and 04 both
     read their kernels' bound from here, so one kernel gets one verdict."""
-    from ..parse.ncu import parse_raw_csv
-    from .hardware import Ceilings
-
     files, names = store.files(), store.names()
     if "ncu_attention.csv" not in files or "ncu_matmul.csv" not in files or "ceilings" not in names:
         return None

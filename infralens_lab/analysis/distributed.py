@@ -145,12 +145,12 @@ def compute_intervals(trace: Trace, phase: str = "backward") -> list[tuple[float
             k = ev.loc[_backward_gpu_rows(trace)]
         else:
             k = ev[(ev["cat"] == "kernel") & ~ev["name"].str.lower().str.contains("nccl", regex=False)]
-        return _union(zip(k["start_us"], k["end_us"]))
+        return _union(zip(k["start_us"], k["end_us"], strict=True))
     gloo_tids = set(ev.loc[ev["name"].str.startswith("gloo:"), "tid"])
     ops = ev[(ev["cat"] == "cpu_op") & ~ev["tid"].isin(gloo_tids)]
     c10d = ops[ops["name"].str.startswith("c10d::")]
     ops = ops[ops["name"].str.startswith(BACKWARD_PREFIX)] if phase == "backward" else ops[~ops["name"].str.startswith("c10d::")]
-    return _subtract(_union(zip(ops["start_us"], ops["end_us"])), _union(zip(c10d["start_us"], c10d["end_us"])))
+    return _subtract(_union(zip(ops["start_us"], ops["end_us"], strict=True)), _union(zip(c10d["start_us"], c10d["end_us"], strict=True)))
 
 
 def overlap(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> dict:
@@ -178,9 +178,9 @@ def step_intervals(trace: Trace) -> list[dict]:
             continue
         mine = comm[comm["step"] == w.step]
         out.append({"step": int(w.step), "window": (float(w.start_us), float(w.end_us)),
-                    "comm": clip(list(zip(mine["start_us"], mine["end_us"])), w.start_us, w.end_us),
+                    "comm": clip(list(zip(mine["start_us"], mine["end_us"], strict=True)), w.start_us, w.end_us),
                     "backward": clip(bwd, w.start_us, w.end_us), "compute": clip(allc, w.start_us, w.end_us),
-                    "calls": int(len(mine))})
+                    "calls": len(mine)})
     return out
 
 
@@ -276,7 +276,7 @@ def step_waits(al: pd.DataFrame) -> pd.Series:
     ``[start, start + wait]`` of its collectives in the step (µs; collectives run concurrently on gloo's two
     worker threads, so waits are merged, not added)."""
     return al.groupby(["rank", "step"]).apply(
-        lambda g: _length(_union(zip(g["start_us"], g["start_us"] + g["wait_us"]))), include_groups=False)
+        lambda g: _length(_union(zip(g["start_us"], g["start_us"] + g["wait_us"], strict=True))), include_groups=False)
 
 
 def wait_per_step(al: pd.DataFrame, rank: int) -> float:
@@ -356,7 +356,7 @@ def phase_intervals(trace: Trace, step: int) -> dict[str, list[tuple[float, floa
 
         def ranges(prefix):
             r = rng[rng["name"].str.startswith(prefix)]
-            return clip(list(zip(r["start_us"], r["end_us"])), a, b)
+            return clip(list(zip(r["start_us"], r["end_us"], strict=True)), a, b)
         fwd, opt = ranges("DistributedDataParallel.forward"), ranges("Optimizer.step")
     out = {"forward": fwd, "backward compute": s["backward"], "all-reduce": _union(s["comm"]), "optimizer": opt}
     return {k: [(x + trace.t0, y + trace.t0) for x, y in v] for k, v in out.items()}

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..stats import percentile
 
@@ -265,7 +265,7 @@ def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
 
     if len(a_ms) != len(b_ms) or len(a_ms) < 2:
         raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
-    series = {"a (ms)": list(a_ms), "b (ms)": list(b_ms), "a / b": [x / y for x, y in zip(a_ms, b_ms)]}
+    series = {"a (ms)": list(a_ms), "b (ms)": list(b_ms), "a / b": [x / y for x, y in zip(a_ms, b_ms, strict=True)]}
     return pd.DataFrame([{"what": w, "median": percentile(x, 50), "p10": percentile(x, 10), "p90": percentile(x, 90),
                           "spread_pct": 100 * spread(x)} for w, x in series.items()])
 
@@ -290,7 +290,7 @@ def drift_table(groups: dict):
         raise ValueError(f"{len(groups)} group(s); expected at least 2 to compare")
     rows = []
     for g, (a, b) in groups.items():
-        r = [x / y for x, y in zip(a, b)]
+        r = [x / y for x, y in zip(a, b, strict=True)]
         rows.append({"group": str(g), "a_median_ms": percentile(a, 50), "ratio_median": percentile(r, 50),
                      "a_spread_pct": 100 * spread(a), "ratio_spread_pct": 100 * spread(r)})
     t = pd.DataFrame(rows)

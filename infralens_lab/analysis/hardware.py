@@ -101,7 +101,7 @@ class Ceilings:
     clock_hz: dict = field(default_factory=dict)
 
     @classmethod
-    def from_values(cls, values: dict[str, Any], gpu: str = "") -> "Ceilings":
+    def from_values(cls, values: dict[str, Any], gpu: str = "") -> Ceilings:
         """Build from the ``ceilings`` record's values (``{'copy': {...}, 'matmul': [...]}``)."""
         if not isinstance(values, dict) or "copy" not in values or "matmul" not in values:
             seen = sorted(values) if isinstance(values, dict) else type(values).__name__
@@ -122,7 +122,7 @@ class Ceilings:
         return cls(gpu=gpu, copy_bw=float(bw), **rates, launch_floor_s=floor, clock_hz=clocks)
 
     @classmethod
-    def from_evidence(cls, ev) -> "Ceilings":
+    def from_evidence(cls, ev) -> Ceilings:
         """Build from an :class:`~infralens_lab.evidence.Evidence` named ``ceilings``."""
         return cls.from_values(ev.values, gpu=ev.provenance.gpu)
 

@@ -17,18 +17,17 @@ microseconds, ``_mb`` 1e6 bytes, ``_tbps`` 1e12 byte/s, ``_pct`` percent, ``_x``
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..parse import ncu as N
 from ..parse.runs import RunConfig
-from ..units import ELEM_BYTES
 from ..parse.trace import idle_by_cause, step_gpu_work
+from ..units import ELEM_BYTES, MB
 from . import traffic
 from .stalls import dominant_item
-
-from ..units import MB
 
 
 def config_fields(label: str) -> dict:
@@ -308,8 +307,6 @@ def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
     back-to-back launches, not listed), ``gaps_over_per_step``. ``busy + idle_over + idle_under = period``
     exactly; ``min_gap_us`` is returned with them so a table can print the threshold it used.
     """
-    import numpy as np  # local: only this function needs it
-
     sw = tr.steady_window()
     if sw is None:
         raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(tr.steps())} steps")
@@ -324,5 +321,5 @@ def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
             "gaps_over_per_step": int(((inside > 0) & over).sum()) / n, "min_gap_us": float(min_gap_us)}
 
 
-__all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_variants", "block_m_from_grid",
-           "config_fields", "copy_family", "occupancy_table", "attention_predictions", "idle_budget", "trace_comparison"]
+__all__ = ["ATTN_KERNELS", "ELEM_BYTES", "attention_kernels", "attention_predictions", "attention_variants",
+           "block_m_from_grid", "config_fields", "copy_family", "idle_budget", "occupancy_table", "trace_comparison"]

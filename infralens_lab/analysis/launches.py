@@ -132,7 +132,7 @@ def matmul_launches(df: pd.DataFrame, sweep: list | None = None, tensor_peak_per
     rows = []
     for size, g in w.groupby("size", sort=True):
         t = g["gpu__time_duration.sum"]
-        weight = lambda col: float((g[col] * t).sum() / t.sum())  # noqa: E731 (a matmul may run several kernels)
+        weight = lambda col, g=g, t=t: float((g[col] * t).sum() / t.sum())  # noqa: E731 (a matmul may run several kernels)
         row = {"size": int(size), "ctas": int(g[GRID].max()), "waves": float(g["launch__waves_per_multiprocessor"].max()),
                "occupancy_pct": weight(N.OCCUPANCY[0]), "sm_pct": weight(N.SOL[0]),
                "tensor_per_sm_cycle": weight("per_sm_cycle"), "clock_ghz": weight(N.CLOCK[0]) / 1e9,

@@ -95,7 +95,7 @@ class Model:
         return self.n_kv_head * self.head_dim
 
     @classmethod
-    def from_gpt_config(cls, cfg, name: str = "tiny-gpt") -> "Model":
+    def from_gpt_config(cls, cfg, name: str = "tiny-gpt") -> Model:
         """The shape of :class:`~infralens_lab.workloads.tiny_gpt.TinyGPT` for a ``GPTConfig``
         (or a dict of its fields): LayerNorm with bias, GELU MLP with bias, q/kv/proj without
         bias, learned positions, untied head, no dropout."""
@@ -105,7 +105,7 @@ class Model:
                    mlp="gelu", attn_bias=False, mlp_bias=True, dropout=False)
 
     @classmethod
-    def preset(cls, name: str) -> "Model":
+    def preset(cls, name: str) -> Model:
         """Published shapes: GPT-2 (Radford et al. 2019; HF configs) and Llama 2 (Touvron et
         al. 2023, Table 1; HF configs: 70B has 8 KV heads)."""
         if name not in PRESETS:
@@ -484,7 +484,7 @@ def scaling_table(models=("gpt2-125m", "gpt2-350m", "gpt2-1.5b", "llama2-7b", "l
         t = Training(b, s, precision, optimizer, dp, z, recompute, attention=attention)
         df = predict_training(_fit(m, s), t)
         row = {"model": m.name, "params": df.attrs["params"], "seq": s, "batch": b, "zero_stage": z, "dp": dp}
-        row.update(dict(zip(df["category"], df["bytes"])))
+        row.update(dict(zip(df["category"], df["bytes"], strict=True)))
         row["total"], row["dominant"] = total(df), dominant(df)
         rows.append(row)
     return pd.DataFrame(rows)

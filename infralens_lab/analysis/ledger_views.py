@@ -112,7 +112,7 @@ def scaling_view(table: pd.DataFrame) -> pd.DataFrame:
     out["other_GB"] = table[other].sum(axis=1) / GB
     out["total_GB"] = table["total"] / GB
     out["dominant"] = table["dominant"]
-    out["dominant_pct"] = [100 * table.loc[i, d] / table.loc[i, "total"] for i, d in zip(table.index, table["dominant"])]
+    out["dominant_pct"] = [100 * table.loc[i, d] / table.loc[i, "total"] for i, d in zip(table.index, table["dominant"], strict=True)]
     return out
 
 
@@ -141,7 +141,7 @@ def what_if(model: str = "llama2-7b", batch: int = 1, seq: int = 4096, dp: int =
         df = ledger.predict_training(m, replace(base, **change))
         tot = ledger.total(df)
         ref = tot if ref is None else ref
-        by = dict(zip(df["category"], df["bytes"]))
+        by = dict(zip(df["category"], df["bytes"], strict=True))
         rows.append({"option": name, "total_GB": tot / GB, "saves_GB": (ref - tot) / GB,
                      "optimizer_GB": by["optimizer states"] / GB, "activations_GB": by["activations"] / GB,
                      "buckets_GB": by["communication buckets"] / GB, "dominant": ledger.dominant(df)})
@@ -159,7 +159,7 @@ def inference_scaling(models=("llama2-7b", "llama2-13b", "llama2-70b"), contexts
             for b in batches:
                 inf = ledger.Inference(batch=b, context=ctx, dtype=dtype, prompt=min(ctx, 1024))
                 df = ledger.predict_inference(m, inf)
-                by = dict(zip(df["category"], df["bytes"]))
+                by = dict(zip(df["category"], df["bytes"], strict=True))
                 rows.append({"model": name, "kv_heads": m.n_kv_head, "context": ctx, "batch": b,
                              "weights_GB": by["weights"] / GB, "KV_cache_GB": by["KV cache"] / GB,
                              "activations_GB": by["activations"] / GB, "dominant": ledger.dominant(df)})
@@ -187,7 +187,7 @@ def allocator_slack(runs: dict) -> pd.DataFrame | None:
     first), in MiB. None when no run has the row."""
     rows = []
     for run, df in runs.items():
-        cats = dict(zip(df["category"], df["bytes"]))
+        cats = dict(zip(df["category"], df["bytes"], strict=True))
         if RESERVED in cats and "peak" in cats:
             rows.append({"run": run, "peak_allocated_MiB": cats["peak"] / MiB, "peak_reserved_MiB": cats[RESERVED] / MiB,
                          "slack_MiB": (cats[RESERVED] - cats["peak"]) / MiB,

@@ -37,7 +37,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # noqa: F401  (re-exported)
+import pandas as pd
+
+from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # (re-exported)
 from .intervals import hidden as _hidden
 from .traffic import Traffic
 
@@ -80,10 +82,10 @@ def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
     cp = g[(g["cat"] == "gpu_memcpy") & g["name"].str.contains(copy_kind, regex=False)]
     k = trace.gpu_events(scope="all")
     k = k[k["cat"] == "kernel"]
-    civ = list(zip(cp["start_us"], cp["end_us"]))
-    kiv = list(zip(k["start_us"], k["end_us"]))
+    civ = list(zip(cp["start_us"], cp["end_us"], strict=True))
+    kiv = list(zip(k["start_us"], k["end_us"], strict=True))
     total, hid = _hidden(civ, kiv)
-    return {"copies": int(len(cp)), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
+    return {"copies": len(cp), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
             "fraction": (hid / total) if total > 0 else None, "steps": max(1, len(trace.steps()))}
 
 
@@ -91,7 +93,7 @@ def range_intervals(trace, name: str) -> list[tuple[float, float]]:
     """``(start_us, end_us)`` of every ``record_function`` range called ``name``, in time order."""
     ev = trace.events
     r = ev[(ev["cat"] == "user_annotation") & (ev["name"] == name)].sort_values("start_us")
-    return list(zip(r["start_us"].astype(float), r["end_us"].astype(float)))
+    return list(zip(r["start_us"].astype(float), r["end_us"].astype(float), strict=True))
 
 
 def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
@@ -138,8 +140,6 @@ def launches_per_step(trace):
     op, ``launch_cpu_us`` is the driver's share, ``op_cpu_us - launch_cpu_us`` the dispatcher's (torch's C++
     between Python and the driver) and ``cpu_us - op_cpu_us`` the Python between ops. On a CPU-only trace the
     launch and GPU columns are 0 and ``cpu_ops`` still counts the dispatches."""
-    import pandas as pd
-
     w = step_gpu_work(trace)  # raises for a trace without ProfilerStep ranges
     ev = trace.events
     steps = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("ProfilerStep")].sort_values("start_us")
@@ -157,12 +157,12 @@ def launches_per_step(trace):
             end = r.end_us
     top_ops = ops.loc[top]
     rows = []
-    for s, wr in zip(steps.itertuples(), w.itertuples(index=False)):
+    for s, wr in zip(steps.itertuples(), w.itertuples(index=False), strict=True):
         inside = (graphs["start_us"] >= s.start_us) & (graphs["start_us"] < s.end_us) & (graphs["pid"] == s.pid)
         mine = top_ops[(top_ops["tid"] == s.tid) & (top_ops["start_us"] >= s.start_us) & (top_ops["end_us"] <= s.end_us)]
         lc = calls[(calls["start_us"] >= s.start_us) & (calls["start_us"] < s.end_us) & (calls["pid"] == s.pid)]
         rows.append({"step": s.name, "launch_calls": int(wr.launch_calls), "graph_launches": int(inside.sum()),
-                     "gpu_events": int(wr.gpu_ops), "cpu_ops": int(len(mine)), "cpu_us": float(s.dur),
+                     "gpu_events": int(wr.gpu_ops), "cpu_ops": len(mine), "cpu_us": float(s.dur),
                      "op_cpu_us": float(mine["dur"].sum()), "launch_cpu_us": float(lc["dur"].sum()),
                      "gpu_busy_us": float(wr.gpu_busy_us)})
     return pd.DataFrame(rows)
@@ -266,7 +266,7 @@ def engine_busy(trace) -> dict:
     out = {"period_us": (b - a) / n}
     for key, sel in (("copy_us", g["cat"] == "gpu_memcpy"), ("kernel_us", g["cat"] == "kernel"),
                      ("any_us", g["cat"].isin(("gpu_memcpy", "kernel")))):
-        iv = [(max(s, a), min(e, b)) for s, e in zip(g.loc[sel, "start_us"], g.loc[sel, "end_us"]) if e > a and s < b]
+        iv = [(max(s, a), min(e, b)) for s, e in zip(g.loc[sel, "start_us"], g.loc[sel, "end_us"], strict=True) if e > a and s < b]
         out[key] = _hidden(iv, [(a, b)])[0] / n
     for k in ("copy", "kernel", "any"):
         out[f"{k}_pct"] = 100 * out[f"{k}_us"] / out["period_us"]
@@ -294,8 +294,6 @@ def compiled_regions(trace):
     torch.compile opens around each, f = frame, c = compile of that frame) and ``distinct`` (how many
     different compiled graphs those calls ran). A graph compiled once and run many times shows as many
     regions of one id. CPU ops of each step's thread, inside its ``ProfilerStep`` range."""
-    import pandas as pd
-
     st = trace.steps()
     if st.empty:
         raise ValueError("trace has no ProfilerStep ranges; expected a trace taken with a profiler schedule")
@@ -304,7 +302,7 @@ def compiled_regions(trace):
     rows = []
     for s in st.itertuples(index=False):
         mine = reg[(reg["start_us"] >= s.cpu_start_us) & (reg["start_us"] < s.cpu_end_us) & (reg["pid"] == s.pid)]
-        rows.append({"step": s.name, "regions": int(len(mine)), "distinct": int(mine["name"].nunique()),
+        rows.append({"step": s.name, "regions": len(mine), "distinct": int(mine["name"].nunique()),
                      "ids": ", ".join(sorted(n.split(":", 1)[-1].strip() for n in set(mine["name"])))})
     return pd.DataFrame(rows)
 

@@ -180,7 +180,7 @@ def hierarchy_notes(points: pd.DataFrame | None) -> list[str]:
         return []
     out = []
     for name, g in points.groupby("series", sort=False):
-        b = dict(zip(g["group"], g["bytes"]))
+        b = dict(zip(g["group"], g["bytes"], strict=True))
         if "DRAM" not in b or "L2" not in b:
             continue
         parts = [f"L2 {b['L2'] / b['DRAM']:.2g}x"] + ([f"L1 {b['L1'] / b['DRAM']:.2g}x"] if "L1" in b else [])

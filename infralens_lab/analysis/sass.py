@@ -132,7 +132,7 @@ def top_instructions(rows: pd.DataFrame, config: str, n: int = 8,
     out = sub.sort_values("samples", ascending=False).head(n).copy()
     out["pc"] = out["pc_offset"].map(lambda v: f"{int(v):#06x}")
     out["share"] = out["samples"] / total if total > 0 else float("nan")
-    return out[["pc", "sass", "inst_executed", "samples", "share"] + keep].reset_index(drop=True)
+    return out[["pc", "sass", "inst_executed", "samples", "share", *keep]].reset_index(drop=True)
 
 
 def instruction_mix(rows: pd.DataFrame) -> pd.DataFrame:

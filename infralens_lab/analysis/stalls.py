@@ -136,7 +136,7 @@ def dominant(table: Any, include_selected: bool = False) -> str:
         value = "share" if "share" in cols else "samples" if "samples" in cols else None
         if value is None:
             raise ValueError(f"stall table has columns {cols}; expected a 'share' or 'samples' column")
-        items = list(zip(table["reason"], table[value]))
+        items = list(zip(table["reason"], table[value], strict=True))
     totals: dict[str, float] = {}
     for r, v in items:
         if v is not None and v == v:
@@ -154,6 +154,6 @@ def card(table: Any) -> str:
     if isinstance(table, dict):
         share = f" ({table.get(r, 0):.0%} of samples)" if r in table else ""
     elif "share" in getattr(table, "columns", []):
-        vals = [v for rr, v in zip(table["reason"], table["share"]) if normalize(rr) == r]
+        vals = [v for rr, v in zip(table["reason"], table["share"], strict=True) if normalize(rr) == r]
         share = f" ({vals[0]:.0%} of samples)" if vals else ""
     return f"dominant stall: {r}{share} - {s.meaning}\nusual fix: {s.fix}"

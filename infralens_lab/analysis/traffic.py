@@ -149,7 +149,7 @@ def copy_traffic(n_out: int, elem_bytes: int, stride: int = 1) -> Traffic:
     name = "copy_coalesced" if stride == 1 else "copy_strided"
     return Traffic(
         kernel=name,
-        bytes_read=int(round(useful * m.read_amplification)),
+        bytes_read=round(useful * m.read_amplification),
         bytes_written=useful,
         flops=0,
         useful_bytes_read=useful,
@@ -268,7 +268,7 @@ def two_level_table(measured: pd.DataFrame, elem_bytes: int = 4) -> pd.DataFrame
         raise ValueError(f"measured table lacks {missing}; has {list(measured.columns)}")
     rows = []
     labels = measured["label"] if "label" in measured.columns else measured["stride"].map("stride {}".format)
-    for lab, s, x in zip(labels, measured["stride"], measured["read_x"]):
+    for lab, s, x in zip(labels, measured["stride"], measured["read_x"], strict=True):
         m = sector_model(int(s), elem_bytes)
         rows.append({"copy": lab, "stride": int(s), "bytes_apart": int(s) * elem_bytes, "pred_L2_sector_x": m.read_amplification,
                      "pred_HBM_64B_x": m.dram_read_amplification, "measured_dram_x": x})

@@ -14,11 +14,10 @@ or predate that (a ring of 4 batches recycled, the tokenizer skipped). Times: ``
 """
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
-
-import math
 
 from ..parse.trace import LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work
 from .joins import idle_budget, trace_comparison
@@ -87,7 +86,7 @@ def _rows(values: dict, names) -> list[tuple[str, dict]]:
     return [(n, values["variants"][n]) for n in names]
 
 
-def one_change_table(values: dict, names=("bubble",) + SINGLE_CHANGES + ("fixed",)) -> pd.DataFrame:
+def one_change_table(values: dict, names=("bubble", *SINGLE_CHANGES, "fixed")) -> pd.DataFrame:
     """One row per variant of the ``pipeline_variants`` record: ``variant``, ``kind`` (``baseline``, ``one change``:
     one of :data:`SINGLE_CHANGES`, or ``bundle``), ``changed``, ``period_ms`` (trace),
     ``step_ms`` (wall clock, steps back to back), ``speedup`` (bubble's period / this period), ``gpu_busy_pct``,
@@ -281,7 +280,7 @@ def loss_check(values: dict, base: str = "bubble") -> pd.DataFrame:
     rows = []
     for n, d in v.items():
         curve = d.get("loss_curve")
-        diff = max(abs(a - b) for a, b in zip(curve, ref)) if curve and ref else math.nan
+        diff = max(abs(a - b) for a, b in zip(curve, ref, strict=False)) if curve and ref else math.nan  # over the steps both ran
         rows.append({"variant": n, "precision": d.get("precision"), "mean_loss": d.get("mean_loss", math.nan),
                      "max_diff": diff})
     return pd.DataFrame(rows)

@@ -162,10 +162,7 @@ def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_
     if WS:
         # Triton 3.6 warp-specializes a kernel with one K/V loop only (a second loop, the on-band stage
         # or the ragged last tile, makes its Hopper pass fail): so one loop, each mask on every tile.
-        if CAUSAL:
-            hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX)
-        else:
-            hi = N_CTX
+        hi = tl.minimum((start_m + 1) * BLOCK_M, N_CTX) if CAUSAL else N_CTX
         acc0, l0, m0, acc1, l1, m1 = _fast_inner(acc0, l0, m0, acc1, l1, m1, q0, q1, d_k, d_v, row0,
                                                  0, hi, offs_m0, offs_m1, N_CTX, qk_scale,
                                                  BLOCK_N, CAUSAL, not EVEN_N, True)
@@ -289,7 +286,7 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
     docs/kernels_notes.md measured the others wrong).
     """
     what = "attention_tiled_fast"
-    B, H, N, D, scale = check_qkv(q, k, v, causal, sm_scale, what)
+    *_, scale = check_qkv(q, k, v, causal, sm_scale, what)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not t.is_contiguous():
             raise ValueError(f"{what}: {name} has strides {tuple(t.stride())}, expected a contiguous tensor "

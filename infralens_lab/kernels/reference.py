@@ -60,8 +60,6 @@ def naive_torch(q, k, v, causal):
     Everything stays in the input dtype (torch's softmax computes in float32 inside and rounds
     its output); the causal mask is built per call, as eager code does.
     """
-    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
     if causal:
         n = q.shape[-2]

@@ -11,7 +11,6 @@ import shlex
 import pandas as pd
 
 from .. import evidence
-from . import store  # noqa: F401  (re-exported: notebooks call lab01.store)
 from ..analysis import joins
 from ..analysis.hardware import matmul_rate_table
 from ..analysis.variants import RECORD as VARIANTS_RECORD
@@ -25,6 +24,7 @@ from ..parse.ncu import demangled_regex
 from ..parse.trace import load_trace
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
+from . import store  # noqa: F401  (re-exported: notebooks call lab01.store)
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
 CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -76,7 +76,7 @@ def commands(hot_kernel: str) -> dict:
         return shlex.join(cmd)
 
     return {
-        "nsys (timeline)": nsys.command_line(TARGET[:2] + ["--warmup", "2", "--iters", "3"], output="train_step"),
+        "nsys (timeline)": nsys.command_line([*TARGET[:2], "--warmup", "2", "--iters", "3"], output="train_step"),
         "ncu (speed of light of the hot kernel)": ncu("--section", "SpeedOfLight"),
         # every section: ~40 replay passes, so only on the one kernel
         "ncu (everything, once the SOL says where to look)": ncu("--set", "full"),

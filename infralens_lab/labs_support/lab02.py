@@ -13,9 +13,8 @@ import pandas as pd
 import torch
 
 from .. import evidence
-from ..analysis.counters import store_kernel_table
+from ..analysis.counters import ncu_peak_bandwidths, store_kernel_table
 from ..analysis.hardware import Ceilings
-from ..analysis.counters import ncu_peak_bandwidths
 from ..device import is_gpu, torch_device
 from ..kernels import attention, copies, reference
 from ..kernels.check import matches, tolerance

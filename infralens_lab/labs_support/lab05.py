@@ -6,14 +6,17 @@ prints what is missing and how to record it, and returns ``None``, so cells neve
 from __future__ import annotations
 
 import pandas as pd
+import torch
 
 from .. import evidence
 from ..analysis import overlap_tables as T
+from ..analysis.overlap import launches_per_step
+from ..device import is_gpu
 from ..measure import overlap as M
 from ..measure.torch_trace import profile, quiet_profiler_chatter
 from ..parse.trace import load_trace
 from ..units import MiB
-from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, small_ops_step, sleep_stages
+from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, sleep_stages, small_ops_step
 from . import store  # noqa: F401  (re-exported for the notebook)
 
 RECORD_HINT = "`python -m infralens_lab record --only overlap` on a GPU"
@@ -84,10 +87,6 @@ def live_pipeline() -> dict:
 def live_dispatches(ops: int = 40):
     """torch.profiler on this CPU over :func:`small_ops_step`: per step, the aten ops dispatched (on a GPU each
     would be a kernel launch) and the launch calls (none on a CPU). Counts only."""
-    import torch
-
-    from ..analysis.overlap import launches_per_step
-
     x = torch.randn(1024)
     with quiet_profiler_chatter():
         tr = profile(lambda: small_ops_step(x, ops), wait=1, warmup=1, active=2)
@@ -99,7 +98,6 @@ def live_compile() -> dict:
     this process with one compile thread and one torch thread (on a small shared CPU, OpenMP's thread team
     waiting on busy cores turned ~0.1 ms forwards into ~90 ms ones in our runs). Inductor's on-disk cache is left
     alone: a later run may show a shorter first call; the counts the lab grades do not depend on it."""
-    import torch
     import torch._inductor.config as inductor_config
 
     threads = torch.get_num_threads()
@@ -119,8 +117,6 @@ def compile_time_lines(vals: dict) -> list[str]:
 
 def live_copies():
     """On a GPU: the copy/compute table measured now (``(table, Evidence)``); elsewhere None, saying why."""
-    from ..device import is_gpu
-
     if not is_gpu():
         print("Live copy/compute traces: no GPU here, so the recorded ones below stand in.")
         return None
@@ -132,8 +128,6 @@ def live_copies():
 def live_launches():
     """On a GPU: the launch-bound step measured now, eager against CUDA graph (``(table, Evidence)``); elsewhere
     None, saying why."""
-    from ..device import is_gpu
-
     if not is_gpu():
         print("Live launch study: no GPU here, so the recorded one below stands in.")
         return None

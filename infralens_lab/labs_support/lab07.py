@@ -8,9 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import evidence
-from ..measure.top_ops import forward_busy, kernel_families
+from ..measure.top_ops import forward_busy, kernel_families, kernel_family
 from ..measure.torch_trace import profile
-from ..measure.torch_trace import quiet_profiler_chatter as quiet_stderr  # noqa: F401  (the notebook uses it)
+from ..measure.torch_trace import quiet_profiler_chatter as quiet_stderr  # (the notebook uses it)
 from ..parse.trace import Trace, load_trace
 from ..stats import percentile
 from ..workloads.resnet import MEMORY_FORMATS, inference_step
@@ -123,7 +123,6 @@ def matmul_kernels(ev) -> pd.DataFrame | None:
     the warm-up step's leftovers too, so then only the time per launch is shown, with ``attrs['note']``."""
     if ev is None:
         return None
-    from ..measure.top_ops import kernel_family
 
     rows, old = [], False
     for r in ev.values.get("regressions", []):

@@ -21,6 +21,8 @@ Times: seconds (``_s``) or milliseconds (``_ms``); sizes in bytes.
 """
 from __future__ import annotations
 
+import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -167,8 +169,6 @@ def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device, straggle_s: float 
 
 def _timed(step, n: int, device, barrier: bool = True) -> float:
     """Median seconds of ``n`` steps, each timed on its own (synchronised; ranks meet at a barrier first)."""
-    import statistics
-
     if barrier:
         together(device)
     else:
@@ -300,8 +300,6 @@ def run(spec: RunSpec = CPU_SPEC, world: int = 2, backend: str = "gloo", port: i
 
 
 def _topology() -> str:
-    import subprocess
-
     try:
         return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as exc:

@@ -30,15 +30,31 @@ median is held against the committed reference set's ``bench`` ratio with the fi
 from __future__ import annotations
 
 import contextlib
+import time
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..parse.gates import (DEFAULT_THRESHOLDS, METRICS, SCHEMA, ThresholdError,  # noqa: F401  (re-exported)
-                           gate_references, load_thresholds, reference_ratios)
+from ..device import is_gpu, torch_device
+from ..kernels.reference import naive_torch
+from ..parse.gates import (  # noqa: F401  (re-exported)
+    DEFAULT_THRESHOLDS,
+    METRICS,
+    SCHEMA,
+    ThresholdError,
+    gate_references,
+    load_thresholds,
+    reference_ratios,
+)
+from ..workloads.gated import REGRESSIONS, MLPStep, make_gated
+from .timing import time_fn
 
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
                       "aten::unique_consecutive", "aten::unique_dim", "aten::repeat_interleave"})
@@ -64,8 +80,6 @@ class _OpCounter(TorchDispatchMode):
                 self.host_counters.add(t.untyped_storage().data_ptr())
 
     def __enter__(self):
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
-
         self._hook = register_optimizer_step_pre_hook(self._collect)
         return super().__enter__()
 
@@ -158,7 +172,6 @@ def count_step(step_fn: Callable[[], Any], steps: int = 2, warmup: int = 1, peak
     """Run ``step_fn`` ``warmup`` times, then ``steps`` times counting aten ops, sync-inducing ops and
     Triton launches, then (``peak``) once more for the peak bytes above the start. Returns a
     :class:`StepCounts`; counts are per step (totals divided by ``steps``)."""
-    from ..device import torch_device
     from .memory import run_phase
 
     if not callable(step_fn):
@@ -211,7 +224,6 @@ def cuda_launches(step_fn: Callable[[], Any], steps: int = 2) -> dict:
     belongs to the step that launched it, so kernels still queued from the warm-up step are not counted).
     Each count is the largest per-step count, a whole number by construction (a count that differs between
     steps shows in ``per_step``)."""
-    from ..device import is_gpu
     from ..parse.trace import step_gpu_work
     from .torch_trace import profile
 
@@ -232,10 +244,6 @@ def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> int:
     """GPU only: synchronising CUDA calls per step as ``torch.cuda.set_sync_debug_mode('warn')`` reports
     them (one warning each), after one warm-up step: the largest count of any one step, counted step by step,
     so a whole number (a sync in one step of two is 1 per step, not 0.5)."""
-    import warnings
-
-    from ..device import is_gpu
-
     if not is_gpu():
         raise RuntimeError("cuda_syncs needs a GPU; on a CPU count sync-inducing ops with count_step")
     step_fn()
@@ -260,8 +268,6 @@ def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> int:
 def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str, float]:
     """Measure the count metrics of a gated workload (``workloads.gated.GATED``): ``{metric: value}``.
     ``graph_breaks`` compiles the workload's step with dynamo's explain."""
-    from ..workloads.gated import make_gated
-
     metrics = list(METRICS) if metrics is None else metrics
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
@@ -290,10 +296,7 @@ def _copy_pair():
 
 
 def _attn_pair(variant: str, shape=(4, 16, 4096, 64)):
-    import torch.nn.functional as F
-
     from ..kernels import attention
-    from ..kernels.reference import naive_torch
 
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
     if variant == "tiled_fast_vs_naive_torch":
@@ -314,8 +317,6 @@ def ratio_samples(candidate: Callable, reference: Callable, k: int, repeats: int
     """``k`` ratios ``t_reference / t_candidate``, each from the medians of ``repeats`` timings of both
     (:func:`measure.timing.time_fn`: CUDA events by default, ``clock='cpu'`` for host wall clock),
     taken back to back; the order alternates between rounds so neither always runs second."""
-    from .timing import time_fn
-
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k={k!r}; expected an int >= 1")
     out = []
@@ -338,8 +339,6 @@ def regression_counts(**sizes) -> Any:
     Counts: the same on every run of the same build."""
     import pandas as pd
 
-    from ..workloads.gated import REGRESSIONS, MLPStep
-
     rows = []
     for reg in (None, *REGRESSIONS):
         s = MLPStep(reg, **sizes)
@@ -351,14 +350,12 @@ def regression_counts(**sizes) -> Any:
 
 
 def aa_timings(a: Callable[[], Any], b: Callable[[], Any], rounds: int, steps: int = 5, slow_every: int | None = None,
-               stall_ms: float = 0.0) -> "Any":
+               stall_ms: float = 0.0) -> Any:
     """An A/A run on the host clock: ``rounds`` rounds, each timing ``steps`` calls of ``a`` and of ``b`` (the
     order alternates between rounds; one untimed warm-up round first). With ``slow_every`` = n, the rounds of
     every second block of n rounds run slowed: each call of ``a`` and of ``b`` is followed by ``stall_ms`` of
     sleep, a stand-in for what slows both alike between runs (a neighbour on the runner, a throttled clock, a
     slower machine). Returns ``round, state ('as is' | 'slowed'), a_ms, b_ms, ratio`` (``a / b``)."""
-    import time
-
     import pandas as pd
 
     for name, v in (("rounds", rounds), ("steps", steps)):

@@ -10,11 +10,23 @@ samples of every ratio gate. Counting and timing are :mod:`infralens_lab.measure
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from ..device import is_gpu, synchronize
+from ..workloads.gated import REGRESSIONS, MLPStep
+from ..workloads.overlap import cuda_graphed
+from ..workloads.resnet import MEMORY_FORMATS, inference_step
 from .gates import RATIO_GATES, count_step, cuda_launches, cuda_syncs, graph_breaks, ratio_samples
+from .timing import time_fn
 
 RESNET_BATCH, RESNET_SIZE = 32, 224
 AA_PROCESSES, AA_ROUNDS = 5, 15  # A/A pairs in 5 fresh processes, 15 rounds each: the drift between processes
@@ -24,8 +36,6 @@ STEPS_PER_TIMING = 10
 
 def _synced_block(step, n: int = STEPS_PER_TIMING):
     """``n`` steps back to back, then one synchronize: wall time of this is what a user waits for."""
-    from ..device import synchronize
-
     def run():
         for _ in range(n):
             step()
@@ -35,10 +45,8 @@ def _synced_block(step, n: int = STEPS_PER_TIMING):
 
 def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> dict:
     """Trace and time one ResNet-50 forward per memory format; writes ``resnet_trace_<format>``."""
-    from ..workloads.resnet import MEMORY_FORMATS, inference_step
-    from .timing import time_fn
-    from .top_ops import innermost_ops, kernel_families
     from ..parse.trace import trim
+    from .top_ops import innermost_ops, kernel_families
     from .torch_trace import profile
 
     out = {}
@@ -67,18 +75,16 @@ def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> 
 def _regressions(k: int, device: str, sizes: dict) -> list[dict]:
     """Per regression (and the intended step), eager then compiled: counts, GPU counts (on a GPU) and
     ``k`` wall-clock ratios ``t_intended / t_regressed``."""
-    from ..workloads.gated import REGRESSIONS, MLPStep
-
     gpu = device == "cuda"
     rows = []
     breaks = {}  # counted once, before anything is compiled (explain resets dynamo's caches)
-    for reg in (None,) + REGRESSIONS:
+    for reg in (None, *REGRESSIONS):
         probe = MLPStep(reg, device=device, **sizes)
         breaks[reg or "intended"] = graph_breaks(probe.chain, *probe.chain_args()).breaks
     backend = "inductor" if gpu else "eager"  # a CPU dry run only traces: inductor's C++ build takes minutes there
     for compiled in (False, True):
         intended = MLPStep(None, compiled=compiled, device=device, backend=backend, **sizes)
-        for reg in (None,) + REGRESSIONS:
+        for reg in (None, *REGRESSIONS):
             step = intended if reg is None else MLPStep(reg, compiled=compiled, device=device, backend=backend,
                                                         **sizes)
             row = {"regression": reg or "intended", "compiled": compiled, "graph_breaks": breaks[reg or "intended"]}
@@ -103,7 +109,7 @@ def _variant_summary(tr) -> dict:
     w = step_gpu_work(tr)
     sw = tr.steady_window()
     period = (sw[1] - sw[0]) / sw[2] if sw else None
-    return {"steps": int(len(w)), "launch_calls": [int(x) for x in w["launch_calls"]],
+    return {"steps": len(w), "launch_calls": [int(x) for x in w["launch_calls"]],
             "kernels": [int(x) for x in w["kernels"]], "kernel_us": float(w["gpu_work_us"].mean()),
             "gpu_busy_us": float(w["gpu_busy_us"].mean()), "period_us": period}
 
@@ -118,11 +124,6 @@ def resnet_variants(batch: int, size: int, dtype, device: str, repeats: int, com
     variant: CUDA-event timing of one forward (warm-up first) and, from a trace of two profiled forwards,
     launch calls, kernels, kernel and GPU-busy time per forward and the steady period (:func:`_variant_summary`).
     On a CPU (``device='cpu'``, a dry run) only eager and compiled (backend ``eager``) run."""
-    import time
-
-    from ..workloads.overlap import cuda_graphed
-    from ..workloads.resnet import inference_step
-    from .timing import time_fn
     from .torch_trace import profile
 
     gpu = device == "cuda"
@@ -172,11 +173,6 @@ def aa_pairs(device: str, sizes: dict, rounds: int, steps: int = STEPS_PER_TIMIN
     and ``b``, the same code), timed alternately ``rounds`` times (host wall clock of ``steps`` steps and one
     synchronize, median of 5, as the regression ratios are), after one warm-up round. Returns ``a_ms``,
     ``b_ms`` (one per round) and the process id."""
-    import os
-
-    from ..workloads.gated import MLPStep
-    from .timing import time_fn
-
     a, b = MLPStep(None, device=device, **sizes), MLPStep(None, device=device, **sizes)
     out = {"pid": os.getpid(), "a_ms": [], "b_ms": []}
     for i in range(rounds + 1):
@@ -192,11 +188,6 @@ def aa_processes(device: str, sizes: dict, processes: int, rounds: int, timeout_
     """:func:`aa_pairs` in ``processes`` fresh Python processes, one after the other (each its own CUDA context,
     allocator, clocks and neighbours): the drift between processes that samples from one process cannot show.
     A child that fails or runs past ``timeout_s`` raises RuntimeError with its stderr tail."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # the checkout holding infralens_lab
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -221,12 +212,6 @@ def record_into(writer, quick: bool = False, device: str | None = None) -> str:
     ``k`` samples of every ratio gate, from which the threshold file's tolerances were chosen. Each
     part that fails is logged in ``errors`` and the others go on. ``device='cpu'`` is a dry run of the
     same code at tiny sizes (tests use it; the ratio gates are left out there)."""
-    import time
-    import traceback
-
-    from ..device import is_gpu
-    from ..workloads.gated import MLPStep
-
     device = device or ("cuda" if is_gpu() else None)
     if device is None:
         raise RuntimeError("gates.record_into records GPU evidence; this machine runs in interpreter mode")

@@ -25,13 +25,17 @@ the same step.
 from __future__ import annotations
 
 import gc
-
-
 from dataclasses import asdict
+from functools import partial
 
 import pandas as pd
 import torch
+from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    ProfilerActivity,
+    profile,
+)
 
+from ..device import torch_device
 from ..workloads.tiny_gpt import GPTConfig, TinyGPT
 from .torch_trace import chrome_trace_of
 
@@ -53,7 +57,6 @@ def storage_bytes(tensors) -> int:
 
 def _device(device) -> torch.device:
     if device is None:
-        from ..device import torch_device  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
         device = torch_device()
     dev = torch.device(device)
     if dev.type not in ("cpu", "cuda"):
@@ -94,7 +97,6 @@ def run_phase(fn, device: torch.device):
         out = fn()
         torch.cuda.synchronize(device)
         return out, torch.cuda.memory_allocated(device) - base, torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import ProfilerActivity, profile  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
     # Python's cyclic garbage collector frees leftovers of earlier work at moments of its choosing; a free
     # landing inside the window would move the peak from run to run. Collect first, then keep it off.
@@ -264,7 +266,7 @@ def measure_inference(config: GPTConfig | None = None, batch: int = 4, context: 
         for _ in range(new_tokens):
             nxt = logits[:, -1:].argmax(-1)
             del logits
-            (logits, _), _, peak = run_phase(lambda: model(nxt, caches=cache), dev)
+            (logits, _), _, peak = run_phase(partial(model, nxt, caches=cache), dev)  # noqa: RUF059 (the next step reads logits)
             decode = max(decode, peak)
         return prefill, decode
 

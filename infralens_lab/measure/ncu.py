@@ -11,21 +11,38 @@ raw traceback.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
-import re
 import subprocess
 import sys
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
-from ..parse.ncu import (FIX_NO_GPU, FIX_NO_KERNELS, FIX_NOT_FOUND, FIX_PERM, NVTX_RANGE, NcuCsvError,  # noqa: F401
-                         NcuError, NcuFailed, NcuMetricError, NcuNoGpu, NcuNoKernels, NcuNotFound,  # (the errors:
-                         NcuPermissionError, NcuTimeout, _find_headers, _source_header,  # a runner raises them)
-                         classify_failure, config_block)
+# re-exported (F401): the errors a runner raises, so callers catch them from here
+from ..parse.ncu import (  # noqa: F401  (re-exported: see above)
+    FIX_NO_GPU,
+    FIX_NO_KERNELS,
+    FIX_NOT_FOUND,
+    FIX_PERM,
+    NVTX_RANGE,
+    NcuCsvError,
+    NcuError,
+    NcuFailed,
+    NcuMetricError,
+    NcuNoGpu,
+    NcuNoKernels,
+    NcuNotFound,
+    NcuPermissionError,
+    NcuTimeout,
+    _find_headers,
+    _source_header,
+    classify_failure,
+    config_block,
+)
 from ..parse.runs import RunConfig, target_args
 from .target import REGEX, subprocess_env
-
 
 NCU_ENV = "INFRALENS_NCU"
 
@@ -47,9 +64,9 @@ def ncu_binary() -> str | None:
 
 def ncu_env_problem(path: str) -> str:
     """Why ``$INFRALENS_NCU=path`` cannot be run (empty when it can)."""
-    if not os.path.exists(path):
+    if not Path(path).exists():
         return f"{NCU_ENV}={path!r} names no file (no such file or folder)"
-    if os.path.isdir(path):
+    if Path(path).is_dir():
         return f"{NCU_ENV}={path!r} is a folder; expected the ncu executable inside it"
     if not os.access(path, os.X_OK):
         return f"{NCU_ENV}={path!r} is not executable"
@@ -85,7 +102,7 @@ def ncu_command(target_args: Sequence[str], kernel_regex: str, metrics: Sequence
         cmd += ["--metrics", ",".join(metrics)]
     for s in sections or ():
         cmd += ["--section", s]
-    return cmd + [python or sys.executable, "-m", "infralens_lab", "target", *map(str, target_args)]
+    return [*cmd, python or sys.executable, "-m", "infralens_lab", "target", *map(str, target_args)]
 
 
 def command_line(*args, **kwargs) -> str:
@@ -176,18 +193,18 @@ def source_commands(target_args: Sequence[str], kernel_regex: str, report: str, 
     profile = [a for a in base[:cut] if a not in ("--csv",)]
     i = profile.index("--page")
     del profile[i:i + 2]  # the report keeps everything; pages are chosen at export
-    profile += ["--force-overwrite", "--export", _report_base(report)] + base[cut:]
+    profile += ["--force-overwrite", "--export", _report_base(report), *base[cut:]]
     rep = _report_base(report) + ".ncu-rep"
     raw = [ncu, "--import", rep, "--csv", "--page", "raw"]
     return (profile, [ncu, "--import", rep, "--csv", "--page", "source", "--print-source", "sass"], raw,
-            raw + ["--print-metric-instances", "details"])
+            [*raw, "--print-metric-instances", "details"])
 
 
 def source_command_line(target_args: Sequence[str], page: str = "source", **kwargs) -> str:
     """The profile command and the export of ``page`` (``"source"``, ``"raw"`` or ``"instances"``) of
     :func:`source_commands`,
     shell-quoted and joined by `` ; `` (the report path is a placeholder), to record beside the CSV."""
-    cmds = dict(zip(("profile", "source", "raw", "instances"), source_commands(target_args, report="REPORT", **kwargs)))
+    cmds = dict(zip(("profile", "source", "raw", "instances"), source_commands(target_args, report="REPORT", **kwargs), strict=True))
     if page not in cmds or page == "profile":
         raise ValueError(f"page={page!r}; expected 'source', 'raw' or 'instances'")
     return shlex.join(cmds["profile"]) + " ; " + shlex.join(cmds[page])
@@ -204,11 +221,11 @@ def run_ncu_source(target_args: Sequence[str], kernel_regex: str, launch_skip: i
     if ncu is None:
         raise NcuNotFound("Nsight Compute (`ncu`) is not on PATH.", FIX_NOT_FOUND)
     with tempfile.TemporaryDirectory(prefix="infralens_ncu_") as tmp:
-        profile, source, raw, inst = source_commands(target_args, kernel_regex, os.path.join(tmp, "source"),
+        profile, source, raw, inst = source_commands(target_args, kernel_regex, str(Path(tmp) / "source"),
                                                      launch_skip, launch_count, nvtx, ncu=ncu)
         _run(profile, timeout, "profile", kernel_regex)  # its output is the report file
-        if not os.path.exists(source[2]):
-            raise NcuNoKernels(f"ncu wrote no report ({os.path.basename(source[2])}): no kernel matched "
+        if not Path(source[2]).exists():
+            raise NcuNoKernels(f"ncu wrote no report ({Path(source[2]).name}): no kernel matched "
                                f"regex {kernel_regex!r} in the launch window.", FIX_NO_KERNELS)
         out = {"source": _run(source, timeout, "source page export")[0],
                "raw": _run(raw, timeout, "raw page export")[0],

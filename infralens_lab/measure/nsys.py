@@ -14,9 +14,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+
 import pandas as pd
+
+from .target import subprocess_env
 
 REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")
 
@@ -56,7 +59,6 @@ def run_nsys(target_args: Sequence[str], timeout: float = 300.0, reports: Sequen
     nsys = shutil.which("nsys")
     if nsys is None:
         raise NsysUnavailable()
-    from .target import subprocess_env
 
     root, env = subprocess_env()
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
-from typing import Callable
+from collections.abc import Callable
+from functools import partial
 
+from ..device import is_gpu, synchronize
 from ..parse.trace import Trace, trim
+from .timing import summarize, time_fn
 from .torch_trace import chrome_trace_of, profile
 
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
@@ -31,16 +35,12 @@ FUSION_NUMEL = 64 * 2**20  # 256 MiB of fp32: far above L2, so the byte model's 
 
 
 def _sync() -> None:
-    from ..device import synchronize
-
     synchronize()
 
 
 def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
     """Median wall-clock milliseconds of ``fn()`` followed by a device synchronise (on a CPU, just
     ``fn()``), after ``warmup`` untimed calls; also the first warm-up call's time (``first_ms``)."""
-    from .timing import summarize
-
     if not isinstance(repeats, int) or repeats < 1 or not isinstance(warmup, int) or warmup < 1:
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}; expected positive ints")
     t0 = time.perf_counter()
@@ -87,7 +87,6 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
     import torch
 
     from ..workloads.overlap import pinned, require_gpu
-    from .timing import time_fn
 
     require_gpu("h2d_bandwidth", "It times host-to-device copies over the GPU's host link.")
     rows = []
@@ -127,8 +126,6 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
     import torch
     from torch.profiler import ProfilerActivity
 
-    from ..device import is_gpu
-
     try:
         cfg = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
     except TypeError as exc:
@@ -167,7 +164,7 @@ def graph_limits() -> dict:
     except Exception as exc:  # the capture error is the evidence
         out["host_sync_in_capture"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     torch.cuda.synchronize()
-    replay, static = cuda_graphed(lambda t: small_ops_step(t, 4), x)
+    _replay, static = cuda_graphed(lambda t: small_ops_step(t, 4), x)
     try:
         static.copy_(torch.randn(2 * LAUNCH_NUMEL, device="cuda"))
         out["new_shape"] = "copied a larger input into the static buffer without error"
@@ -187,7 +184,7 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
 
     require_gpu("launch_study", "It counts kernel launches and times them against GPU work.")
     x = torch.randn(numel, device="cuda")
-    replay, static = cuda_graphed(lambda t: small_ops_step(t, ops), x)
+    replay, _static = cuda_graphed(lambda t: small_ops_step(t, ops), x)  # the graph's input buffer stays alive
     variants = {"eager": lambda: small_ops_step(x, ops), "graph": replay}
     vals: dict = {"ops": ops, "numel": numel}
     if compile_too:
@@ -223,8 +220,6 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
 @contextlib.contextmanager
 def _quiet_dynamo():
     """Silence dynamo's per-break warnings (the counts are what the lab shows)."""
-    import logging
-
     lg = logging.getLogger("torch._dynamo")
     old = lg.level
     lg.setLevel(logging.ERROR)
@@ -300,7 +295,7 @@ def compile_study(device: str, width: int, blocks: int, batch: int, repeats: int
             if comp:
                 torch._dynamo.reset()
                 m = torch.compile(m, backend=counter)
-            r = wall(lambda: m(x), repeats=repeats, warmup=3)
+            r = wall(partial(m, x), repeats=repeats, warmup=3)
             row = {"variant": name, "first_ms": r["first_ms"], "median_ms": r["median_ms"], "p10_ms": r["p10_ms"],
                    "p90_ms": r["p90_ms"], "graphs_compiled": len(counter.graphs) if comp else 0}
             counter.calls = 0
@@ -324,7 +319,6 @@ def fusion_study(numel: int = FUSION_NUMEL, repeats: int = 20) -> tuple[dict, di
     import torch
 
     from ..workloads.overlap import CHAIN_OPS, elementwise_chain, require_gpu
-    from .timing import time_fn
 
     require_gpu("fusion_study", "It times GPU kernels.")
     x = torch.randn(numel, device="cuda")
@@ -336,8 +330,8 @@ def fusion_study(numel: int = FUSION_NUMEL, repeats: int = 20) -> tuple[dict, di
     first = time.perf_counter() - t0
     rows, traces = [], {}
     for name, fn in (("eager", elementwise_chain), ("compiled", comp)):
-        t = time_fn(lambda: fn(x), warmup=3, repeats=repeats)
-        tr = profile(lambda: fn(x), wait=1, warmup=1, active=2)
+        t = time_fn(partial(fn, x), warmup=3, repeats=repeats)
+        tr = profile(partial(fn, x), wait=1, warmup=1, active=2)
         traces[name] = tr
         rows.append({"variant": name, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms})
     diff = float((comp(x) - elementwise_chain(x)).abs().max())  # recorded, not asserted: the record says it
@@ -422,7 +416,7 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
             for name, brk in (("trace_compile_whole", False), ("trace_compile_breaks", True)):
                 torch._dynamo.reset()
                 m = torch.compile(BlockNet(cfg["width"], cfg["blocks"], graph_break=brk).cuda())
-                outs.append(_write_trace(writer, name, profile(lambda: m(x), wait=1, warmup=2, active=3),
+                outs.append(_write_trace(writer, name, profile(partial(m, x), wait=1, warmup=2, active=3),
                                          f"compiled BlockNet forward, graph_break={brk}"))
         return "; ".join(outs)
 

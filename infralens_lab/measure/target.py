@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
@@ -90,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def build(args) -> "callable":
+def build(args) -> callable:
     """Allocate inputs for ``args`` and return a zero-argument function running one iteration."""
     import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 

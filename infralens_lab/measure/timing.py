@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
-from ..stats import percentile  # noqa: F401  (re-exported: timing users read percentiles here too)
+from ..stats import percentile  # (re-exported: timing users read percentiles here too)
 
 CLOCKS = ("auto", "cuda", "cpu")
 INTERPRETER_NOTE = ("no timing: kernels run in Triton's interpreter (Python on the CPU), so their "
@@ -145,7 +146,7 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
         _call(fn, args_at(warmup + i))
         ends[i].record()
     torch.cuda.synchronize()
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    samples = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     parts = [f"CUDA events, {warmup} warm-up calls"]
     if rotate is not None:
         parts.append(f"rotating over {len(rotate)} input sets")

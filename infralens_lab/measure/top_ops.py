@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from ..parse.trace import Trace
+from ..parse.trace import Trace, step_gpu_work
 
 FAMILIES = (  # first match wins; patterns on the kernel name, case-insensitive
     ("layout transform", r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose|permute"),
@@ -138,8 +138,6 @@ def forward_busy(tr: Trace, forward_ms: float | None = None) -> dict:
     start to the end of its last GPU work: the forward as profiled, the profiler's own CPU cost included),
     ``busy_pct`` of that, and, with ``forward_ms`` (the same forward timed without the profiler),
     ``busy_pct_unprofiled`` = busy / forward_ms."""
-    from ..parse.trace import step_gpu_work
-
     w = step_gpu_work(tr)
     if w["gpu_end_us"].isna().any():
         raise ValueError("a profiled step launched no GPU work: expected a GPU trace of a forward")

@@ -12,8 +12,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import device
 from ..parse.trace import Trace
@@ -50,15 +51,18 @@ def chrome_trace_of(prof) -> dict:
         prof.export_chrome_trace(path)
         return json.loads(Path(path).read_text())
     finally:
-        os.unlink(path)
+        Path(path).unlink()
 
 
 def profile(step_fn: Callable[[], Any], steps: int | None = None, wait: int = 1, warmup: int = 1,
-            active: int = 3, record_shapes: bool = False) -> "Trace":
+            active: int = 3, record_shapes: bool = False) -> Trace:
     """Run ``step_fn`` ``steps`` times (default ``wait + warmup + active``) under torch.profiler and
     return the :class:`Trace` of the ``active`` steps. Each step is a ``ProfilerStep#N`` range."""
     import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    from torch.profiler import ProfilerActivity, schedule  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+        ProfilerActivity,
+        schedule,
+    )
 
     for name, v, lo in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
         if not isinstance(v, int) or v < lo:

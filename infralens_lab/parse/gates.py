@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import evidence
 from ..stats import percentile
 
 METRICS = {
@@ -79,8 +80,6 @@ def load_thresholds(path: str | Path | None = None) -> dict:
 
 def reference_ratios(store=None) -> dict[str, float]:
     """``{ratio name: value}`` from the committed reference set's ``bench`` record."""
-    from .. import evidence
-
     st = store if store is not None else evidence.reference()
     return {r["name"]: float(r["value"]) for r in st.load("bench").values["ratios"]}
 
@@ -92,8 +91,6 @@ def gate_references(store=None) -> dict[str, tuple[float, str]]:
     procedure (CUDA-event timing of the kernel alone) and differs from it by several percent on the
     recorded GPUs, so it is only the fallback for a set recorded before ``gates_gpu`` existed
     (``source`` ``"bench"``), and the gate's message says so."""
-    from .. import evidence
-
     st = store if store is not None else evidence.reference()
     out = {name: (v, "bench") for name, v in reference_ratios(st).items()}
     if "gates_gpu" in st.names():

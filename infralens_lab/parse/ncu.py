@@ -16,7 +16,7 @@ import csv
 import io
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -253,7 +253,7 @@ def parse_raw_csv(text: str, device_attributes: bool = False):
         try:
             header, units = next(reader), next(reader)
         except StopIteration:
-            raise NcuCsvError(f"line {h + 1}: header without a units row", "Pass the complete ncu output.", text)
+            raise NcuCsvError(f"line {h + 1}: header without a units row", "Pass the complete ncu output.", text) from None
         if len(units) != len(header):
             raise NcuCsvError(f"line {h + 2}: units row has {len(units)} fields, header has {len(header)}",
                               "Pass the complete, unmodified ncu output.", text)
@@ -298,7 +298,7 @@ KEYS = ["config", "kernel", "launch"]
 def wide(df, metrics: Sequence[str] | None = None):
     """One row per (config, kernel, launch), one column per metric (values as floats)."""
     sub = df if metrics is None else df[df["metric"].isin(list(metrics))]
-    out = sub.groupby(KEYS + ["metric"], sort=False)["value"].first().unstack("metric")
+    out = sub.groupby([*KEYS, "metric"], sort=False)["value"].first().unstack("metric")
     out.columns.name = None
     return out.reset_index()
 
@@ -341,7 +341,7 @@ def dram_bytes(df, useful_bytes=None):
     w["total_bytes"] = w["read_bytes"] + w["write_bytes"]
     if useful_bytes is not None:
         if isinstance(useful_bytes, dict):
-            w["useful_bytes"] = [useful_bytes.get(c, useful_bytes.get(k, math.nan)) for c, k in zip(w["config"], w["kernel"])]
+            w["useful_bytes"] = [useful_bytes.get(c, useful_bytes.get(k, math.nan)) for c, k in zip(w["config"], w["kernel"], strict=True)]
         else:
             w["useful_bytes"] = float(useful_bytes)
         w["read_over_useful"] = w["read_bytes"] / w["useful_bytes"]
@@ -370,17 +370,17 @@ def stall_breakdown(df):
     sub["reason"] = sub["metric"].str.extract(_STALL_RE.pattern, expand=False)
     sub = sub[~sub["reason"].str.endswith("_not_issued")]
     sub["reason"] = sub["reason"].replace({"no_instructions": "no_instruction"})
-    sub = sub.rename(columns={"value": "samples"})[KEYS + ["reason", "samples"]]
+    sub = sub.rename(columns={"value": "samples"})[[*KEYS, "reason", "samples"]]
     total = sub.groupby(KEYS, sort=False)["samples"].transform("sum")
     sub["share"] = sub["samples"] / total.where(total > 0)
-    return sub.sort_values(KEYS[:2] + ["launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
+    return sub.sort_values([*KEYS[:2], "launch", "samples"], ascending=[True, True, True, False]).reset_index(drop=True)
 
 
 def scheduler(df):
     """Per launch: ``issue_active_pct`` (issue-slot utilisation: % of active cycles with an instruction
     issued), ``eligible_warps`` and ``active_warps`` (per scheduler per active cycle), from :data:`SCHEDULER`."""
     _require(df, SCHEDULER, "scheduler", f"Profile with --metrics {','.join(SCHEDULER)}.")
-    return _pick(df, dict(zip(SCHEDULER, ("issue_active_pct", "eligible_warps", "active_warps"))))
+    return _pick(df, dict(zip(SCHEDULER, ("issue_active_pct", "eligible_warps", "active_warps"), strict=True)))
 
 
 def has_stalls(df) -> bool:
@@ -419,7 +419,7 @@ _ADDRESS = re.compile(r"^(0[xX][0-9a-fA-F]+|[1-9][0-9]*|0)$")  # ncu prints 0x..
 
 def _source_header(lines: list[str]) -> int | None:
     for i, ln in enumerate(lines):
-        if '"Address"' in ln and ('"Source"' in ln or '"SASS"' in ln) or ln.startswith("Address,"):
+        if ('"Address"' in ln and ('"Source"' in ln or '"SASS"' in ln)) or ln.startswith("Address,"):
             return i
     return None
 
@@ -490,7 +490,7 @@ def parse_source_csv(text: str):
             continue
         if cols is None or len(row) <= cols["address"] or not _ADDRESS.match(row[cols["address"]].strip()):
             continue  # not an instruction row (a source line, a separator, "-")
-        def get(k, row=row):
+        def get(k, row=row, cols=cols):
             return _number(row[cols[k]]) if cols.get(k) is not None and cols[k] < len(row) else math.nan
         rec = {"config": label, "kernel": kernel, "address": int(row[cols["address"]].strip(), 0),
                "sass": row[cols["sass"]].strip(), "samples": get("samples"),
@@ -508,7 +508,7 @@ def parse_source_csv(text: str):
     df["op"] = df["opcode"].str.split(".").str[0]
     df["pc_offset"] = df["address"] - df.groupby(["config", "kernel"], sort=False)["address"].transform("min")
     return df[["config", "kernel", "address", "pc_offset", "sass", "opcode", "op", "samples", "samples_not_issued",
-               "inst_executed"] + reasons]
+               "inst_executed", *reasons]]
 
 
 OPCODE_MIX = "sass__inst_executed_per_opcode"  # InstructionStats: warp-level executed instructions per SASS opcode
@@ -529,4 +529,4 @@ def opcode_census(df):
                               f"per-opcode values; expected \"total (OPCODE: n; ...)\"",
                               "Export with `ncu --import R.ncu-rep --csv --page raw --print-metric-instances details`.")
         rows += [(r.config, r.kernel, r.launch, op, _number(v)) for op, v in pairs]
-    return pd.DataFrame(rows, columns=KEYS + ["opcode", "executed"])
+    return pd.DataFrame(rows, columns=[*KEYS, "opcode", "executed"])

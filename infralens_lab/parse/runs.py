@@ -70,7 +70,7 @@ class RunConfig:
         return " ".join(words)
 
     @classmethod
-    def parse(cls, label: str) -> "RunConfig":
+    def parse(cls, label: str) -> RunConfig:
         """Read a label back; ValueError naming the label and the forms it may take."""
         if not isinstance(label, str) or not label.split():
             raise ValueError(f"config label {label!r}; expected e.g. {_EXAMPLES}")
@@ -111,9 +111,9 @@ class RunConfig:
             if getattr(self, f) is not None:
                 d[f] = getattr(self, f)
         if self.family == "attention":
-            d.update(variant=self.kind, **dict(zip("BHND", self.shape)))
+            d.update(variant=self.kind, **dict(zip("BHND", self.shape, strict=True)))
         elif self.kind == "matmul":
-            d.update(dict(zip("MNK", self.shape)))
+            d.update(dict(zip("MNK", self.shape, strict=True)))
         return d
 
 

@@ -20,16 +20,19 @@ trace's first event, unless a column says ``_ms``.
 from __future__ import annotations
 
 import copy
+import gzip
+import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-CPU_CATS = ("cpu_op", "user_annotation") + RUNTIME_CATS
+CPU_CATS = ("cpu_op", "user_annotation", *RUNTIME_CATS)
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
               "cuCtxSynchronize", "aten::item", "aten::_local_scalar_dense")
 CAUSES = ("sync", "memcpy", "launch", "host", "unaccounted")
@@ -52,8 +55,6 @@ def read_trace_file(path: str | Path) -> dict:
     """The chrome-trace dict in ``path`` (``.json`` or gzip-compressed ``.json.gz``). Raises
     :class:`TraceError` for a file that is not JSON, a truncated one (the profiler stopped while exporting),
     or JSON without a ``traceEvents`` list; FileNotFoundError when nothing is there."""
-    import gzip
-
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no trace file at {p}" + (" (it is a folder: pass one rank's file, or analyze "
@@ -84,7 +85,7 @@ def read_trace_file(path: str | Path) -> dict:
     return data
 
 
-def load_trace(source: Any) -> "Trace":
+def load_trace(source: Any) -> Trace:
     """A :class:`Trace` from a chrome-trace path (``.json`` or ``.json.gz``), a dict, or an Evidence whose values
     are one. Unreadable files raise :class:`TraceError` naming what was seen (:func:`read_trace_file`)."""
     if hasattr(source, "values") and hasattr(source, "provenance"):
@@ -271,7 +272,7 @@ class Trace:
         own = dur.copy()
         child, up = dur[has], e[parent[has]] - s[has]
         np.subtract.at(own, parent[has], np.where(up < child, up, child))
-        self.self_us: dict[int, float] = dict(zip(rows.tolist(), own.tolist()))
+        self.self_us: dict[int, float] = dict(zip(rows.tolist(), own.tolist(), strict=True))
         # enclosing chains of the runtime calls: parent, grandparent... (one array step per nesting level)
         rt = np.flatnonzero(cpu["cat"].isin(RUNTIME_CATS).to_numpy())
         levels, cur = [], parent[rt]
@@ -282,7 +283,8 @@ class Trace:
         ok = chain >= 0  # outermost first: the -1s of shallower chains come first in each row
         flat = rows[chain[ok]].tolist()
         ends = np.cumsum(ok.sum(axis=1)).tolist()
-        self.enclosing: dict[int, list[int]] = dict(zip(rows[rt].tolist(), (flat[a:b] for a, b in zip([0] + ends, ends))))
+        spans = itertools.pairwise([0, *ends])  # row i's chain is flat[ends[i - 1]:ends[i]]
+        self.enclosing: dict[int, list[int]] = dict(zip(rows[rt].tolist(), (flat[a:b] for a, b in spans), strict=True))
         # launches: the runtime call and the GPU event share a correlation id (own arg, else via a flow)
         calls = cpu.iloc[rt]
         corr = _correlation(calls["correlation"], calls[["pid", "tid"]].assign(ts3=self._ts3), self._flow_ids("s"))
@@ -292,7 +294,7 @@ class Trace:
         gcorr = _correlation(gpu["correlation"], gpu[["pid", "tid"]].assign(ts3=self._ts3), self._flow_ids("f"))
         hit = gcorr.notna() & gcorr.isin(by_corr.index)
         self.launcher = dict(zip(gpu.index[hit.to_numpy()].tolist(),
-                                 by_corr.reindex(gcorr[hit].to_numpy()).to_numpy().tolist()))  # GPU row -> runtime row
+                                 by_corr.reindex(gcorr[hit].to_numpy()).to_numpy().tolist(), strict=True))  # GPU row -> runtime row
 
     # -- tables
     # -- the one attribution rule: GPU work belongs to the profiled step whose CPU range holds its launch call
@@ -379,7 +381,7 @@ class Trace:
             if not self.has_steps:
                 return {"events": 0, "kernels": 0, "device_us": 0.0}
             out = g[self._once("gpu_step", self._gpu_step_now).reindex(g.index).to_numpy() < 0]
-            return {"events": int(len(out)), "kernels": int((out["cat"] == "kernel").sum()),
+            return {"events": len(out), "kernels": int((out["cat"] == "kernel").sum()),
                     "device_us": float(out["dur"].sum())}
         return dict(self._once("leftover", make))
 
@@ -535,7 +537,7 @@ class Trace:
         ev = self._once("causes", self._causes)
         claimed = np.zeros(len(gaps))
         for rank, c in enumerate(CAUSES[:4]):  # each cause gets what earlier causes left: |U_k ∩ gap| - |U_k-1 ∩ gap|
-            upto = covered(self._once(("causes up to", rank), lambda: union(
+            upto = covered(self._once(("causes up to", rank), lambda rank=rank: union(
                 *(lambda sel: (sel["start_us"], sel["end_us"]))(ev[ev["rank"] <= rank]))), g0, g1)
             gaps[f"{c}_us"] = upto - claimed
             claimed = upto
@@ -588,7 +590,7 @@ class Trace:
         st = self._once("steps", self._steps_now)
         busy = self.busy()
         out = {"span_us": float(ev["end_us"].max()) if len(ev) else 0.0, "has_gpu": self.has_gpu,
-               "steps": int(len(st)),
+               "steps": len(st),
                "mean_step_us": float((st["cpu_end_us"] - st["cpu_start_us"]).mean()) if len(st) else None,
                "kernels": int((self._scoped("steps")["cat"] == "kernel").sum()), "leftover": self.leftover()}
         if not busy:
@@ -601,7 +603,7 @@ class Trace:
         out.update({"window_us": window[1] - window[0], "gpu_busy_us": inside,
                     "gpu_utilization": inside / (window[1] - window[0]) if window[1] > window[0] else None,
                     "cpu_window_us": float(st["cpu_end_us"].max() - st["cpu_start_us"].min()) if len(st) else None,
-                    "idle_gaps": int(len(gaps)), "idle_gap_us": float(gaps["gap_us"].sum()),
+                    "idle_gaps": len(gaps), "idle_gap_us": float(gaps["gap_us"].sum()),
                     "idle_by_cause_us": {c: float(gaps[f"{c}_us"].sum()) for c in CAUSES}})
         return out
 
@@ -632,7 +634,7 @@ def step_gpu_work(tr: Trace) -> pd.DataFrame:
         mine = g[g["step"] == s.step]
         iv = union(mine["start_us"], mine["end_us"])
         rows.append({"step": s.name, "cpu_start_us": s.cpu_start_us, "cpu_end_us": s.cpu_end_us,
-                     "gpu_ops": int(len(mine)), "kernels": int((mine["cat"] == "kernel").sum()),
+                     "gpu_ops": len(mine), "kernels": int((mine["cat"] == "kernel").sum()),
                      "memcpys": int((mine["cat"] == "gpu_memcpy").sum()),
                      "gpu_work_us": float(mine["dur_us"].sum()), "gpu_busy_us": float((iv[:, 1] - iv[:, 0]).sum()),
                      "launch_calls": int(((calls["start_us"] >= s.cpu_start_us) & (calls["start_us"] < s.cpu_end_us)

@@ -18,9 +18,21 @@ from __future__ import annotations
 from typing import Any
 
 from .figures import figure_alt
-from .tabular import (NAME_MAX_CHARS, SCROLL_CUE_CLASS, SCROLL_FADE_CLASS, TEXT_WRAP_EM, UNIT_SUFFIXES, WIDE_TABLE_PX,  # noqa: F401
-                      estimated_width_px, format_number, header_label, shorten_name, shorten_names, table_html,
-                      table_text)
+from .tabular import (  # noqa: F401  (re-exported: the tabular helpers are present's API)
+    NAME_MAX_CHARS,
+    SCROLL_CUE_CLASS,
+    SCROLL_FADE_CLASS,
+    TEXT_WRAP_EM,
+    UNIT_SUFFIXES,
+    WIDE_TABLE_PX,
+    estimated_width_px,
+    format_number,
+    header_label,
+    shorten_name,
+    shorten_names,
+    table_html,
+    table_text,
+)
 
 
 def _ipython_display():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..units import MiB
+
 _FONT = 10
 PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cf", "optimizer": "#dff2dc"}
 
@@ -21,7 +22,7 @@ def timeline_figure(timelines: Mapping[str, object], title: str = "Allocated byt
     if not timelines:
         raise ValueError("timeline_figure needs at least one timeline; got none")
     fig, axes = plt.subplots(len(timelines), 1, figsize=(9, 2.6 * len(timelines) + 0.6), dpi=100, squeeze=False)
-    for ax, (label, df) in zip(axes[:, 0], timelines.items()):
+    for ax, (label, df) in zip(axes[:, 0], timelines.items(), strict=True):
         if not isinstance(df, pd.DataFrame) or not {"phase", "allocated_bytes"} <= set(df.columns):
             raise ValueError(f"timeline {label!r} is not a timeline DataFrame (needs phase, allocated_bytes)")
         x = range(len(df))

@@ -105,7 +105,7 @@ def attention_before_after(variants: pd.DataFrame, shape: tuple, bench: list | N
     b, f = dict(rows[before]), dict(rows[after])
     for r in (b, f):
         r["dram_tbps"] = r["dram_mb"] / r["time_us"]
-    B, H, n_ctx, D = shape
+    B, H, n_ctx, _ = shape
     e = ELEM_BYTES.get(config_fields(b["config"]).get("dtype") or "fp16", 2)
     sp_mb = B * H * n_ctx * n_ctx * (4 + e) * 2 / 1e6  # S (fp32) and P (input dtype), each written once, read once
     metrics = _metrics(b, f, sp_mb, e)

@@ -10,9 +10,10 @@ looks the same in every figure of a lab. Nothing here measures or predicts anyth
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..units import GB, MiB
+
 _FONT = 9
 CATEGORY_COLORS = {
     "weights": "#1f77b4",
@@ -55,7 +56,7 @@ def ledger_bars(ledgers: Mapping[str, object], categories: Sequence[str] | None 
     scale = {"MiB": MiB, "GB": GB}.get(unit)
     if scale is None:
         raise ValueError(f"unit {unit!r}; expected 'MiB' or 'GB'")
-    tables = {k: dict(zip(_check_ledger(f"ledgers[{k!r}]", v)["category"], v["bytes"])) for k, v in ledgers.items()}
+    tables = {k: dict(zip(_check_ledger(f"ledgers[{k!r}]", v)["category"], v["bytes"], strict=True)) for k, v in ledgers.items()}
     if categories is None:
         first = list(next(iter(tables.values())))
         categories = [c for c in first if c != "total" and any(t.get(c, 0) for t in tables.values())]
@@ -73,7 +74,7 @@ def ledger_bars(ledgers: Mapping[str, object], categories: Sequence[str] | None 
         pos = ys + (n - 1 - 2 * i) * height / 2
         ax.barh(pos, vals, height=height * 0.95, color=[_color(c) for c in categories],
                 hatch=hatches[i % len(hatches)], edgecolor="black", linewidth=0.4, label=name)
-        for y, v, c in zip(pos, vals, categories):
+        for y, v, c in zip(pos, vals, categories, strict=True):
             txt = "—" if c not in t else f"{v:,.3g}"
             ax.text(v + vmax * 0.01, y, f"{txt}  ({name})", va="center", fontsize=_FONT - 1)
     ax.set_yticks(ys, categories, fontsize=_FONT)
@@ -115,12 +116,12 @@ def peak_figure(stacks: Mapping[str, Mapping[str, float]], peak: Mapping[str, fl
     for c in cats:
         vals = [stacks[n].get(c, 0) / scale for n in names]
         ax.bar(names, vals, bottom=bottoms, color=_color(c), edgecolor="black", linewidth=0.4, label=c, width=0.6)
-        for i, (b, v) in enumerate(zip(bottoms, vals)):
+        for i, (b, v) in enumerate(zip(bottoms, vals, strict=True)):
             if v > 0.06 * max(sum(stacks[n].values()) / scale for n in names):
                 ax.text(i, b + v / 2, f"{c}\n{v:,.3g}", ha="center", va="center", fontsize=_FONT - 1, color="white")
-        bottoms = [b + v for b, v in zip(bottoms, vals)]
+        bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]
     top = max(bottoms)
-    for i, n in enumerate(names):
+    for i in range(len(names)):
         ax.text(i, bottoms[i] + top * 0.01, f"{bottoms[i]:,.3g} {unit}", ha="center", va="bottom", fontsize=_FONT)
     if peak:
         for i, n in enumerate(names):
@@ -151,7 +152,6 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     for one panel). The dominant category of each bar is outlined in bold."""
     import matplotlib.pyplot as plt
     import numpy as np
-
     import pandas as pd
 
     if not isinstance(table, pd.DataFrame):
@@ -175,7 +175,7 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     flat = list(axes.flat)
     for ax in flat[len(panels):]:
         ax.set_visible(False)
-    for ax, (key, sub) in zip(flat, panels):
+    for ax, (key, sub) in zip(flat, panels, strict=False):  # the grid's spare axes were hidden above
         vals = sub[list(categories)].fillna(0).to_numpy(dtype=float)
         tot = vals.sum(axis=1, keepdims=True)
         data = 100 * vals / np.where(tot > 0, tot, 1) if shares else vals / GB
@@ -206,4 +206,4 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     return fig
 
 
-__all__ = ["CATEGORY_COLORS", "DOMINANT_LABEL", "GB", "MiB", "PERSISTENT", "ledger_bars", "peak_figure", "scaling_figure"]
+__all__ = ["CATEGORY_COLORS", "DOMINANT_LABEL", "GB", "PERSISTENT", "MiB", "ledger_bars", "peak_figure", "scaling_figure"]

@@ -13,9 +13,10 @@ other. Nothing here measures or reads files: pass numbers that came from evidenc
 """
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 KINDS = ("memory", "compute")
 STYLES = ("measured", "peak")
@@ -155,8 +156,8 @@ class _Placer:
     LINE_STEP_PX = 2.0  # lines are sampled every 2 px; each sample inside a label box costs
     LINE_COST = 40.0    # as much as 40 px² of box overlap, so a label never sits on a roof
 
-    OFFSETS = [(6, 6), (6, -14), (-6, 6), (-6, -14), (10, 18), (10, -26), (-10, 18), (-10, -26), (14, 0),
-               (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20)]
+    OFFSETS = ((6, 6), (6, -14), (-6, 6), (-6, -14), (10, 18), (10, -26), (-10, 18), (-10, -26), (14, 0),
+               (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20))
 
     def __init__(self, ax, fig, xs=(), ys=()):
         import numpy as np
@@ -167,7 +168,7 @@ class _Placer:
         self.frame = ax.get_window_extent(self.renderer)
         self.boxes = []
         r = 4.0 * fig.dpi / 72.0  # markers: about 8 points across, in pixels
-        for x, y in zip(xs, ys):
+        for x, y in zip(xs, ys, strict=True):
             px, py = ax.transData.transform((x, y))
             self.boxes.append(Bbox.from_extents(px - r, py - r, px + r, py + r))
         for t in ax.texts:  # roof labels placed before the points
@@ -178,7 +179,7 @@ class _Placer:
         samples = []
         for line in ax.lines:
             xy = ax.transData.transform(np.asarray(line.get_xydata(), dtype=float))
-            for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:]):
+            for (x0, y0), (x1, y1) in itertools.pairwise(xy):
                 if not np.isfinite([x0, y0, x1, y1]).all():
                     continue
                 n = max(2, int(np.hypot(x1 - x0, y1 - y0) / self.LINE_STEP_PX))
@@ -331,7 +332,7 @@ def _margin_labels(ax, fig, comp_roofs: list[Roof]) -> None:
     placed: list[float] = []
     for y in ys:
         placed.append(min(y, placed[-1] - min_gap) if placed else y)
-    for r, y, y_pt in zip(comp_roofs, ys, placed):
+    for r, y, y_pt in zip(comp_roofs, ys, placed, strict=True):
         ax.annotate(f"{r.label}\n{si(r.value, 'FLOP/s')} {r.style}", (1.0, r.value),
                     xycoords=("axes fraction", "data"), xytext=(6, y_pt - y), textcoords="offset points",
                     fontsize=_FONT, va="center", ha="left", annotation_clip=False,
@@ -398,7 +399,7 @@ def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: ban
         ax.barh(ys - h / 2, rows["useful_TBps"], height=h, color="#2ca02c", edgecolor="black", linewidth=0.4,
                 label="useful bytes / time")
     top = max([float(rows["dram_TBps"].max())] + [r.value / 1e12 for r in mem])
-    for y, (_, r) in zip(ys, rows.iterrows()):
+    for y, (_, r) in zip(ys, rows.iterrows(), strict=True):
         ax.text(r["dram_TBps"] + top * 0.01, y + (h / 2 if has_useful else 0), f"{r['dram_TBps']:.3g}",
                 va="center", fontsize=_FONT - 1)
         if has_useful:
@@ -418,4 +419,4 @@ def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: ban
     return fig
 
 
-__all__ = ["KINDS", "Roof", "STYLES", "bandwidth_figure", "ridge_points", "roofline_figure", "roofs_from", "si"]
+__all__ = ["KINDS", "STYLES", "Roof", "bandwidth_figure", "ridge_points", "roofline_figure", "roofs_from", "si"]

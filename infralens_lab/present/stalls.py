@@ -14,7 +14,7 @@ DataFrame and needs no IPython.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # Stall reasons get fixed colours so the same reason looks the same in every figure of a lab.
 REASON_COLORS = {
@@ -94,10 +94,10 @@ def stall_bars(breakdown, by: str = "config", top: int = 6, order: Sequence[str]
         vals = [100 * v for v in mix[reason]]
         ax.barh(ys, vals, left=left, color=REASON_COLORS.get(reason, "#bab0ac"), label=reason, height=0.7,
                 edgecolor="white", linewidth=0.5)
-        for y, lo, v in zip(ys, left, vals):
+        for y, lo, v in zip(ys, left, vals, strict=True):
             if v >= 8:
                 ax.text(lo + v / 2, y, f"{v:.0f}%", ha="center", va="center", fontsize=_FONT - 1)
-        left = [lo + v for lo, v in zip(left, vals)]
+        left = [lo + v for lo, v in zip(left, vals, strict=True)]
     ax.set_yticks(ys, names, fontsize=_FONT)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of sampled warp states (%)", fontsize=_FONT)
@@ -130,7 +130,7 @@ def copy_family_figure(table, title: str = "Strided copies: the sector model aga
                        "time: useful bandwidth"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.4))
     is_coalesced = table["label"] == "coalesced" if "label" in table.columns else table["stride"] < 0
-    for ax, (pred, meas, ylabel, head) in zip(axes, panels):
+    for ax, (pred, meas, ylabel, head) in zip(axes, panels, strict=True):
         t = table[~is_coalesced].sort_values("stride")  # the strided family is the line
         ax.plot(t["stride"], t[pred], "o--", mfc="white", color="#7f7f7f", label="predicted (sector model)")
         m = t[t[meas].notna()]

@@ -6,12 +6,19 @@ The joins themselves (copy family, attention kernels and variants) are analysis 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
-from ..analysis.joins import (ATTN_KERNELS, ELEM_BYTES, attention_kernels, attention_variants,  # noqa: F401
-                              block_m_from_grid, config_fields, copy_family)
+from ..analysis.joins import (  # re-exported: table callers read these names here
+    ATTN_KERNELS,
+    ELEM_BYTES,
+    attention_kernels,
+    attention_variants,
+    block_m_from_grid,
+    config_fields,
+    copy_family,
+)
 
 
 def before_after(before: dict, after: dict, metrics: Sequence[tuple], names: tuple[str, str] = ("before", "after")):

@@ -10,7 +10,6 @@ import numbers
 import re
 from typing import Any
 
-
 # A column name's unit suffix -> the unit shown in its header (longest suffixes first).
 UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
     ("_FLOP_per_B", "FLOP/B"), ("_FLOP_per_byte", "FLOP/B"), ("_TFLOP_s", "TFLOP/s"), ("_TB_s", "TB/s"),
@@ -61,13 +60,13 @@ def format_number(v: Any) -> str:
         return "∞" if x > 0 else "−∞"
     a = abs(x)
     if x == round(x) and a < 1e12:  # a whole count (bytes, instructions): exact
-        return f"{int(round(x)):,}"
+        return f"{round(x):,}"
     if a >= 1e6:
         for scale, prefix in _SI:
             if a >= scale:
                 return f"{x / scale:.3g} {prefix}" if a < scale * 1000 or prefix == "P" else f"{x / scale:,.0f} {prefix}"
     if x == round(x):
-        return f"{int(round(x)):,}"
+        return f"{round(x):,}"
     if a >= 100:
         return f"{x:,.0f}"
     if a < 1e-6:
@@ -221,7 +220,7 @@ def _cell_html(v: Any, floatfmt: str | None, whole: bool = False, limit: int = N
         if floatfmt and isinstance(v, float) and not math.isnan(v):
             return "num", html.escape(floatfmt.format(v))
         if whole and not math.isnan(float(v)):
-            return "num", f"{int(round(float(v))):,}"
+            return "num", f"{round(float(v)):,}"
         return "num", html.escape(format_number(v))
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "num", "—"
@@ -326,7 +325,7 @@ def table_text(df, floatfmt: str | None = None) -> str:
     shown.columns = [header_label(c) for c in df.columns]
     if len(shown) == 1 and len(shown.columns) > 1:
         width = max(len(str(c)) for c in shown.columns)
-        return "\n".join(f"{str(c):<{width}}  {shown.iloc[0][c]}" for c in shown.columns)
+        return "\n".join(f"{c!s:<{width}}  {shown.iloc[0][c]}" for c in shown.columns)
     return shown.to_string(index=False)
 
 

@@ -8,7 +8,7 @@ a glance. Returns the matplotlib Figure; needs no IPython.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 RANGE_COLORS = {"data": "#e45756", "forward": "#4c78a8", "backward": "#72b7b2", "optimizer": "#54a24b",
                 "log": "#b279a2"}
@@ -41,14 +41,14 @@ def timeline(trace, ranges: Sequence[str] | None = None, min_gap_us: float = 50.
     y = {name: len(rows) - 1 - i for i, name in enumerate(rows)}
     for r in ranges:
         sub = rng[rng["name"] == r]
-        ax.broken_barh(list(zip(sub["start_us"] / 1e3, sub["dur"] / 1e3)), (y[f"range: {r}"] - 0.4, 0.8),
+        ax.broken_barh(list(zip(sub["start_us"] / 1e3, sub["dur"] / 1e3, strict=True)), (y[f"range: {r}"] - 0.4, 0.8),
                        facecolors=RANGE_COLORS.get(r, "#bab0ac"))
     for s in streams:
         sub = gpu[gpu["stream"] == s]
         for cat, color in GPU_COLORS.items():
             c = sub[sub["cat"] == cat]
             if len(c):
-                ax.broken_barh(list(zip(c["start_us"] / 1e3, c["dur_us"] / 1e3)),
+                ax.broken_barh(list(zip(c["start_us"] / 1e3, c["dur_us"] / 1e3, strict=True)),
                                (y[f"GPU stream {int(s)}"] - 0.4, 0.8), facecolors=color)
     gaps = trace.idle_gaps(min_gap_us) if len(gpu) else None
     if gaps is not None and len(gaps):

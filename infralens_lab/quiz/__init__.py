@@ -15,16 +15,16 @@ in the grader's process (see docs/instructors.md). Banks live in ``quiz/banks/<l
 """
 from __future__ import annotations
 
+from .. import notebook_guard as _notebook_guard
 from .bank import BankError, Question, all_questions, answer_variable, labs, load_bank, normalise_word, question
 from .check import CheckResult, check, grade_mode, judge
 from .derive import DerivationError, derivations, register_derivation
 from .widgets import question_text, self_check
-from .. import notebook_guard as _notebook_guard
 
 # In a notebook, the set-up cell's import installs the guard (a plain `jupyter lab` has no kernel extension):
 # one line of guidance for a NameError, and answer cells that did not run are not judged. Nothing outside IPython.
 _notebook_guard.install()
 
-__all__ = ["BankError", "CheckResult", "answer_variable", "DerivationError", "Question", "all_questions", "check",
-           "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question",
-           "question_text", "register_derivation", "self_check"]
+__all__ = ["BankError", "CheckResult", "DerivationError", "Question", "all_questions", "answer_variable", "check",
+           "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question", "question_text",
+           "register_derivation", "self_check"]

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .bank import BANKS_DIR, BankError, banks_dirs, decode_bank, encode_bank, labs, load_bank
+from .manifest import ManifestError, verify, write
 
 
 def _read_plain(src: Path) -> dict:
@@ -62,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--check", action="store_true", help="only check; exit 1 naming what differs")
     args = ap.parse_args(argv)
     if args.cmd == "manifest":
-        from .manifest import ManifestError, verify, write
-
         if args.check:
             try:
                 verify()

@@ -16,7 +16,7 @@ magic that runs its body as Python in the notebook's namespace (``%%time``, ``%%
 is read through to its body; any other cell magic (``%%bash``, ``%%timeit``, ...) sets no variable and
 is noted. A cell that Python cannot compile (a syntax error, an expression too deep for its parser) sets
 nothing, as in the kernel, and is noted.
-"""
+"""  # noqa: RUF002 (a fullwidth ANSWER_Q1 is the example NFKC folds)
 from __future__ import annotations
 
 import ast
@@ -50,7 +50,7 @@ class Answer:
 
 
 def nfkc(text: str) -> str:
-    """``text`` NFKC-normalised: how Python reads identifiers (``ＡＮＳＷＥＲ_Q1`` -> ``ANSWER_Q1``)."""
+    """``text`` NFKC-normalised: how Python reads identifiers (``ＡＮＳＷＥＲ_Q1`` -> ``ANSWER_Q1``)."""  # noqa: RUF002 (fullwidth letters: the example)
     return unicodedata.normalize("NFKC", text)
 
 
@@ -75,7 +75,7 @@ def python_source(src: str) -> tuple[str | None, str]:
         return src, ""
     try:
         return TransformerManager().transform_cell(src), ""
-    except Exception:  # noqa: BLE001 - IPython gives up on odd input; parse it as it is
+    except Exception:  # IPython gives up on odd input; parse it as it is
         return src, ""
 
 

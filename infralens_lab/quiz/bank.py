@@ -282,7 +282,7 @@ def banks_dirs() -> list[Path]:
     return [*extra, BANKS_DIR]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_cached(path: str, mtime_ns: int) -> dict[str, Question]:
     return load_bank_file(path)
 

@@ -180,7 +180,7 @@ def answer_record(qid: str, answer: Any) -> dict:
     else:
         try:
             value = None if isinstance(answer, bool) else float(answer)
-        except Exception:  # noqa: BLE001 - whatever float() raises (a list, a tensor of many elements)
+        except Exception:  # whatever float() raises (a list, a tensor of many elements)
             value = None
         if value is None or not math.isfinite(value):
             value = repr(answer)[:200]

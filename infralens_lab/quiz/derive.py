@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
 
 from ..analysis import gates as _gates
 from ..analysis import stalls
@@ -65,8 +68,6 @@ def derive(name: str, evidence: Any, **args: Any) -> Any:
 # ---------------------------------------------------------------- helpers
 def as_frame(evidence: Any, key: str | None = None):
     """Evidence as a DataFrame: an Evidence (``.frame(key)``), a DataFrame, or a list of row dicts."""
-    import pandas as pd
-
     if isinstance(evidence, pd.DataFrame):
         return evidence if key is None else as_frame(evidence[key])
     if hasattr(evidence, "frame") and hasattr(evidence, "provenance"):
@@ -154,7 +155,7 @@ def _arg(evidence: Any, column: str, label: str, where: dict | None, key: str | 
         raise DerivationError(f"no rows match {where!r}")
     nums = [_number(v, f"{column!r}") for v in df[column]]
     pick = max(nums) if largest else min(nums)
-    labels = sorted(str(lab) for lab, v in zip(df[label], nums) if v == pick)
+    labels = sorted(str(lab) for lab, v in zip(df[label], nums, strict=True) if v == pick)
     return labels[0]  # ties: alphabetical, so the answer is deterministic
 
 
@@ -202,10 +203,10 @@ def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = N
         if share is None:
             raise DerivationError(f"stall breakdown has no share column (one of {_SHARE_COLUMNS}); "
                                   f"columns: {list(df.columns)}")
-        pairs = [(str(r), _number(v, f"{share} of {r!r}")) for r, v in zip(df["reason"], df[share])]
+        pairs = [(str(r), _number(v, f"{share} of {r!r}")) for r, v in zip(df["reason"], df[share], strict=True)]
     elif {"metric", "value"} <= set(df.columns):
         pairs = []
-        for metric, v in zip(df["metric"], df["value"]):
+        for metric, v in zip(df["metric"], df["value"], strict=True):
             m = _STALL_METRIC.match(str(metric))
             if m and not str(metric).removesuffix(".sum").endswith("_not_issued"):
                 pairs.append((m.group("a") or m.group("b"), _number(v, str(metric))))
@@ -235,7 +236,7 @@ def dominant_stall_share(evidence: Any, key: str | None = None, exclude: tuple[s
     if not {"reason", "samples"} <= set(df.columns):
         raise DerivationError(f"dominant_stall_share needs 'reason' and 'samples' columns; got {list(df.columns)}")
     totals: dict[str, float] = {}
-    for r, v in zip(df["reason"], df["samples"]):
+    for r, v in zip(df["reason"], df["samples"], strict=True):
         totals[stalls.normalize(str(r))] = totals.get(stalls.normalize(str(r)), 0.0) + _number(v, f"samples of {r!r}")
     total = sum(totals.values())
     if not total > 0:

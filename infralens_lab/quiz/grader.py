@@ -40,7 +40,7 @@ MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 _FILE_LAB = re.compile(r"^(\d{2})_")
 _TITLE_LAB = re.compile(r"\bLab\s+(\d{2})\b")
 
-__all__ = ["Answer", "COLUMNS", "EvidenceUnavailable", "NotebookError", "Row", "STATUSES", "expected_for_grading",
+__all__ = ["COLUMNS", "STATUSES", "Answer", "EvidenceUnavailable", "NotebookError", "Row", "expected_for_grading",
            "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook"]
 
 
@@ -154,7 +154,7 @@ def _build_evidence(spec: str) -> Any:
     return ev
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _evidence_or_error(spec: str) -> tuple[bool, Any]:
     try:
         return True, _build_evidence(spec)
@@ -270,7 +270,7 @@ def _grade(path: Path, name: str, data: bytes | None, run) -> list[Row]:
     try:
         bank = load_bank(lab)
     except BankError as exc:
-        return [Row(name, lab, "", "unknown lab", 0, 0, f"{flag} {exc}".strip(), flags="; ".join(flags + ["unknown lab"]))]
+        return [Row(name, lab, "", "unknown lab", 0, 0, f"{flag} {exc}".strip(), flags="; ".join([*flags, "unknown lab"]))]
     answers, notes = final_answers(nb)
     saved = saved_payloads(nb)
     run_note = ""

@@ -18,6 +18,7 @@ can look the grader up in ``/proc``); only another user or a container isolates 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -47,17 +48,16 @@ def become_subreaper() -> bool:
 def _proc_table() -> dict[int, tuple[int, str]]:
     """``{pid: (ppid, state)}`` from ``/proc/*/stat`` (the name field may hold spaces and parentheses)."""
     table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
+            stat = (entry / "stat").read_bytes()
         except OSError:
             continue
         rest = stat[stat.rfind(b")") + 2:].split()
         if len(rest) >= 2:
-            table[int(entry)] = (int(rest[1]), rest[0].decode(errors="replace"))
+            table[int(entry.name)] = (int(rest[1]), rest[0].decode(errors="replace"))
     return table
 
 
@@ -81,7 +81,7 @@ def kill_descendants(rounds: int = 200, pause_s: float = 0.01) -> list[int]:
 
     Returns the pids still there after ``rounds`` tries (empty when all are gone). Needs Linux's /proc.
     """
-    if not os.path.isdir("/proc"):
+    if not Path("/proc").is_dir():
         return []
     me = os.getpid()
     left: list[int] = []
@@ -91,15 +91,11 @@ def kill_descendants(rounds: int = 200, pause_s: float = 0.01) -> list[int]:
             return []
         for pid, ppid, state in procs:
             if state != "Z":
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             if ppid == me:
-                try:
+                with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
         left = [pid for pid, _, _ in procs]
         time.sleep(pause_s)
     return left
@@ -123,7 +119,7 @@ class RunOutcome:
 
 def _read_events(path: Path) -> list[dict]:
     try:
-        with open(path, "rb") as f:
+        with Path(path).open("rb") as f:
             raw = f.read(MAX_RESULTS_BYTES)
     except OSError:
         return []
@@ -189,17 +185,15 @@ def run_notebook(data: bytes, timeout: float, env: dict | None = None, python: s
            "--cell-timeout", f"{timeout:g}", "--log", str(private / "kernel.log")]
     start = time.monotonic()
     timed_out = False
-    with open(log, "wb") as log_f:
+    with Path(log).open("wb") as log_f:
         proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log_f,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             proc.kill()
             proc.wait()
     seconds = time.monotonic() - start

@@ -17,6 +17,7 @@ Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .scores import summary_lines, write_csv  # noqa: F401 - the plugin's summary and CSV (tests use these names)
+from .scores import summary_lines, write_csv  # the plugin's summary and CSV (tests use these names)
 
 GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
@@ -73,7 +74,7 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
     try:
         if p.is_dir():
             raise IsADirectoryError(21, "is a folder")
-        with open(p, "a", encoding="utf-8"):
+        with p.open("a", encoding="utf-8"):
             pass
     except OSError as exc:
         raise pytest.UsageError(
@@ -213,7 +214,7 @@ class GradeFile(pytest.File):
             nb = None
         try:
             self.fingerprint = fingerprint(nb) if nb is not None else None
-        except Exception:  # noqa: BLE001 - a notebook the grader cannot fingerprint is just not compared
+        except Exception:  # a notebook the grader cannot fingerprint is just not compared
             self.fingerprint = None
         self.readable = nb is not None
         static = grade_notebook(self.path, self.name_, data=self.data)
@@ -286,7 +287,7 @@ class GradeSession:
         try:
             from infralens_lab.evidence import data_root
             data = [data_root()]
-        except Exception:  # noqa: BLE001 - no recorded data in this install: nothing there to watch
+        except Exception:  # no recorded data in this install: nothing there to watch
             data = []
         self.snapshot = Snapshot([PACKAGE_DIR, *banks_dirs(), *data])
 
@@ -313,10 +314,8 @@ class GradeSession:
             except BankError:
                 continue
             for q in bank.values():  # every answer key is computed before any notebook runs
-                try:
+                with contextlib.suppress(EvidenceUnavailable):
                     expected_for_grading(q)
-                except EvidenceUnavailable:
-                    pass
 
     def execute(self, gf: GradeFile):
         from .isolation import RunOutcome, run_notebook
@@ -364,10 +363,8 @@ class GradeSession:
         submitted = {}
         for f in files:
             if f.readable and f.lab and f.lab not in submitted:
-                try:
+                with contextlib.suppress(ValueError):
                     submitted[f.lab] = json.loads(f.data)
-                except ValueError:
-                    pass
         outputs = ((self.config.getoption("infralens_score_csv"), write_csv, "score rows"),
                    (self.config.getoption("infralens_score_junit"), write_junit, "score JUnit XML"),
                    (report_path(self.config), lambda rows, p: write_report(rows, p, students, submitted), "class report"))

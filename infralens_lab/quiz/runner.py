@@ -63,7 +63,7 @@ def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    with open(results, "a", encoding="utf-8", buffering=1) as out:
+    with Path(results).open("a", encoding="utf-8", buffering=1) as out:
         def emit(**event):
             out.write(json.dumps(event) + "\n")
             out.flush()
@@ -74,8 +74,8 @@ def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
         client = NotebookClient(nb, km=km, timeout=cell_timeout, allow_errors=False,
                                 resources={"metadata": {"path": str(nb_path.parent)}})
         code = -1
-        with open(log, "ab") as kernel_log, client.setup_kernel(stdout=kernel_log, stderr=kernel_log,
-                                                                 stdin=None, cwd=str(nb_path.parent)):
+        with Path(log).open("ab") as kernel_log, client.setup_kernel(stdout=kernel_log, stderr=kernel_log,
+                                                                     stdin=None, cwd=str(nb_path.parent)):
             for index, cell in enumerate(nb.cells):
                 if cell.get("cell_type") != "code":
                     continue

@@ -62,9 +62,9 @@ def question_html(qid: str) -> str:
 
 def _ipython_and_widgets():
     try:
+        import ipywidgets
         from IPython import get_ipython
         from IPython.display import display
-        import ipywidgets
     except ImportError:
         return None
     if get_ipython() is None:
@@ -158,7 +158,7 @@ def saved_self_checks(notebook: str | Path) -> list[tuple[str, str]]:
         qids = SELF_CHECK_CALL.findall("".join(src) if isinstance(src, list) else src)
         views = [o["data"][WIDGET_VIEW].get("model_id") for o in cell.get("outputs", [])
                  if isinstance(o.get("data"), dict) and isinstance(o["data"].get(WIDGET_VIEW), dict)]
-        found += [(qid, mid) for qid, mid in zip(qids, views) if mid]
+        found += [(qid, mid) for qid, mid in zip(qids, views, strict=False) if mid]  # a cell never run has no views
     return found
 
 

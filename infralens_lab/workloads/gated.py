@@ -19,12 +19,13 @@ read back to the host), with one regression switched on by name (:data:`REGRESSI
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from .pipeline import matmul_precision
+from ..device import is_gpu, torch_device
+from .pipeline import make_variant, matmul_precision
 from .tiny_gpt import GPTConfig
 
 CI_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -46,8 +47,6 @@ def tinygpt_step(version: str = "fixed") -> Callable[[], None]:
 
     ``.compile_target()`` returns ``(model, (idx, targets))``: the forward whose graph breaks count (a
     whole training step always breaks at ``backward`` and the optimizer)."""
-    from .pipeline import make_variant
-
     if version not in GATED_TINYGPT:
         raise ValueError(f"TinyGPT gate version {version!r}; expected one of {sorted(GATED_TINYGPT)}")
     step = make_variant(GATED_TINYGPT[version], device="cpu", config=CI_CONFIG, batch=CI_BATCH)
@@ -58,7 +57,6 @@ def tinygpt_step(version: str = "fixed") -> Callable[[], None]:
 
 def copies_step(n: int = 4096) -> Callable[[], None]:
     """One coalesced and one stride-8 Triton copy of ``n`` fp32 elements (2 launches a step)."""
-    from ..device import torch_device
     from ..kernels import copies
 
     x = torch.randn(n, device=torch_device())
@@ -73,7 +71,6 @@ def copies_step(n: int = 4096) -> Callable[[], None]:
 def attention_step(variant: str, shape=(1, 1, 32, 16)) -> Callable[[], None]:
     """One forward of an attention ``variant`` (``naive``, ``tiled``) on (B, H, N, D) inputs: fp32 in the
     interpreter, fp16 on a GPU (the kernels take fp16/bf16 there)."""
-    from ..device import is_gpu, torch_device
     from ..kernels import attention
 
     if variant not in attention.VARIANTS:
@@ -119,8 +116,6 @@ class MLPStep:
 
     def __init__(self, regression: str | None = None, batch: int = 4, seq: int = 32, width: int = 64,
                  compiled: bool = False, device: str | None = None, seed: int = 0, backend: str = "inductor"):
-        from ..device import torch_device
-
         if regression is not None and regression not in REGRESSIONS:
             raise ValueError(f"regression {regression!r}; expected None or one of {REGRESSIONS}")
         for name, v in (("batch", batch), ("seq", seq), ("width", width)):

@@ -23,11 +23,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from ..annotate import annotate
+from ..device import is_gpu
 
 COPY_MODES = ("pageable", "pinned", "double_buffered")
 COPY_BATCH_MIB = 32  # the host batch CopyComputeStep and gpu_stages move per step (fp16)
@@ -45,8 +46,6 @@ class NeedsGpu(RuntimeError):
 
 def require_gpu(what: str, why: str) -> None:
     """Raise :class:`NeedsGpu` (``what`` needs CUDA, ``why`` in one sentence) unless a GPU is in use."""
-    from ..device import is_gpu
-
     if not is_gpu():
         raise NeedsGpu(what, why)
 

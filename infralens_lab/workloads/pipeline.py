@@ -45,9 +45,9 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 from ..annotate import annotate
 from .tiny_gpt import GPTConfig, TinyGPT
-from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 
 VERSIONS = ("bubble", "fixed")  # the two versions the recorded traces and make_step use
 PRECISIONS = ("fp32", "tf32", "bf16")

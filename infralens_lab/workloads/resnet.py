@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..device import torch_device
+
 RESNET50_PARAMS = 25_557_032  # torchvision.models.resnet50().parameters(), summed
 RESNET50_LAYERS = (3, 4, 6, 3)
 
@@ -100,8 +102,6 @@ def inference_step(batch: int = 1, size: int = 224, memory_format: str = "channe
     """A callable running one ResNet-50 forward under ``torch.inference_mode`` on one fixed batch
     ``(batch, 3, size, size)``, model and input in ``memory_format`` (``'channels_first'`` = NCHW,
     ``'channels_last'`` = NHWC in memory) and ``dtype``. ``.model`` and ``.x`` are attached."""
-    from ..device import torch_device
-
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(f"memory_format={memory_format!r}; expected one of {sorted(MEMORY_FORMATS)}")
     for name, v, lo in (("batch", batch, 1), ("size", size, 32)):

@@ -92,7 +92,7 @@ class TinyGPT(nn.Module):
         self.head = nn.Linear(c.n_embd, c.vocab, bias=False)
 
     def forward(self, idx, targets=None, caches: list | None = None):
-        B, T = idx.shape
+        _, T = idx.shape
         start = caches[0]["pos"] if caches else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence end {start + T} exceeds block_size={self.config.block_size}")

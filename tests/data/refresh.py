@@ -18,9 +18,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infralens_lab import evidence  # noqa: E402
-from infralens_lab.parse import ncu as N  # noqa: E402
-from infralens_lab.parse.trace import load_trace, trim  # noqa: E402
+from infralens_lab import evidence  # noqa: E402  (after the path above)
+from infralens_lab.parse import ncu as N  # noqa: E402  (after the path above)
+from infralens_lab.parse.trace import load_trace, trim  # noqa: E402  (after the path above)
 
 CSVS = ("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv", "ncu_matmul.csv")
 UNITS = {  # the units the tests pin, per file
