@@ -28,6 +28,10 @@ def test_copy_traffic():
     c = T.copy_traffic(1000, 2)
     assert (c.kernel, c.bytes_read, c.bytes_written) == ("copy_coalesced", 2000, 2000)
     assert "32-byte sectors" in c.assumptions
+    # the text names each level's unit: 32 B between L1 and L2, 64 B pairs from HBM (16x at fp32 stride 16)
+    s16 = T.copy_traffic(1000, 4, 16).assumptions
+    assert "L1 and L2 move whole 32-byte sectors" in s16 and "= 8 bytes there" in s16
+    assert "HBM fetches 64-byte sector pairs: 16 bytes" in s16 and "DRAM moves whole 32" not in s16
     assert c.as_dict()["useful_bytes_read"] == 2000
 
 

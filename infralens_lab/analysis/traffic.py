@@ -142,7 +142,10 @@ def predicted_useful_fraction(stride: int, elem_bytes: int) -> float:
 
 
 def copy_traffic(n_out: int, elem_bytes: int, stride: int = 1) -> Traffic:
-    """DRAM traffic of a copy writing ``n_out`` elements read at element ``stride``."""
+    """Traffic of a copy writing ``n_out`` elements read at element ``stride``, its reads counted in the 32-byte
+    sectors L1 and L2 move (:attr:`SectorModel.read_amplification`). HBM fetches 64-byte sector pairs on
+    H100/H200, so at strides of 16 fp32 elements and more the DRAM counters read twice this model; lab 02 shows
+    both levels beside ``dram__bytes_read.sum`` (:attr:`SectorModel.dram_read_amplification`)."""
     _pos_int("n_out", n_out)
     m = sector_model(stride, elem_bytes)
     useful = n_out * m.elem_bytes
@@ -154,8 +157,9 @@ def copy_traffic(n_out: int, elem_bytes: int, stride: int = 1) -> Traffic:
         flops=0,
         useful_bytes_read=useful,
         assumptions=(f"{n_out} elements of {m.elem_bytes} B read {stride} apart and written contiguously; "
-                     f"DRAM moves whole {SECTOR_BYTES}-byte sectors, so each useful byte read costs "
-                     f"min(stride, {SECTOR_BYTES}/elem_bytes) = {m.read_amplification:g} bytes; writes are "
+                     f"L1 and L2 move whole {SECTOR_BYTES}-byte sectors, so each useful byte read costs "
+                     f"min(stride, {SECTOR_BYTES}/elem_bytes) = {m.read_amplification:g} bytes there (HBM fetches "
+                     f"{DRAM_FETCH_BYTES}-byte sector pairs: {m.dram_read_amplification:g} bytes); writes are "
                      f"full sectors; no reuse through L2; {m.sectors_per_request} sectors per warp request "
                      f"(16-byte vector loads)"),
     )
