@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import site_assets
+from .quiz.cells import TAG_SOLUTION
 from .quiz.widgets import SELF_CHECK_CALL
 
 LAB_GLOB = "[0-9][0-9]_*.ipynb"
@@ -53,12 +54,21 @@ _TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block extra_css -%}<style type="text/css">{{ resources.infralens_css }}</style>{%- endblock extra_css -%}
 {%- block body_header -%}{{ super() }}{{ resources.infralens_top }}{%- endblock body_header -%}
 {%- block body_footer -%}{{ resources.infralens_nav }}{{ resources.infralens_footer }}{{ resources.infralens_scripts }}{{ super() }}{%- endblock body_footer -%}
+{% block codecell %}
+{%- if '@@SOLUTION@@' in cell.metadata.get('tags', []) -%}
+<details class="infralens-solution"><summary>Worked solution: write your own first, then open</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{%- endblock codecell %}
 {% block data_png scoped %}
 <div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
 <img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}" alt="{{ (output | get_metadata('alt', 'image/png')) | escape_html }}">
 </div>
 {%- endblock data_png %}
-"""
+""".replace("@@SOLUTION@@", TAG_SOLUTION)
 
 _CSS = """
 .infralens-nav { display: flex; gap: 1.5em; align-items: baseline; flex-wrap: wrap;
@@ -76,6 +86,9 @@ _CSS = """
 .infralens-static-widget .prompt { font-weight: 600; margin: 4px 0; white-space: pre-wrap; }
 .infralens-static-widget ul.options { list-style: none; padding-left: 0.5em; margin: 4px 0 6px 0; }
 .infralens-static-widget details { margin-top: 6px; }
+.infralens-solution { margin: 6px 0; border-left: 4px solid #9e9e9e; padding-left: 8px; }
+.infralens-solution > summary { cursor: pointer; color: #555; font-family: var(--jp-ui-font-family, sans-serif);
+  font-size: 13px; padding: 4px 0; }
 .infralens-static-widget summary { cursor: pointer; color: #3f51b5; }
 main { max-width: 1100px; margin: 0 auto; }
 /* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and

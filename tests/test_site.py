@@ -470,3 +470,24 @@ def test_real_labs_have_provenance_and_static_self_checks(real_site):
 
 
 # The offline edition in Chromium (1280 and 800 px, same checks as JupyterLab): tests/test_browser.py
+
+
+@needs_real_labs
+def test_real_labs_fold_their_worked_solutions(real_site):
+    """Offline, as in JupyterLab, a worked solution stays shut until the reader opens it: every cell tagged
+    `solution` (source and output) sits inside a closed <details>, and nothing else does."""
+    for nb_path, page_path in zip(REAL_LABS, real_site.pages, strict=True):
+        nb = nbformat.read(nb_path, as_version=4)
+        solutions = [c for c in nb.cells if c.cell_type == "code" and "solution" in c.metadata.get("tags", [])]
+        page = page_path.read_text()
+        folds = re.findall(r'<details class="infralens-solution">(.*?)</details>', page, re.S)
+        assert len(folds) == len(solutions), f"{page_path.name}: {len(folds)} folds for {len(solutions)} solutions"
+        assert '<details class="infralens-solution" open' not in page
+        for cell, fold in zip(solutions, folds, strict=True):
+            first = next(ln for ln in cell.source.splitlines() if ln.strip())
+            assert _squash(first) in _squash(page_text(fold)), f"{page_path.name}: no fold holds {first!r}"
+
+
+def _squash(text: str) -> str:
+    """Text without any whitespace: highlighted code comes back from the page one token per tag."""
+    return re.sub(r"\s+", "", _norm(text))
