@@ -19,7 +19,7 @@ from functools import partial
 
 from ..device import is_gpu, synchronize
 from ..parse.trace import Trace, trim
-from .timing import summarize, time_fn
+from .timing import summarize, synced_wall_ms, time_fn
 from .torch_trace import chrome_trace_of, profile
 
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
@@ -50,12 +50,7 @@ def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
     for _ in range(warmup - 1):
         fn()
     _sync()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        samples.append((time.perf_counter() - t0) * 1e3)
+    samples = synced_wall_ms(fn, repeats, _sync)
     t = summarize(samples, "cpu_wall", "perf_counter around fn(); synchronize")
     return {"first_ms": first, **t.as_dict()}
 
