@@ -43,7 +43,7 @@ class GpuUnavailableError(RuntimeError):
 def _cuda_usable() -> tuple[bool, str]:
     """Whether torch sees a CUDA GPU it can use, and why not if it cannot."""
     try:
-        import torch
+        import torch  # heavy: torch, only here
     except ImportError as exc:  # pragma: no cover - torch is a hard dependency
         return False, f"torch is not importable ({exc})"
     try:
@@ -113,7 +113,7 @@ def torch_device() -> str:
 def synchronize() -> None:
     """Wait for queued device work (no-op in interpreter mode)."""
     if is_gpu():
-        import torch
+        import torch  # heavy: torch, only here
 
         torch.cuda.synchronize()
 
@@ -179,11 +179,11 @@ class DeviceFacts:
 @functools.lru_cache(maxsize=1)
 def facts() -> DeviceFacts:
     """Device facts for the current mode (GPU properties in gpu mode, the CPU otherwise)."""
-    import torch
+    import torch  # heavy: torch, only here
 
     m, why = _decided()
     try:
-        import triton
+        import triton  # heavy: triton, only here
 
         triton_version = triton.__version__
     except ImportError:  # pragma: no cover

@@ -177,8 +177,8 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
         f = state.get("facts")
         if f is None:  # the mode could not be decided: the versions still can be read
 
-            import torch
-            import triton
+            import torch  # heavy: torch, only here
+            import triton  # heavy: triton, only here
 
             detail = (f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none: CPU build'}), "
                       f"triton {triton.__version__}, python {platform.python_version()}")

@@ -280,6 +280,18 @@ def _restore_fix(path: Path) -> str:
             "(docs/instructors.md, 'Provenance').")
 
 
+def _json_object(path: Path, schema: str) -> dict:
+    """The JSON object in ``path``, whose ``"schema"`` must be ``schema`` (a manifest or an evidence record)."""
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != schema:
+        seen = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise EvidenceError(f"{path}: schema is {seen!r}, expected {schema!r}")
+    return doc
+
+
 class RecordedStore:
     """A validated recorded set in ``data/recorded/<gpu-slug>/``."""
 
@@ -292,13 +304,7 @@ class RecordedStore:
                 ("the folder is empty" if self.folder.is_dir() else "there is no such folder")
             raise EvidenceError(f"{self.folder}: not a recorded set ({seen}); expected a folder written by the "
                                 f"recorder, with a manifest.json listing each file's checksum. {_restore_fix(mpath)}")
-        try:
-            manifest = json.loads(mpath.read_text())
-        except json.JSONDecodeError as exc:
-            raise EvidenceError(f"{mpath}: not valid JSON ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
-            seen = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
-            raise EvidenceError(f"{mpath}: schema is {seen!r}, expected {MANIFEST_SCHEMA!r}")
+        manifest = _json_object(mpath, MANIFEST_SCHEMA)
         if not isinstance(manifest.get("files"), dict):
             raise EvidenceError(f"{mpath}: 'files' is missing or not an object")
         self.manifest = manifest
@@ -340,13 +346,7 @@ class RecordedStore:
         """Load and validate the JSON record ``name``."""
         _check_name(name)
         path = self._checked_path(f"{name}.json")
-        try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise EvidenceError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(doc, dict) or doc.get("schema") != EVIDENCE_SCHEMA:
-            seen = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-            raise EvidenceError(f"{path}: schema is {seen!r}, expected {EVIDENCE_SCHEMA!r}")
+        doc = _json_object(path, EVIDENCE_SCHEMA)
         for key, typ in (("name", str), ("units", dict), ("notes", str)):
             if not isinstance(doc.get(key), typ):
                 raise EvidenceError(f"{path}: {key!r} is {doc.get(key)!r}, expected {typ.__name__}")
@@ -422,6 +422,16 @@ def reference(gpu: str | None = None, root: str | Path | None = None) -> Recorde
         raise EvidenceError(f"no recorded evidence under {root}; record some on a GPU with "
                             f"`python -m infralens_lab record --out {root}/<gpu-slug>`")
     raise EvidenceError(f"cannot choose a reference set: {why}")
+
+
+def reference_holding(*files: str) -> RecordedStore | None:
+    """The reference set when there is one and it lists every one of ``files``; else None (nothing recorded
+    here, or a set recorded before those files were): what the grader's evidence providers ask first."""
+    try:
+        st = reference()
+    except EvidenceError:
+        return None
+    return st if all(f in st.files() for f in files) else None
 
 
 def load(name: str, gpu: str | None = None) -> Evidence:

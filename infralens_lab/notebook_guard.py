@@ -78,7 +78,7 @@ class Cell:
 def _python_of(source: str) -> str:
     """``source`` with IPython syntax (``%magic``, ``!cmd``) turned into Python, as the kernel runs it."""
     try:
-        from IPython.core.inputtransformer2 import TransformerManager
+        from IPython.core.inputtransformer2 import TransformerManager  # optional: IPython, only here
     except ImportError:  # plain python: drop the lines IPython would have transformed
         return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
     try:
@@ -236,7 +236,7 @@ def _handler_output_shown() -> bool:
     IPython 9's ``run_code`` drops it, so the handler shows it itself)."""
     global _SHOWN
     if _SHOWN is None:
-        from IPython.core.interactiveshell import InteractiveShell
+        from IPython.core.interactiveshell import InteractiveShell  # optional: IPython, only here
         try:
             _SHOWN = "_showtraceback" in inspect.getsource(InteractiveShell.set_custom_exc)
         except (OSError, TypeError):
@@ -316,7 +316,7 @@ def install(shell=None) -> bool:
     IPython); idempotent. Returns False outside IPython."""
     if shell is None:
         try:
-            from IPython import get_ipython
+            from IPython import get_ipython  # optional: IPython, only here
         except ImportError:
             return False
         shell = get_ipython()

@@ -82,7 +82,7 @@ def load_model_fn(spec: str):
 
 
 def _mlp(args):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # heavy: torch, only here
 
     cfg = W.MLPConfig(width=args.width, depth=args.depth, batch=args.batch)
 
@@ -108,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, local = rank_env()
     if args.warmup < 2 or args.steps < 1:
         raise SystemExit(f"profile_ddp: --warmup {args.warmup}, --steps {args.steps}; expected >= 2 and >= 1")
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    import torch  # heavy: torch, only here
+    import torch.distributed as dist  # heavy: torch, only here
+    from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch, only here
 
     backend = node_backend(args.backend, torch.cuda.is_available(), torch.cuda.device_count(),
                            int(os.environ.get("LOCAL_WORLD_SIZE", "1")))

@@ -441,8 +441,8 @@ def lab_meta(lab: LabPage) -> str:
 
 
 def _exporter():
-    from jinja2 import DictLoader
-    from nbconvert import HTMLExporter
+    from jinja2 import DictLoader  # heavy: jinja2, only here
+    from nbconvert import HTMLExporter  # heavy: Jupyter, only here
 
     return HTMLExporter(template_name="lab", template_file="infralens_site.html.j2", embed_images=True,
                         extra_loaders=[DictLoader({"infralens_site.html.j2": _TEMPLATE})], theme="light")
@@ -491,7 +491,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
     """Write ``out_dir/index.html``, one page per ``labs_dir/NN_*.ipynb`` from the committed notebooks
     (never executed), the search index and the script (:mod:`.site_assets`). Returns the :class:`Site`;
     ValueError if there are no labs."""
-    import nbformat
+    import nbformat  # heavy: Jupyter, only here
 
     notebooks = find_labs(labs_dir)
     out = Path(out_dir)

@@ -1,9 +1,12 @@
-"""Shared test builders: the one fake Nsight Compute CSV writer the tests use."""
+"""Shared test builders: the one fake Nsight Compute CSV writer the tests use, and the recorded set or a skip."""
 from __future__ import annotations
 
 import csv
 import io
 
+import pytest
+
+from infralens_lab import evidence
 from infralens_lab.parse import ncu as N
 
 ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
@@ -41,3 +44,16 @@ def question_sections_of(lab: str) -> dict:
 
     path = next((Path(__file__).resolve().parents[1] / "labs").glob(f"{lab[3:]}_*.ipynb"))
     return question_sections(json.loads(path.read_text()))
+
+
+def recorded_set(*names: str, files: tuple[str, ...] = ()):
+    """The recorded reference set, or a skip when none is recorded yet or it lacks one of the JSON records
+    ``names`` or the ``files``."""
+    try:
+        st = evidence.reference()
+    except evidence.EvidenceError:
+        pytest.skip("no recorded evidence under data/recorded yet")
+    missing = [n for n in names if n not in st.names()] + [f for f in files if f not in st.files()]
+    if missing:
+        pytest.skip(f"the recorded set has no {missing} yet")
+    return st

@@ -102,10 +102,10 @@ def test_variant_lists_follow_the_compiler_constraints():
             vs = exp.variants_for(head_dim, causal)
             assert len({v.label_for(causal) for v in vs}) == len(vs)
             for v in vs:
-                if v.ws:
-                    assert v.num_warps == 4 and (v.family == "t06" or v.block_m == 256)
+                if v.cand.ws:
+                    assert v.cand.num_warps == 4 and (v.family == "t06" or v.cand.block_m == 256)
                 if causal:
-                    assert v.block_m % v.block_n == 0
+                    assert v.cand.block_m % v.cand.block_n == 0
     assert exp.kin("ws BM256-BN64-w4-s2") == "ws" and exp.kin("t06 BM128-BN64-w4-s2 dev ws") == "t06 ws"
     assert exp.kin("t06 BM128-BN64-w4-s3 host") == "t06 BM128-BN64-w4-s3 host"
 
@@ -115,8 +115,8 @@ def test_variant_lists_follow_the_compiler_constraints():
 def test_each_family_in_the_interpreter(causal):
     # One variant per family (all of them: python3 tools/attn_ws_experiment.py --interpret, about 3 minutes).
     vs = exp.variants_for(64, causal)
-    picks = [next(v for v in vs if v.family == "ws"), next(v for v in vs if v.family == "t06" and v.ws),
-             next(v for v in vs if v.family == "t06" and not v.ws and (v.heavy_first or not causal))]
+    picks = [next(v for v in vs if v.family == "ws"), next(v for v in vs if v.family == "t06" and v.cand.ws),
+             next(v for v in vs if v.family == "t06" and not v.cand.ws and (v.heavy_first or not causal))]
     for v in picks:
         res = exp.check_variant(v, 64, torch.float16, causal)
         assert res["ragged_ok"], (v.label_for(causal), res)
@@ -130,7 +130,7 @@ def test_ws_configs_the_wrapper_refuses_still_run_here(stages, causal):
     var = exp._v("ws", (256, 16, 4, stages), ws=True)
     with pytest.raises(ValueError, match=re.escape("docs/kernels_notes.md, run 9")):
         af.attention_tiled_fast(*[torch.randn(1, 2, 40, 32).half() for _ in range(3)], causal=causal,
-                                config=var.cand())
+                                config=var.cand)
     q, k, v = (torch.randn(1, 2, 40, 32).half() for _ in range(3))
     out = torch.full_like(q, float("nan"))
     assert exp.run_variant(var, q, k, v, causal, out) is out

@@ -29,6 +29,7 @@ Skipped, with the reason, only where Chromium is missing or cannot start.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
@@ -549,23 +551,41 @@ def _reopen(ctx, lab_server, trouble, page, n_cells: int):
     return page
 
 
+@contextlib.contextmanager
+def _guard_tab(lab_server, lab_browser, failure_shot: Path | None = None):
+    """The guard notebook in a new tab, opened and run top to bottom; yields the tab (``.page``, which a test
+    may replace on reopening, and ``.n_cells``). At the end the page is closed and the kernels shut down; on a
+    failure ``failure_shot`` (if given) is a screenshot of the page first."""
+    ctx, trouble = lab_browser
+    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
+    trouble.reset()
+    tab = SimpleNamespace(page=ctx.new_page(), n_cells=n)
+    trouble.watch(tab.page)
+    try:
+        _open(tab.page, lab_server.url(GUARD_NB), n, "guard")
+        _run_all(tab.page, "guard")
+        yield tab
+    except BaseException:
+        if failure_shot is not None:
+            tab.page.screenshot(path=str(failure_shot))
+        raise
+    finally:
+        tab.page.close()
+        lab_server.shutdown_kernels()
+
+
 def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, guard_nb, shots):
     """Run, save, close, reopen: no "model not found"; the self-check is live (Check answers). Save again
     without re-running and reopen: still none (the saved state alone would have been lost here)."""
     ctx, trouble = lab_browser
     qid, _, right, wrong = guard_nb
-    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
-    trouble.reset()
-    page = ctx.new_page()
-    trouble.watch(page)
-    try:
-        _open(page, lab_server.url(GUARD_NB), n, "guard")
-        _run_all(page, "guard")
+    with _guard_tab(lab_server, lab_browser, shots / "reopen_failure.png") as tab:
+        page = tab.page
         page.locator(f"{PANEL} .infralens-selfcheck").first.wait_for(state="attached", timeout=30_000)
         page.keyboard.press("Control+s")
         page.wait_for_timeout(1500)
         for round_ in (1, 2):
-            page = _reopen(ctx, lab_server, trouble, page, n)
+            page = tab.page = _reopen(ctx, lab_server, trouble, page, tab.n_cells)
             text = page.locator(PANEL).inner_text()
             assert MODEL_NOT_FOUND not in text, f"reopen {round_}: a widget shows 'model not found'"
             box = page.locator(f"{PANEL} .infralens-selfcheck")
@@ -579,23 +599,12 @@ def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, 
             page.keyboard.press("Control+s")  # saved without re-running any cell
             page.wait_for_timeout(1500)
         trouble.check("guard notebook reopened")
-    except BaseException:
-        page.screenshot(path=str(shots / "reopen_failure.png"))
-        raise
-    finally:
-        page.close()
-        lab_server.shutdown_kernels()
 
 
 def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_browser, guard_nb, shots):
-    ctx, trouble = lab_browser
-    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
-    trouble.reset()
-    page = ctx.new_page()
-    trouble.watch(page)
-    try:
-        _open(page, lab_server.url(GUARD_NB), n, "guard")
-        _run_all(page, "guard")
+    _, trouble = lab_browser
+    with _guard_tab(lab_server, lab_browser) as tab:
+        page = tab.page
         _menu(page, "Kernel", "Restart Kernel…")
         page.locator(".jp-Dialog button", has_text=re.compile("^Restart$")).click()
         page.wait_for_timeout(1500)
@@ -610,21 +619,13 @@ def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_brows
         assert "Traceback" not in out and "---->" not in out and "Cell In[" not in out, out
         assert len(out.strip().splitlines()) <= 2, f"more than the guidance line: {out!r}"
         trouble.check("restart guidance")
-    finally:
-        page.close()
-        lab_server.shutdown_kernels()
 
 
 def test_a_syntax_error_in_the_answer_cell_is_not_graded_stale(lab_server, lab_browser, guard_nb, shots):
-    ctx, trouble = lab_browser
+    _, trouble = lab_browser
     qid, var, right, wrong = guard_nb
-    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
-    trouble.reset()
-    page = ctx.new_page()
-    trouble.watch(page)
-    try:
-        _open(page, lab_server.url(GUARD_NB), n, "guard")
-        _run_all(page, "guard")
+    with _guard_tab(lab_server, lab_browser) as tab:
+        page = tab.page
         assert _cell_output(page, GUARD_ANSWER).startswith(f"✓ {qid}: right")
         broken = f'{var} = "{wrong}" +\ncheck("{qid}", {var})'
         out = _run_cell(page, GUARD_ANSWER, broken)
@@ -636,9 +637,6 @@ def test_a_syntax_error_in_the_answer_cell_is_not_graded_stale(lab_server, lab_b
         fixed = _run_cell(page, GUARD_ANSWER, f'{var} = "{right}"\ncheck("{qid}", {var})')
         assert fixed.startswith(f"✓ {qid}: right") and _run_cell(page, GUARD_ANSWER + 1).startswith(f"✓ {qid}")
         trouble.check("syntax error answer")
-    finally:
-        page.close()
-        lab_server.shutdown_kernels()
 
 
 # ---------------------------------------------------------------- the offline edition
@@ -668,6 +666,22 @@ def _check_site_page(page, name: str) -> None:
             assert opened != summary.inner_text().strip(), f"{name}: explanation {i} is empty"
 
 
+@contextlib.contextmanager
+def _offline_page(browser, width: int, uri: str):
+    """A page ``width`` x 900 px in a new browser context, every request and console message of it watched,
+    loaded from ``uri``; yields ``(page, trouble)`` and closes the context at the end."""
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        trouble = Trouble()
+        trouble.watch_context(ctx)
+        page = ctx.new_page()
+        trouble.watch(page)
+        page.goto(uri, wait_until="load")
+        yield page, trouble
+    finally:
+        ctx.close()
+
+
 @pytest.mark.parametrize("width", [1280, 800])
 def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_factory, shots):
     from infralens_lab import site as site_mod
@@ -676,13 +690,7 @@ def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_fact
     if REAL_LABS:
         sites.append(("site", site_mod.build_site(ROOT / "labs", tmp_path_factory.mktemp("site"))))
     for label, built in sites:
-        ctx = browser.new_context(viewport={"width": width, "height": 900})
-        try:
-            trouble = Trouble()
-            trouble.watch_context(ctx)
-            page = ctx.new_page()
-            trouble.watch(page)
-            page.goto(built.index.as_uri(), wait_until="load")
+        with _offline_page(browser, width, built.index.as_uri()) as (page, trouble):
             assert page.title() == "InfraLens Lab: offline edition"
             page.screenshot(path=str(shots / f"{label}_index_{width}.png"))
             for k, (lab, html_page) in enumerate(zip(built.labs, built.pages, strict=True)):
@@ -706,8 +714,6 @@ def test_offline_edition_in_chromium(width, browser, fixture_labs, tmp_path_fact
                 check_site_search(page, built, width, shots)
                 check_figure_zoom(page, built, width)
             trouble.check(f"{label} site at {width} px")
-        finally:
-            ctx.close()
 
 
 # ---------------------------------------------------------------- the class report (make grade)
@@ -739,13 +745,7 @@ def test_class_report_in_chromium(width, browser, shots, tmp_path):
     rows = _class_rows()
     path = tmp_path / "class_report.html"
     report.write_report(rows, path, {r["notebook"]: r["notebook"].split("/")[1] for r in rows})
-    ctx = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        trouble = Trouble()
-        trouble.watch_context(ctx)
-        page = ctx.new_page()
-        trouble.watch(page)
-        page.goto(path.as_uri(), wait_until="load")
+    with _offline_page(browser, width, path.as_uri()) as (page, trouble):
         assert page.title() == "InfraLens class report"
         over = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
         assert over <= 1, f"class report at {width} px is {over} px wider than the window"
@@ -754,8 +754,6 @@ def test_class_report_in_chromium(width, browser, shots, tmp_path):
         assert len(svgs) == 2 and max(svgs) <= width, f"a histogram runs past the window: {svgs}"
         page.screenshot(path=str(shots / f"class_report_{width}.png"), full_page=True)
         trouble.check(f"class report at {width} px")
-    finally:
-        ctx.close()
 
 
 SEARCHES = (("long scoreboard", "04_"), ("bucket_cap_mb", "06_"))

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.analysis import distributed as A
+from infralens_lab.parse.ranks import recorded_run
 from infralens_lab.parse.trace import load_trace
 
 RUN = json.loads((Path(__file__).parent / "data" / "ddp_gloo_run.json").read_text())
@@ -100,24 +101,13 @@ def test_bucket_view_puts_grads_in_buckets():
     assert by["cap 25 MiB, bucket view"]["grad_storages"] == 1
 
 
-def _recorded_nccl():
-    from infralens_lab import evidence
-    from infralens_lab.parse.ranks import RankRun
-
-    for store in evidence.load_all_sets():
-        if "ddp_meta" in store.names():
-            world = store.load("ddp_meta").values["world"]
-            return RankRun([store.load(f"ddp_rank{r}").values for r in range(world)])
-    return None
-
-
 def test_the_recorded_nccl_set_keeps_every_invariant():
     """The committed NCCL set (recorder step `distributed`, written only when these hold): exposed <= comm <= step on
     every rank, calls per step = DDP's buckets, kernels per step whole and equal, speedup within its bound, and
     no collective ending before every GPU entered it (beyond the stated tolerance for GPU timers)."""
     from infralens_lab.analysis import ddp_run as R
 
-    run = _recorded_nccl()
+    run = recorded_run()
     if run is None:
         pytest.skip("no recorded NCCL set in this checkout (python -m infralens_lab record --only device,distributed)")
     assert run.backend == "nccl" and run.world >= 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import helpers
 import pytest
 
 from infralens_lab import evidence
@@ -159,7 +160,7 @@ def test_idle_budget_hand_computed_and_on_the_recording():
     assert f == pytest.approx({"period_ms": 0.5, "busy_ms": 0.46, "idle_over_ms": 0.0, "idle_under_ms": 0.04,
                                "gaps_over_per_step": 0.0, "min_gap_us": 50.0})
     assert idle_budget(_fixed(), min_gap_us=30)["idle_over_ms"] == pytest.approx(0.04)
-    st = _store_with("trace_bubble", "trace_fixed")
+    st = helpers.recorded_set("trace_bubble", "trace_fixed")
     for v, (tr, _) in lab01.recorded_traces(st).items():
         b = idle_budget(tr)
         # the split is exact: period = busy + gaps over + gaps under (float sums of ~1000 intervals)
@@ -169,7 +170,7 @@ def test_idle_budget_hand_computed_and_on_the_recording():
 
 def test_matmul_ceilings_and_q9_derivation(capsys):
     assert lab01.matmul_ceilings(None) is None and "no `ceilings` record" in capsys.readouterr().out
-    st = _store_with("ceilings")
+    st = helpers.recorded_set("ceilings")
     t, cap = lab01.matmul_ceilings(st)
     assert {"fp32", "tf32", "bf16"} <= set(t["dtype"]) and (t["rate_TFLOPs"] > 0).all() and st.gpu in cap
     want = t.set_index("dtype")["rate_TFLOPs"]
@@ -241,19 +242,8 @@ def test_missing_records_give_notes(capsys):
 
 
 # ------------------------------------------------------------------ the real recording, when there is one
-def _store_with(*names):
-    try:
-        st = evidence.reference()
-    except evidence.EvidenceError:
-        pytest.skip("no recorded evidence under data/recorded yet")
-    missing = [n for n in names if n not in st.names()]
-    if missing:
-        pytest.skip(f"the recorded set has no {missing} yet")
-    return st
-
-
 def test_recorded_traces_before_after():
-    st = _store_with("trace_bubble", "trace_fixed")
+    st = helpers.recorded_set("trace_bubble", "trace_fixed")
     traces = lab01.recorded_traces(st)
     tr_b, tr_f = traces["bubble"][0], traces["fixed"][0]
     assert tr_b.has_gpu and tr_f.has_gpu
@@ -354,7 +344,7 @@ def test_q11_key_follows_the_recorded_set(monkeypatch, tmp_path):
 def test_keys_are_what_the_notebook_computes_on_the_recording():
     """The grader's keys rebuild the notebook's evidence with the same functions: the derivations give the
     notebook's numbers (computed here the notebook's way), and the exercises' keys are the package's formulas."""
-    st = _store_with("trace_bubble", "trace_fixed", "pipeline_variants", "ceilings")
+    st = helpers.recorded_set("trace_bubble", "trace_fixed", "pipeline_variants", "ceilings")
     traces = lab01.recorded_traces(st)
     tr_b, tr_f = traces["bubble"][0], traces["fixed"][0]
     cmp = lab01.compare(traces)
@@ -399,7 +389,7 @@ def test_derivations_refuse_the_wrong_evidence():
 
 
 def test_hot_kernel_ncu_reads_the_recorded_hot_kernel():
-    st = _store_with("trace_fixed")
+    st = helpers.recorded_set("trace_fixed")
     if is_gpu():
         pytest.skip("on a GPU the hot kernel is profiled live")
     hot = hot_kernel_name(lab01.recorded_traces(st)["fixed"][0])

@@ -244,19 +244,8 @@ def test_missing_record_prints_a_note(capsys):
 
 
 # ------------------------------------------------------------------ the real recording, when there is one
-def _recorded(*files):
-    try:
-        st = evidence.reference()
-    except evidence.EvidenceError:
-        pytest.skip("no recorded evidence under data/recorded yet")
-    missing = [f for f in files if f not in st.files()]
-    if missing:
-        pytest.skip(f"the recorded set has no {missing} yet")
-    return st
-
-
 def test_recorded_copy_family_matches_raw_counters():
-    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv"))
     fam = lab04.recorded_copy_family(st)
     raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
     t = fam.table
@@ -275,7 +264,7 @@ def test_recorded_copy_family_matches_raw_counters():
 
 
 def test_recorded_attention_before_after():
-    st = _recorded("ncu_attention.csv")
+    st = helpers.recorded_set(files=("ncu_attention.csv",))
     att, cap = lab04.recorded_attention(st)
     assert "ncu_attention.csv" in cap and att.shape == (4, 16, 4096, 64) and att.dtype == "fp16"
     assert {"naive", "tiled"} <= set(att.variants["variant"])
@@ -389,7 +378,7 @@ def test_model_agreement_sorts_rows_into_near_doubled_and_other():
 
 def test_recorded_sectors_per_request_by_hand_and_the_lab_questions_evidence():
     """The notebook's by-hand division of the raw counters equals the table; q10/q11 evidence on the recording."""
-    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
+    st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv"))
     fam = lab04.recorded_copy_family(st)
     raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
     per = raw[raw["metric"].isin(N.SECTORS)].pivot_table(index="config", columns="metric", values="value", aggfunc="sum")
@@ -486,7 +475,7 @@ def test_kv_passes_hand_computed_and_errors():
 
 
 def test_recorded_profile_clocks_kv_reads_and_sol_pairs():
-    st = _recorded("ncu_attention.csv")
+    st = helpers.recorded_set(files=("ncu_attention.csv",))
     att = attn.profile(st.text("ncu_attention.csv"))
     raw = N.parse_raw_csv(st.text("ncu_attention.csv"))
     k = att.kernels.set_index("kernel")
@@ -508,7 +497,7 @@ def test_recorded_profile_clocks_kv_reads_and_sol_pairs():
 
 
 def test_recorded_family_has_clocks_commands_and_no_captions_of_its_own():
-    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv"))
     fam = copy_info.family(st.text("ncu_copies.csv"), st.text("ncu_copies_stalls.csv"))
     assert fam.table["clock_ghz"].between(0.5, 3.0).all() and fam.clocks is not None
     assert set(fam.commands) == set(fam.table["label"]) and fam.caption == ""
@@ -522,7 +511,7 @@ def test_grading_keys_rebuild_what_the_notebook_checks_against():
     """quiz/keys/lab04.py walks parse -> analysis only, and gives the same tables the notebook's cells build."""
     from infralens_lab.quiz.keys import lab04 as keys
 
-    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
+    st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv"))
     fam = lab04.recorded_copy_family(st)
     pd.testing.assert_frame_equal(keys.copy_family(), fam.table)
     pd.testing.assert_frame_equal(keys.stride8_stalls(), fam.stalls_for("stride 8"))
@@ -540,7 +529,7 @@ def test_exercise_keys_are_the_by_hand_arithmetic_of_the_notebook():
     from infralens_lab.quiz.check import expected_answer
     from infralens_lab.quiz.keys import lab04 as keys
 
-    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv")
+    st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv"))
     raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
     fam = lab04.recorded_copy_family(st)
     w = N.wide(raw, [*N.SECTORS, "dram__bytes_read.sum"]).assign(label=lambda d: d["config"].map(fam.labels()))
@@ -586,7 +575,7 @@ def test_bench_shape_words():
 def test_live_copy_family_on_a_gpu_path_with_ncu_stubbed(monkeypatch, capsys):
     """The GPU branch of live_copy_family (ncu run live), with ncu's output stood in by the recorded CSVs: it asks
     for the SM clock too, and returns a family whose table the notebook's copy view can show."""
-    st = _recorded("ncu_copies.csv", "ncu_copies_stalls.csv")
+    st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv"))
     asked = {}
 
     def fake_profile_runs(runs, parts):

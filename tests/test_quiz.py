@@ -110,26 +110,27 @@ def test_question_right_passes_wrong_fails_in_grade_mode(q, grade, monkeypatch, 
     assert "✓" in capsys.readouterr().out
 
 
+def _any_derived_answer(q, monkeypatch):
+    """For a derived question, make its derivation give some valid answer and return the evidence to pass
+    (SENTINEL_EVIDENCE); None for a question with a fixed answer."""
+    if q.derive is None:
+        return None
+    monkeypatch.setitem(derive_mod._DERIVATIONS, q.derive,
+                        lambda e, **kw: next(iter(q.options)) if q.kind == "choice"
+                        else (q.vocabulary[0] if q.kind == "text" else 1.0))
+    return SENTINEL_EVIDENCE
+
+
 @pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.id)
 @pytest.mark.parametrize("blank", [None, ..., "", "   "], ids=["None", "Ellipsis", "empty", "blank"])
 def test_unanswered_fails_in_grade_mode(q, blank, grade, monkeypatch):
-    ev = None
-    if q.derive is not None:
-        monkeypatch.setitem(derive_mod._DERIVATIONS, q.derive,
-                            lambda e, **kw: next(iter(q.options)) if q.kind == "choice"
-                            else (q.vocabulary[0] if q.kind == "text" else 1.0))
-        ev = SENTINEL_EVIDENCE
+    ev = _any_derived_answer(q, monkeypatch)
     _expect_fail(q.id, blank, ev, contains=("not answered yet",))
 
 
 @pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.id)
 def test_unanswered_passes_outside_grade_mode(q, learner, monkeypatch, capsys):
-    ev = None
-    if q.derive is not None:
-        monkeypatch.setitem(derive_mod._DERIVATIONS, q.derive,
-                            lambda e, **kw: next(iter(q.options)) if q.kind == "choice"
-                            else (q.vocabulary[0] if q.kind == "text" else 1.0))
-        ev = SENTINEL_EVIDENCE
+    ev = _any_derived_answer(q, monkeypatch)
     r = check(q.id, None, evidence=ev)
     assert (r.status, r.points, r.answered, r.correct) == ("unanswered", 0, False, False)
     assert capsys.readouterr().out == f"· {q.id}: not answered yet. Set the answer variable and run this cell again ({q.points:g} point{'s' if q.points != 1 else ''}).\n"

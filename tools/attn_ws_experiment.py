@@ -103,33 +103,23 @@ def _t06_loop(acc, l_i, m_i, q, d_k, d_v, row0, lo, hi, offs_m, N_CTX, qk_scale,
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
         k = d_k.load([row0 + start_n, 0])
         qk = tl.dot(q, k.T)
-        if DIAG or KEY_MASK:
-            cols = start_n + offs_n
+        if ADD_MASK and (DIAG or KEY_MASK):  # the tutorial's way: a large negative bias, scaled here
             if DIAG:
                 keep = offs_m[:, None] >= cols[None, :]
                 if KEY_MASK:
                     keep = keep & (cols[None, :] < N_CTX)
             else:
                 keep = cols[None, :] < N_CTX
-            if ADD_MASK:  # the tutorial's way: a large negative bias
-                qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
-            else:  # attn_fwd_fast's way
-                qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            qk = qk - m_ij[:, None]
-        else:
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_ij[:, None]
-        p = tl.math.exp2(qk)
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_ij = tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+            qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
+            # then attn_fwd_fast's update with nothing left to mask or scale (a scale of 1.0 is exact)
+            p, m_i, l_i, acc = af._online_softmax(qk, m_i, l_i, acc, offs_m, cols, N_CTX, 1.0, False, False)
+        else:  # attn_fwd_fast's way: where(keep, qk * scale, -inf), then the online-softmax update
+            p, m_i, l_i, acc = af._online_softmax(qk, m_i, l_i, acc, offs_m, cols, N_CTX, qk_scale, DIAG, KEY_MASK)
         v = d_v.load([row0 + start_n, 0])
         acc = tl.dot(p.to(q.dtype), v, acc)
-        l_i = l_i * alpha + l_ij
-        m_i = m_ij
     return acc, l_i, m_i
 
 
@@ -144,10 +134,10 @@ def t06_fwd(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, q
     off_bh = tl.program_id(1)
     if DEV_DESC:  # per-head descriptors built on the device: TMA zero-fills and clips rows >= N
         head = off_bh.to(tl.int64) * N_CTX * HEAD_DIM
-        d_q = tl.make_tensor_descriptor(q_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
-        d_k = tl.make_tensor_descriptor(k_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-        d_v = tl.make_tensor_descriptor(v_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-        d_o = tl.make_tensor_descriptor(o_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+        d_q = af._head_desc(q_ptr + head, N_CTX, HEAD_DIM, BLOCK_M)
+        d_k = af._head_desc(k_ptr + head, N_CTX, HEAD_DIM, BLOCK_N)
+        d_v = af._head_desc(v_ptr + head, N_CTX, HEAD_DIM, BLOCK_N)
+        d_o = af._head_desc(o_ptr + head, N_CTX, HEAD_DIM, BLOCK_M)
         row0 = 0
     else:  # host-side descriptors over all heads' (B*H*N, D) rows
         d_q, d_k, d_v, d_o = desc_q, desc_k, desc_v, desc_o
@@ -174,13 +164,8 @@ def t06_fwd(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, q
         if not EVEN_N:
             acc, l_i, m_i = _t06_loop(acc, l_i, m_i, q, d_k, d_v, row0, n_full, N_CTX, offs_m, N_CTX, qk_scale,
                                       BLOCK_N, False, True, ADD_MASK, False)
-    o = (acc / l_i[:, None]).to(q.dtype)
-    if EVEN_M or DEV_DESC:
-        d_o.store([row0 + start_m * BLOCK_M, 0], o)
-    else:  # a ragged last block must not write into the next head's rows
-        offs_d = tl.arange(0, HEAD_DIM)
-        rows = (row0 + offs_m).to(tl.int64)
-        tl.store(o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], o, mask=offs_m[:, None] < N_CTX)
+    # O = acc / l by TMA, or row by row for a ragged last block of host descriptors (attn_fwd_fast's store)
+    af._store_half(d_o, o_ptr, acc, l_i, row0, start_m * BLOCK_M, offs_m, N_CTX, HEAD_DIM, EVEN_M or DEV_DESC)
 
 
 _t06_flags = triton.heuristics({"EVEN_M": lambda a: a["N_CTX"] % a["BLOCK_M"] == 0,
@@ -191,35 +176,27 @@ _t06_flags = triton.heuristics({"EVEN_M": lambda a: a["N_CTX"] % a["BLOCK_M"] ==
 @dataclass(frozen=True)
 class Variant:
     family: str  # "cur", "ws" (attn_fwd_fast) or "t06" (t06_fwd)
-    block_m: int
-    block_n: int
-    num_warps: int
-    num_stages: int
-    maxnreg: int | None = None
-    ws: bool = False
+    cand: af.Cand  # block_m, block_n, num_warps, num_stages, maxnreg, ws: the config, as the autotuner's
     dev_desc: bool = False  # t06 only; attn_fwd_fast builds its descriptors on the device iff ws
     heavy_first: bool = False  # t06 causal only; attn_fwd_fast always goes heaviest first
     add_mask: bool = True  # t06 only
 
     @property
     def label(self) -> str:
-        cfg = f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}"
-        cfg += f"-r{self.maxnreg}" if self.maxnreg else ""
+        cfg = f"BM{self.cand.block_m}-BN{self.cand.block_n}-w{self.cand.num_warps}-s{self.cand.num_stages}"
+        cfg += f"-r{self.cand.maxnreg}" if self.cand.maxnreg else ""
         if self.family != "t06":
             return f"{self.family} {cfg}"
-        return f"t06 {cfg} {'dev' if self.dev_desc else 'host'}" + (" ws" if self.ws else "")
+        return f"t06 {cfg} {'dev' if self.dev_desc else 'host'}" + (" ws" if self.cand.ws else "")
 
     def label_for(self, causal: bool) -> str:
         if self.family == "t06" and causal:
             return f"{self.label} {'heavy' if self.heavy_first else 'inorder'} {'add' if self.add_mask else 'inf'}"
         return self.label
 
-    def cand(self) -> af.Cand:
-        return af.Cand(self.block_m, self.block_n, self.num_warps, self.num_stages, self.maxnreg, self.ws)
-
 
 def _v(family, cfg, **kw) -> Variant:
-    return Variant(family, *cfg[:4], cfg[4] if len(cfg) > 4 else None, **kw)
+    return Variant(family, af.Cand(*cfg[:4], cfg[4] if len(cfg) > 4 else None, kw.pop("ws", False)), **kw)
 
 
 def variants_for(head_dim: int, causal: bool) -> list[Variant]:
@@ -244,43 +221,45 @@ def variants_for(head_dim: int, causal: bool) -> list[Variant]:
 def run_variant(var: Variant, q, k, v, causal: bool, out):
     """Run one variant on q, k, v (B, H, N, D) into ``out``."""
     if var.family == "cur":
-        return af.attention_tiled_fast(q, k, v, causal=causal, out=out, config=var.cand())
+        return af.attention_tiled_fast(q, k, v, causal=causal, out=out, config=var.cand)
     if var.family == "ws":  # past the wrapper, which refuses the ws configs run 9 measured wrong (3 stages, causal)
-        return af._launch(q, k, v, causal, q.shape[-1] ** -0.5, out, var.cand())
+        return af._launch(q, k, v, causal, q.shape[-1] ** -0.5, out, var.cand)
     B, H, N, D = q.shape
+    c = var.cand
     desc = [TensorDescriptor(t, shape=[B * H * N, D], strides=[D, 1], block_shape=[r, D])
-            for t, r in ((q, var.block_m), (k, var.block_n), (v, var.block_n), (out, var.block_m))]
+            for t, r in ((q, c.block_m), (k, c.block_n), (v, c.block_n), (out, c.block_m))]
     if var.dev_desc and is_gpu():
         triton.set_allocator(af._scratch)
-    extra = {"maxnreg": var.maxnreg} if var.maxnreg else {}
-    _t06_flags[(triton.cdiv(N, var.block_m), B * H)](
-        *desc, q, k, v, out, N, D ** -0.5 * af.LOG2E, HEAD_DIM=D, BLOCK_M=var.block_m, BLOCK_N=var.block_n,
-        CAUSAL=causal, DEV_DESC=var.dev_desc, WS=var.ws, HEAVY_FIRST=var.heavy_first, ADD_MASK=var.add_mask,
-        num_warps=var.num_warps, num_stages=var.num_stages, **extra)
+    extra = {"maxnreg": c.maxnreg} if c.maxnreg else {}
+    _t06_flags[(triton.cdiv(N, c.block_m), B * H)](
+        *desc, q, k, v, out, N, D ** -0.5 * af.LOG2E, HEAD_DIM=D, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+        CAUSAL=causal, DEV_DESC=var.dev_desc, WS=c.ws, HEAVY_FIRST=var.heavy_first, ADD_MASK=var.add_mask,
+        num_warps=c.num_warps, num_stages=c.num_stages, **extra)
     return out
 
 
 def compile_args(var: Variant, head_dim: int, dtype: str, causal: bool, even: bool):
     """(kernel, signature, constexprs, options) for compiling ``var`` offline (tools/attn_compile_check.py),
     specialized as a launch with 16-byte-aligned tensors and N a multiple of 16 (``even``) or not."""
-    half = var.block_m // 2 if var.family != "t06" else var.block_m
-    sig = {"desc_q": f"tensordesc<{dtype}[{half},{head_dim}]>", "desc_k": f"tensordesc<{dtype}[{var.block_n},{head_dim}]>",
-           "desc_v": f"tensordesc<{dtype}[{var.block_n},{head_dim}]>", "desc_o": f"tensordesc<{dtype}[{half},{head_dim}]>",
+    c = var.cand
+    half = c.block_m // 2 if var.family != "t06" else c.block_m
+    sig = {"desc_q": f"tensordesc<{dtype}[{half},{head_dim}]>", "desc_k": f"tensordesc<{dtype}[{c.block_n},{head_dim}]>",
+           "desc_v": f"tensordesc<{dtype}[{c.block_n},{head_dim}]>", "desc_o": f"tensordesc<{dtype}[{half},{head_dim}]>",
            "q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "o_ptr": f"*{dtype}",
            "N_CTX": "i32", "qk_scale": "fp32"}
-    const = {"HEAD_DIM": head_dim, "BLOCK_M": var.block_m, "BLOCK_N": var.block_n, "CAUSAL": causal,
+    const = {"HEAD_DIM": head_dim, "BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "CAUSAL": causal,
              "EVEN_M": even, "EVEN_N": even}
     fn = af.attn_fwd_fast if var.family != "t06" else t06_fwd
     if var.family == "t06":
-        const.update(DEV_DESC=var.dev_desc, WS=var.ws, HEAVY_FIRST=var.heavy_first, ADD_MASK=var.add_mask)
+        const.update(DEV_DESC=var.dev_desc, WS=c.ws, HEAVY_FIRST=var.heavy_first, ADD_MASK=var.add_mask)
     else:
-        const["WS"] = var.ws
+        const["WS"] = c.ws
     sig.update({name: "constexpr" for name in const})
     aligned = [fn.arg_names.index(n) for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")]
     aligned += [fn.arg_names.index("N_CTX")] if even else []
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    opts = {"num_warps": var.num_warps, "num_stages": var.num_stages}
-    opts.update({"maxnreg": var.maxnreg} if var.maxnreg else {})
+    opts = {"num_warps": c.num_warps, "num_stages": c.num_stages}
+    opts.update({"maxnreg": c.maxnreg} if c.maxnreg else {})
     return fn, sig, const, opts, attrs
 
 

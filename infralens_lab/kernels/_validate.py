@@ -67,6 +67,15 @@ ATTENTION_DTYPES = {
 MAX_BATCH_HEADS = 65535  # B * H is a launch-grid dimension, which CUDA caps at 65535
 
 
+def out_or_new(out, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, what: str) -> torch.Tensor:
+    """The output buffer of a wrapper: a caller's ``out`` checked by :func:`check_out`, or, when it is None, a new
+    contiguous tensor of that shape, dtype and device."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    check_out(out, shape, dtype, device, what)
+    return out
+
+
 def check_qkv(q, k, v, causal, sm_scale, what: str) -> tuple[int, int, int, int, float]:
     """Validate attention inputs; return ``(B, H, N, D, sm_scale)``.
 

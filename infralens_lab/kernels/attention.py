@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ..device import is_gpu
-from ._validate import check_out, check_qkv, check_tensor
+from ._validate import check_out, check_qkv, check_tensor, out_or_new
 
 
 # --------------------------------------------------------------------------- naive
@@ -120,10 +120,7 @@ def _naive_config(D: int) -> dict:
 def naive_scores(q, k, sm_scale: float | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Kernel 1 of 3: S = sm_scale * Q K^T as float32 (B, H, N, N) via ``naive_qk``."""
     B, H, N, D, sm_scale = check_qkv(q, k, k, False, sm_scale, "naive_scores")
-    if out is None:
-        out = torch.empty((B, H, N, N), dtype=torch.float32, device=q.device)
-    else:
-        check_out(out, (B, H, N, N), torch.float32, q.device, "naive_scores")
+    out = out_or_new(out, (B, H, N, N), torch.float32, q.device, "naive_scores")
     c = _naive_config(D)
     grid = (triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H)
     naive_qk[grid](q, k, out, *q.stride(), *k.stride(), *out.stride(), H, N, sm_scale,
@@ -138,10 +135,7 @@ def naive_probs(s: torch.Tensor, causal: bool, dtype: torch.dtype, out: torch.Te
         raise ValueError(f"naive_probs: s is {tuple(s.shape)} {s.dtype} contiguous={s.is_contiguous()}, "
                          f"expected contiguous float32 (B, H, N, N)")
     N = s.shape[-1]
-    if out is None:
-        out = torch.empty(s.shape, dtype=dtype, device=s.device)
-    else:
-        check_out(out, tuple(s.shape), dtype, s.device, "naive_probs")
+    out = out_or_new(out, tuple(s.shape), dtype, s.device, "naive_probs")
     n_rows = s.numel() // N
     block_n = triton.next_power_of_2(N)
     rows = max(1, min(64, 8192 // block_n))
@@ -158,10 +152,7 @@ def naive_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = No
     if tuple(p.shape) != (B, H, N, N) or p.dtype != v.dtype or p.device != v.device:
         raise ValueError(f"naive_output: p is {tuple(p.shape)} {p.dtype} on {p.device}, "
                          f"expected {(B, H, N, N)} {v.dtype} on {v.device}")
-    if out is None:
-        out = torch.empty((B, H, N, D), dtype=v.dtype, device=v.device)
-    else:
-        check_out(out, (B, H, N, D), v.dtype, v.device, "naive_output")
+    out = out_or_new(out, (B, H, N, D), v.dtype, v.device, "naive_output")
     c = _naive_config(D)
     grid = (triton.cdiv(N, c["BLOCK_M"]), B * H)
     naive_pv[grid](p, v, out, *p.stride(), *v.stride(), *out.stride(), H, N,

@@ -52,7 +52,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..device import is_gpu
-from ._validate import check_out, check_qkv
+from ._validate import check_qkv, out_or_new
 
 LOG2E = math.log2(math.e)  # 1.4426950408889634
 
@@ -122,6 +122,12 @@ def _store_half(desc_o, o_ptr, acc, l_i, row0, first, offs_m, N_CTX, HEAD_DIM: t
 
 
 @triton.jit
+def _head_desc(ptr, N_CTX, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
+    # An on-device TMA descriptor over one head's (N, D) rows from ptr, ROWS rows a block.
+    return tl.make_tensor_descriptor(ptr, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [ROWS, HEAD_DIM])
+
+
+@triton.jit
 def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, WS: tl.constexpr):
@@ -139,10 +145,10 @@ def attn_fwd_fast(desc_q, desc_k, desc_v, desc_o, q_ptr, k_ptr, v_ptr, o_ptr, N_
         # Hopper with these, not with the host-side ones): TMA zero-fills rows >= N on load and
         # drops them on store.
         head = off_bh.to(tl.int64) * N_CTX * HEAD_DIM
-        d_q = tl.make_tensor_descriptor(q_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [HALF, HEAD_DIM])
-        d_k = tl.make_tensor_descriptor(k_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-        d_v = tl.make_tensor_descriptor(v_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-        d_o = tl.make_tensor_descriptor(o_ptr + head, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [HALF, HEAD_DIM])
+        d_q = _head_desc(q_ptr + head, N_CTX, HEAD_DIM, HALF)
+        d_k = _head_desc(k_ptr + head, N_CTX, HEAD_DIM, BLOCK_N)
+        d_v = _head_desc(v_ptr + head, N_CTX, HEAD_DIM, BLOCK_N)
+        d_o = _head_desc(o_ptr + head, N_CTX, HEAD_DIM, HALF)
         row0 = 0
     else:
         d_q, d_k, d_v, d_o = desc_q, desc_k, desc_v, desc_o  # host-side, over all heads' (B*H*N, D) rows
@@ -294,10 +300,7 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
         if t.data_ptr() % 16:
             raise ValueError(f"{what}: {name} starts at address {t.data_ptr():#x}, expected a 16-byte-aligned "
                              f"start (TMA); call .clone()")
-    if out is None:
-        out = torch.empty_like(q)
-    else:
-        check_out(out, tuple(q.shape), q.dtype, q.device, what)
+    out = out_or_new(out, tuple(q.shape), q.dtype, q.device, what)
     if config is not None:
         config = Cand(*config)
         if config.block_m < 32 or config.block_m & (config.block_m - 1):

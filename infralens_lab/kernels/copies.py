@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._validate import check_device, check_dtype, check_out, check_tensor
+from ._validate import check_device, check_dtype, check_tensor, out_or_new
 
 STRIDES = (1, 2, 4, 8, 16, 32)
 # Warps per program and bytes per thread. Swept on an H200 (docs/kernels_notes.md): one
@@ -90,10 +90,7 @@ def copy(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """
     what = "copy"
     _check_input(x, what)
-    if out is None:
-        out = torch.empty_like(x)
-    else:
-        check_out(out, tuple(x.shape), x.dtype, x.device, what)
+    out = out_or_new(out, tuple(x.shape), x.dtype, x.device, what)
     n = x.numel()
     if n:
         block = block_size(x.element_size())
@@ -123,10 +120,7 @@ def copy_strided(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) 
     if n_out > _MAX_ELEMENTS:
         raise ValueError(f"{what}: x[::{stride}] has {n_out} elements, expected at most {_MAX_ELEMENTS} "
                          f"(the output is indexed with int32)")
-    if out is None:
-        out = torch.empty(n_out, dtype=x.dtype, device=x.device)
-    else:
-        check_out(out, (n_out,), x.dtype, x.device, what)
+    out = out_or_new(out, (n_out,), x.dtype, x.device, what)
     if n_out:
         block = block_size(x.element_size())
         grid = (triton.cdiv(n_out, block),)

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._validate import check_device, check_dtype, check_out, check_tensor
+from ._validate import check_device, check_dtype, check_tensor, out_or_new
 
 BLOCK_SIZE = 1024  # elements per program; a power of two, as tl.arange requires
 _ALLOWED = {
@@ -58,10 +58,7 @@ def vector_add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None
     if x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(f"{what}: x is {tuple(x.shape)} {x.dtype} and y is {tuple(y.shape)} {y.dtype}, "
                          f"expected the same shape and dtype")
-    if out is None:
-        out = torch.empty_like(x)
-    else:
-        check_out(out, tuple(x.shape), x.dtype, x.device, what)
+    out = out_or_new(out, tuple(x.shape), x.dtype, x.device, what)
     n_elements = out.numel()
     if n_elements:
         # One program per BLOCK_SIZE elements, rounded up.

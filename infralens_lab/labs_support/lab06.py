@@ -14,6 +14,7 @@ from ..analysis.hardware import PEAKS
 from ..analysis.scaling import LINK_PEAKS_GBS, largest_busbw
 from ..measure import distributed as D
 from ..measure.torch_trace import quiet_profiler_chatter
+from ..parse import ranks
 from ..parse.ranks import RankRun
 from ..units import KiB, MiB
 from ..workloads import ddp as W
@@ -56,14 +57,9 @@ def recorded_run() -> RankRun | None:
     """The recorder's NCCL run (``ddp_meta``, ``ddp_rank0`` …) from the first recorded set that has it (the
     default reference first), or None."""
     try:
-        for store in evidence.load_all_sets():
-            if "ddp_meta" in store.names():
-                world = store.load("ddp_meta").values["world"]
-                evs = [store.load(f"ddp_rank{r}") for r in range(world)]
-                return RankRun([e.values for e in evs], evs[0])
+        return ranks.recorded_run()
     except (evidence.EvidenceError, KeyError, OSError):
         return None
-    return None
 
 
 def recorded_status(rec: RankRun | None) -> str:

@@ -131,7 +131,7 @@ FIXTURE_SPEC = RunSpec(configs=(DDPConfig("cap 0.25 MiB", 0.25, False, _SMALL), 
 
 # ---------------------------------------------------------------- inside each rank
 def _sync(device):
-    import torch
+    import torch  # heavy: torch, only here
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -140,7 +140,7 @@ def _sync(device):
 def together(device):
     """Synchronise this rank's GPU, then meet every rank at a barrier (and synchronise again): what a
     profiled window starts from, so no rank's first collective waits for a peer still finishing older work."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch, only here
 
     _sync(device)
     dist.barrier()
@@ -148,7 +148,7 @@ def together(device):
 
 
 def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device, straggle_s: float = 0.0):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # heavy: torch, only here
 
     it = [0]
 
@@ -195,8 +195,8 @@ def profiled(step, active: int, device, barrier: bool = True, warmup: int = WARM
 
 
 def _ddp(cfg: DDPConfig, device):
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    import torch  # heavy: torch, only here
+    from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch, only here
 
     model = W.tiny_mlp(cfg.model).to(device)
     ids = [device.index] if device.type == "cuda" else None
@@ -224,8 +224,8 @@ def ddp_facts(m) -> dict:
 def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
     """One rank's measurements for ``spec`` (see module doc); traces cut with ``parse.trace.trim(max_depth=2)``
     (ops nested deeper than two aten ops dropped: intervals, comm ranges, launches and c10d calls are kept)."""
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: torch, only here
+    import torch.distributed as dist  # heavy: torch, only here
 
     backend = dist.get_backend()
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")

@@ -115,8 +115,8 @@ def triton_launches():
     place). Wraps the ``run`` method of Triton's JIT and interpreter functions, so it counts the same
     launches on a GPU and in the interpreter; autotuner benchmarking runs are counted too, so warm up
     first."""
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.interpreter import InterpretedFunction  # heavy: triton, only here
+    from triton.runtime.jit import JITFunction  # heavy: triton, only here
 
     got: Counter = Counter()
     saved = {cls: cls.run for cls in (JITFunction, InterpretedFunction)}
@@ -207,7 +207,7 @@ class GraphBreaks:
 def graph_breaks(fn: Callable, *args, **kwargs) -> GraphBreaks:
     """Trace ``fn(*args, **kwargs)`` with ``torch._dynamo.explain`` (no code generated, so it is quick on
     a CPU) and return the number of graphs and graph breaks. Resets dynamo's caches first and after."""
-    import torch._dynamo
+    import torch._dynamo  # heavy: torch, only here
 
     torch._dynamo.reset()
     try:

@@ -94,7 +94,7 @@ def record_step_timeline(config=None, batch: int = 8, seq: int | None = None, pr
                          steps: int = 1, max_entries: int = 200_000) -> dict:
     """Log ``steps`` AdamW steps of TinyGPT after one warm-up step; return JSON-shaped values
     ``{"meta", "baseline_bytes", "events"}`` for :func:`timeline`. CUDA only."""
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.tiny_gpt import GPTConfig, TinyGPT
 

@@ -19,7 +19,7 @@ from functools import partial
 
 from ..device import is_gpu, synchronize
 from ..parse.trace import Trace, trim
-from .timing import summarize, time_fn
+from .timing import summarize, synced_wall_ms, time_fn
 from .torch_trace import chrome_trace_of, profile
 
 RECORDS = ("overlap_h2d", "trace_copy_pageable", "trace_copy_pinned", "trace_copy_double_buffered",
@@ -50,12 +50,7 @@ def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
     for _ in range(warmup - 1):
         fn()
     _sync()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        samples.append((time.perf_counter() - t0) * 1e3)
+    samples = synced_wall_ms(fn, repeats, _sync)
     t = summarize(samples, "cpu_wall", "perf_counter around fn(); synchronize")
     return {"first_ms": first, **t.as_dict()}
 
@@ -84,7 +79,7 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
     Sizes ``mib`` and ``small_mib`` (the recorder passes the copy step's batch; None: one size)."""
     import time as _time
 
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.overlap import pinned, require_gpu
 
@@ -123,8 +118,8 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
     ``profile_all_threads``), so ranges opened in worker threads appear too; CPU activity, plus CUDA on
     a GPU. :func:`~infralens_lab.measure.torch_trace.profile` records only the threads it knows (the
     caller's and autograd's), which would miss a producer thread's ranges."""
-    import torch
-    from torch.profiler import ProfilerActivity
+    import torch  # heavy: torch, only here
+    from torch.profiler import ProfilerActivity  # heavy: torch, only here
 
     try:
         cfg = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
@@ -152,7 +147,7 @@ def graph_limits() -> dict:
     """What CUDA graphs refuse, tried for real on the GPU: capturing a step that reads a value to the
     host (``.item()``), and replaying a graph with an input of another shape. Returns the error text
     (first line) or what happened, per case."""
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.overlap import cuda_graphed, small_ops_step
 
@@ -178,7 +173,7 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
     and (``compile_too``) under ``torch.compile(mode='reduce-overhead')``: ``(values, traces)``. Values
     per variant: CPU milliseconds to issue one step without waiting (``cpu_issue_ms``), milliseconds per
     step back to back (``step_ms``), and, for reduce-overhead, its first call (compile) in seconds."""
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.overlap import cuda_graphed, require_gpu, small_ops_step
 
@@ -232,7 +227,7 @@ def _quiet_dynamo():
 def graph_breaks(model, x) -> dict:
     """``torch._dynamo.explain`` on ``model(x)``: ``graphs``, ``graph_breaks``, ``ops`` captured and
     each break's reason (first line), or ``{'error': ...}`` if this torch has no ``explain``."""
-    import torch
+    import torch  # heavy: torch, only here
 
     explain = getattr(torch._dynamo, "explain", None)
     if explain is None:
@@ -259,7 +254,7 @@ class CountingBackend:
     def __call__(self, gm, example_inputs):
         self.graphs.append(len(gm.graph.nodes))
         if self.inner == "inductor":
-            from torch._inductor.compile_fx import compile_fx
+            from torch._inductor.compile_fx import compile_fx  # heavy: torch, only here
 
             fn = compile_fx(gm, example_inputs)
         else:
@@ -280,7 +275,7 @@ def compile_study(device: str, width: int, blocks: int, batch: int, repeats: int
     compiled and the compiled graphs run per forward (:class:`CountingBackend`). Also ``explain`` counts
     for both models, and ``new_shape``: graphs compiled again when the batch size changes
     (recompilation)."""
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.overlap import BlockNet
 
@@ -316,7 +311,7 @@ def fusion_study(numel: int = FUSION_NUMEL, repeats: int = 20) -> tuple[dict, di
     """:func:`~infralens_lab.workloads.overlap.elementwise_chain` on ``numel`` fp32 elements, eager and
     compiled: CUDA-event medians per variant, and a trace of two calls of each (kernels per call are
     counted from it by :func:`infralens_lab.analysis.overlap.launches_per_step`)."""
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.overlap import CHAIN_OPS, elementwise_chain, require_gpu
 
@@ -352,7 +347,7 @@ def _write_trace(writer, name: str, tr: Trace, notes: str) -> str:
 def record_into(writer, quick: bool = False, log: Callable[[str], None] = print) -> str:
     """The recorder's ``overlap`` step (GPU only): writes every record in :data:`RECORDS`. A part that
     fails is logged and skipped so the others still record; raises only if every part failed."""
-    import torch
+    import torch  # heavy: torch, only here
 
     from ..workloads.overlap import gpu_stages
 

@@ -163,6 +163,17 @@ def throughput(amount: float, t: Timing, per: float = 1e12) -> float | None:
     return amount / (t.median_ms * 1e-3) / per
 
 
+def synced_wall_ms(fn: Callable[[], Any], n: int, sync: Callable[[], None]) -> list[float]:
+    """Wall-clock milliseconds of ``n`` calls of ``fn()``, each timed with the ``sync()`` that follows it."""
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
 def time_steps(step: Callable[[], Any], synced: int = 40, batched: int = 30, skip: int = 10,
                sync: Callable[[], None] | None = None) -> dict:
     """Wall-clock times of a whole step function (ms): ``synced`` steps each followed by ``sync``
@@ -174,12 +185,7 @@ def time_steps(step: Callable[[], Any], synced: int = 40, batched: int = 30, ski
         raise ValueError(f"synced={synced!r}, batched={batched!r}, skip={skip!r}; expected ints with "
                          f"synced > skip >= 0 and batched >= 1")
     sync = sync or device_mod.synchronize
-    per = []
-    for _ in range(synced):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        per.append((time.perf_counter() - t0) * 1e3)
+    per = synced_wall_ms(step, synced, sync)
     t0 = time.perf_counter()
     for _ in range(batched):
         step()

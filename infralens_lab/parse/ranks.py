@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import evidence
 from .trace import Trace, load_trace
 
 
@@ -59,3 +60,14 @@ class RankRun:
                 got = [load_trace(self.config(label, r)["trace"]) for r in range(self.world)]
             self._traces[label] = got
         return self._traces[label]
+
+
+def recorded_run() -> RankRun | None:
+    """The recorder's NCCL run (``ddp_meta``, ``ddp_rank0`` …) from the first recorded set that has it (the
+    default reference first), or None; a set that does not load raises :class:`~infralens_lab.evidence.EvidenceError`."""
+    for store in evidence.load_all_sets():
+        if "ddp_meta" in store.names():
+            world = store.load("ddp_meta").values["world"]
+            evs = [store.load(f"ddp_rank{r}") for r in range(world)]
+            return RankRun([e.values for e in evs], evs[0])
+    return None

@@ -37,8 +37,8 @@ from .tabular import (  # noqa: F401  (re-exported: the tabular helpers are pres
 
 def _ipython_display():
     try:
-        from IPython import get_ipython
-        from IPython.display import Markdown, display
+        from IPython import get_ipython  # optional: IPython, only here
+        from IPython.display import Markdown, display  # optional: IPython, only here
     except ImportError:
         return None
     if get_ipython() is None:
@@ -82,7 +82,7 @@ def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str 
             display({"text/html": table_html(obj, floatfmt), "text/plain": table_text(obj, floatfmt)}, raw=True)
         elif is_fig:
             display(obj, metadata={"image/png": {"alt": figure_alt(obj, title, point)}})
-            import matplotlib.pyplot as plt
+            import matplotlib.pyplot as plt  # heavy: matplotlib, only here
 
             plt.close(obj)
         else:
@@ -96,7 +96,7 @@ def show(obj: Any, caption: Any = None, title: str | None = None, floatfmt: str 
         print(table_text(obj, floatfmt))
     elif is_fig:
         print(f"[figure: {obj.axes[0].get_title() if obj.axes else 'untitled'}]")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # heavy: matplotlib, only here
 
         plt.close(obj)
     else:

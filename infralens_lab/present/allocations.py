@@ -16,7 +16,7 @@ PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cf", "optimizer": "#dff2
 
 def timeline_figure(timelines: Mapping[str, object], title: str = "Allocated bytes through one training step"):
     """``timelines``: label (e.g. ``"fp32"``) -> timeline DataFrame. Returns a matplotlib Figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
     import pandas as pd
 
     if not timelines:

@@ -48,7 +48,7 @@ def ledger_bars(ledgers: Mapping[str, object], categories: Sequence[str] | None 
     pred, "measured": meas}``), sizes in ``unit`` (``'MiB'`` or ``'GB'``) with the value printed at
     each bar's end. ``categories`` picks and orders the rows (default: the categories of the first
     ledger, in its order, that any ledger has a non-zero value for)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
     import numpy as np
 
     if not isinstance(ledgers, Mapping) or not ledgers:
@@ -96,7 +96,7 @@ def peak_figure(stacks: Mapping[str, Mapping[str, float]], peak: Mapping[str, fl
     "end of forward": {...}}``, each a mapping category -> bytes), with an optional horizontal
     marker per bar at ``peak[name]`` bytes (the highest live bytes measured). Shows that the
     memory a job needs is its peak, not what it holds at rest."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
 
     scale = {"MiB": MiB, "GB": GB}.get(unit)
     if scale is None:
@@ -150,7 +150,7 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     table with a ``label`` column and one bytes column per category): shares of the total in %
     (``shares=True``) or GB per rank, one panel per value of ``facet`` (e.g. ZeRO stage; None
     for one panel). The dominant category of each bar is outlined in bold."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
     import numpy as np
     import pandas as pd
 

@@ -161,7 +161,7 @@ class _Placer:
 
     def __init__(self, ax, fig, xs=(), ys=()):
         import numpy as np
-        from matplotlib.transforms import Bbox
+        from matplotlib.transforms import Bbox  # heavy: matplotlib, only here
 
         self.ax, self.fig = ax, fig
         self.renderer = fig.canvas.get_renderer()
@@ -243,7 +243,7 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
     labelled with their values; the ridge of the fastest pair is marked. ``xlabel`` names the bytes
     the intensities count (DRAM by default). Returns the Figure.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
     import numpy as np
 
     points = _check_points(points)
@@ -377,7 +377,7 @@ def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: ban
     per row of ``rows`` (DataFrame with ``label``, ``dram_TBps`` and optionally ``useful_TBps``, in
     TB/s = 1e12 byte/s) the DRAM bandwidth reached and the useful part of it, with every memory
     roof in ``roofs`` drawn as a vertical line labelled with its value."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
     import numpy as np
     import pandas as pd
 

@@ -80,7 +80,7 @@ def stall_bars(breakdown, by: str = "config", top: int = 6, order: Sequence[str]
     ``labels`` renames the bars (e.g. a long ncu config label -> ``stride 8``). Shares are in
     percent of that label's samples; a share of at least 8% is written on its segment.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
 
     mix = stall_mix(breakdown, by=by, top=top, order=order)
     names = [str((labels or {}).get(lab, lab)) for lab in mix.index]
@@ -117,7 +117,7 @@ def copy_family_figure(table, title: str = "Strided copies: the sector model aga
     ``pred_read_x``, ``read_x`` and, if the benchmark is there, ``pred_useful_fraction`` and
     ``useful_fraction`` (rows whose measured value is missing are left out of that panel).
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
 
     _need_columns(table, ["stride", "pred_sectors_per_req", "sectors_per_req", "pred_read_x", "read_x"],
                   "copy_family_figure")
@@ -156,7 +156,7 @@ def traffic_bars(table, label: str = "kernel", predicted: str = "pred_dram_mb", 
                  title: str = "DRAM traffic per kernel: predicted vs measured", unit: str = "MB"):
     """Grouped bars (log scale) of predicted and measured DRAM bytes per kernel, e.g. the three naive
     attention kernels and the tiled one. Rows with no measured value show the prediction only."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
 
     _need_columns(table, [label, predicted, measured], "traffic_bars")
     if len(table) == 0:

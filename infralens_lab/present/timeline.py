@@ -24,8 +24,8 @@ def timeline(trace, ranges: Sequence[str] | None = None, min_gap_us: float = 50.
     first appearance). ``window_ms``: ``(start, end)`` to zoom. ``label_gaps``: label at most this
     many of the longest gaps (only those at least 1% of the time span wide, never overlapping). ``ax``: draw into an existing Axes.
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    import matplotlib.pyplot as plt  # heavy: matplotlib, only here
+    from matplotlib.patches import Patch  # heavy: matplotlib, only here
 
     ev = trace.events
     rng = ev[(ev["cat"] == "user_annotation") & ~ev["name"].str.startswith("ProfilerStep")]

@@ -70,7 +70,7 @@ def python_source(src: str) -> tuple[str | None, str]:
         src = "\n".join(lines[1:])
     src = _LINE_TIME.sub("", src)   # `%time ANSWER_Q1 = 3` runs the statement in the namespace
     try:
-        from IPython.core.inputtransformer2 import TransformerManager
+        from IPython.core.inputtransformer2 import TransformerManager  # optional: IPython, only here
     except ImportError:  # without IPython, magics stay and such a cell is noted as not Python
         return src, ""
     try:

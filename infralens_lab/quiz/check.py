@@ -190,8 +190,8 @@ def answer_record(qid: str, answer: Any) -> dict:
 def _publish(record: dict) -> None:
     """Show ``record`` as a display output of the running cell (in a Jupyter kernel only)."""
     try:
-        from IPython import get_ipython
-        from IPython.display import publish_display_data
+        from IPython import get_ipython  # optional: IPython, only here
+        from IPython.display import publish_display_data  # optional: IPython, only here
     except ImportError:  # plain python3 (a GPU machine's script run): there is no cell output to write
         return
     shell = get_ipython()

@@ -278,23 +278,26 @@ def formula(evidence: Any, fn: str, scale: float = 1.0, **args: Any) -> Any:
 
 
 # ---------------------------------------------------------------- lab-specific
-@register_derivation("masked_lanes")
-def masked_lanes(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
-    """Lab 00: lanes masked off in the last program of a 1-D launch, ``ceil(n/B)*B - n``."""
+def _launch_1d(evidence: Any, n: str, block: str, where: dict | None, what: str) -> tuple[int, int]:
+    """(elements, block size) of a 1-D launch, read from columns ``n`` and ``block``; both must be >= 1."""
     elements = int(_number(value(evidence, column=n, where=where), f"column {n!r}"))
     size = int(_number(value(evidence, column=block, where=where), f"column {block!r}"))
     if elements < 1 or size < 1:
-        raise DerivationError(f"masked_lanes needs n >= 1 and block >= 1, got n={elements}, block={size}")
+        raise DerivationError(f"{what} needs n >= 1 and block >= 1, got n={elements}, block={size}")
+    return elements, size
+
+
+@register_derivation("masked_lanes")
+def masked_lanes(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
+    """Lab 00: lanes masked off in the last program of a 1-D launch, ``ceil(n/B)*B - n``."""
+    elements, size = _launch_1d(evidence, n, block, where, "masked_lanes")
     return -(-elements // size) * size - elements
 
 
 @register_derivation("programs")
 def programs(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
     """Lab 00: programs in a 1-D launch that covers ``n`` elements ``block`` at a time, ``ceil(n/B)``."""
-    elements = int(_number(value(evidence, column=n, where=where), f"column {n!r}"))
-    size = int(_number(value(evidence, column=block, where=where), f"column {block!r}"))
-    if elements < 1 or size < 1:
-        raise DerivationError(f"programs needs n >= 1 and block >= 1, got n={elements}, block={size}")
+    elements, size = _launch_1d(evidence, n, block, where, "programs")
     return -(-elements // size)
 
 

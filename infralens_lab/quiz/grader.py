@@ -69,7 +69,7 @@ class Row:
 # ---------------------------------------------------------------- reading the file
 def read_notebook(path: str | Path, data: bytes | None = None):
     """The notebook at ``path`` (or its bytes ``data``) as an nbformat v4 node; NotebookError otherwise."""
-    import nbformat
+    import nbformat  # heavy: Jupyter, only here
 
     path = Path(path)
     try:

@@ -35,8 +35,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 def _spec_manager():
     """A kernel-spec manager whose KERNEL_NAME is this environment's Python (as nbval's current-env)."""
-    import ipykernel.kernelspec
-    from jupyter_client.kernelspec import KernelSpecManager
+    import ipykernel.kernelspec  # heavy: Jupyter, only here
+    from jupyter_client.kernelspec import KernelSpecManager  # heavy: Jupyter, only here
 
     class CurrentEnv(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
@@ -58,10 +58,10 @@ def _records(cell) -> list:
 
 
 def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
-    import nbformat
-    from jupyter_client import AsyncKernelManager
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    import nbformat  # heavy: Jupyter, only here
+    from jupyter_client import AsyncKernelManager  # heavy: Jupyter, only here
+    from nbclient import NotebookClient  # heavy: Jupyter, only here
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError  # heavy: Jupyter, only here
 
     with Path(results).open("a", encoding="utf-8", buffering=1) as out:
         def emit(**event):

@@ -62,9 +62,9 @@ def question_html(qid: str) -> str:
 
 def _ipython_and_widgets():
     try:
-        import ipywidgets
-        from IPython import get_ipython
-        from IPython.display import display
+        import ipywidgets  # optional: ipywidgets, only here
+        from IPython import get_ipython  # optional: IPython, only here
+        from IPython.display import display  # optional: IPython, only here
     except ImportError:
         return None
     if get_ipython() is None:

@@ -70,8 +70,8 @@ class MLPConfig:
 
 def tiny_mlp(cfg: MLPConfig, seed: int = 0):
     """The model of ``cfg`` with the same initial weights on every rank (seeded)."""
-    import torch
-    import torch.nn as nn
+    import torch  # heavy: torch, only here
+    import torch.nn as nn  # heavy: torch, only here
 
     g = torch.Generator().manual_seed(seed)
     layers: list = []
@@ -86,7 +86,7 @@ def tiny_mlp(cfg: MLPConfig, seed: int = 0):
 
 def batch_for(cfg: MLPConfig, rank: int, step: int, device="cpu"):
     """A (x, y) micro-batch for ``rank`` at ``step``: fresh random data, different on every rank."""
-    import torch
+    import torch  # heavy: torch, only here
 
     g = torch.Generator().manual_seed(1000 * step + rank + 1)
     x = torch.randn(cfg.batch, cfg.width, generator=g)
@@ -97,7 +97,7 @@ def batch_for(cfg: MLPConfig, rank: int, step: int, device="cpu"):
 # ---------------------------------------------------------------- world size, ports
 def gpu_count() -> int:
     """CUDA devices this process sees (0 without CUDA)."""
-    import torch
+    import torch  # heavy: torch, only here
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -151,8 +151,8 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
         os.environ[k] = v
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
-        import torch
-        import torch.distributed as dist
+        import torch  # heavy: torch, only here
+        import torch.distributed as dist  # heavy: torch, only here
 
         torch.set_num_threads(1)  # two ranks share the cores; one thread each keeps them from fighting
         if backend == "nccl":
@@ -201,7 +201,7 @@ def launch(job: Callable, world: int = 2, args: tuple = (), backend: str = "gloo
     whole job (seconds). A rank that raises or exits without a result makes every other rank
     terminate and raises :class:`RankFailed` naming it.
     """
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # heavy: torch, only here
 
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")
@@ -286,8 +286,8 @@ def _failure_message(errors: dict[int, str], got: dict, world: int) -> str:
 # ---------------------------------------------------------------- jobs used by tests and the lab's bad-input cells
 def job_echo(rank: int, world: int, value: float = 1.0) -> dict:
     """All-reduce ``value * (rank + 1)`` and return the sum: the smallest job that proves the group works."""
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: torch, only here
+    import torch.distributed as dist  # heavy: torch, only here
 
     t = torch.tensor([value * (rank + 1)])
     dist.all_reduce(t)
@@ -297,8 +297,8 @@ def job_echo(rank: int, world: int, value: float = 1.0) -> dict:
 def job_die(rank: int, world: int, bad_rank: int = 1, how: str = "exit") -> dict:
     """Fault injection: ``bad_rank`` exits (``how='exit'``, code 3), raises (``'raise'``) or hangs
     (``'hang'``: sleeps 10 minutes) before an all-reduce the others wait in; they must be stopped, not hang."""
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: torch, only here
+    import torch.distributed as dist  # heavy: torch, only here
 
     if rank == bad_rank:
         if how == "exit":
@@ -316,8 +316,8 @@ def bucket_zoo(name: str):
     """``(model, input)`` of a few shapes whose gradients DDP buckets differently: ``mlp`` (equal layers, Linear
     bias ready before its weight), ``embedding`` (one tensor larger than small caps), ``conv`` (conv weights ready
     before their biases), ``odd`` (uneven sizes)."""
-    import torch
-    import torch.nn as nn
+    import torch  # heavy: torch, only here
+    import torch.nn as nn  # heavy: torch, only here
 
     torch.manual_seed(0)
     if name == "mlp":
@@ -336,7 +336,7 @@ def job_buckets(rank: int, world: int, cases: tuple) -> list[dict]:
     """For each ``(model name, bucket_cap_mb)`` of ``cases``: DDP's rebuilt bucket sizes after three iterations (it
     rebuilds at the start of the second and logs the sizes when the next one starts), the
     gradient-ready order DDP saw, and the parameter sizes (bytes, registration order), as DDP's logging reports them."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch, only here
 
     out = []
     for name, cap in cases:

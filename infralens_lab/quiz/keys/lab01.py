@@ -11,10 +11,7 @@ from ...parse.trace import idle_by_cause, load_trace
 
 
 def _store():
-    try:
-        return evidence.reference()
-    except evidence.EvidenceError:
-        return None
+    return evidence.reference_holding()
 
 
 def _trace(version: str):

@@ -12,29 +12,21 @@ from ...analysis.hardware import Ceilings
 from ...parse.ncu import parse_raw_csv
 
 
-def _store(*files: str):
-    try:
-        st = evidence.reference()
-    except evidence.EvidenceError:
-        return None
-    return st if all(f in st.files() for f in files) else None
-
-
 def ceilings():
     """Measured ceilings against the datasheet (q3: the fp16 ridge)."""
-    st = _store("ceilings.json")
+    st = evidence.reference_holding("ceilings.json")
     return Ceilings.from_evidence(st.load("ceilings")).versus_datasheet() if st is not None else None
 
 
 def kernels():
     """The kernel table of the recorded set: intensity, attainable rate and the deciding unit (ex1, ex2, ex3)."""
-    st = _store("ncu_attention.csv", "ncu_matmul.csv", "ceilings.json")
+    st = evidence.reference_holding("ncu_attention.csv", "ncu_matmul.csv", "ceilings.json")
     return counters.store_kernel_table(st) if st is not None else None
 
 
 def attention_flop_split():
     """CUDA-core vs tensor-core FLOPs per recorded attention kernel, from the raw counters (q8)."""
-    st = _store("ncu_attention.csv", "ncu_matmul.csv")
+    st = evidence.reference_holding("ncu_attention.csv", "ncu_matmul.csv")
     if st is None:
         return None
     factor = counters.tensor_flops_per_op(counters.tensor_op_check(parse_raw_csv(st.text("ncu_matmul.csv"))))

@@ -14,16 +14,8 @@ COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")  # what the recorder wr
 ATTN_FILE = "ncu_attention.csv"
 
 
-def _store(*files: str):
-    try:
-        st = evidence.reference()
-    except evidence.EvidenceError:
-        return None
-    return st if all(f in st.files() for f in files) else None
-
-
 def _family():
-    st = _store(*COPY_FILES)
+    st = evidence.reference_holding(*COPY_FILES)
     if st is None:
         return None
     bench = st.load("bench").values.get("copies") if "bench.json" in st.files() else None
@@ -31,7 +23,7 @@ def _family():
 
 
 def _profile():
-    st = _store(ATTN_FILE)
+    st = evidence.reference_holding(ATTN_FILE)
     return attn.profile(st.text(ATTN_FILE)) if st is not None else None
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 
-from infralens_lab import evidence
 from infralens_lab.analysis import ddp_run as R
 from infralens_lab.analysis import distributed as A
 from infralens_lab.measure import distributed as D
-from infralens_lab.parse.ranks import RankRun
+from infralens_lab.parse.ranks import RankRun, recorded_run
 from infralens_lab.workloads import ddp as W
 
 EX2_CAP_MB = 100  # exercise 2: the GPU-sized model's buckets at this cap
@@ -28,11 +27,7 @@ def _live() -> RankRun:
 
 @functools.lru_cache(maxsize=1)
 def _recorded() -> RankRun | None:
-    for store in evidence.load_all_sets():
-        if "ddp_meta" in store.names():
-            world = store.load("ddp_meta").values["world"]
-            return RankRun([store.load(f"ddp_rank{r}").values for r in range(world)])
-    return None
+    return recorded_run()
 
 
 def bucket_counts():
