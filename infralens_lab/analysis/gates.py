@@ -261,7 +261,7 @@ def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
     """Spread of two identical steps timed alternately (an A/A run): per quantity (``a``, ``b``, ``a / b``)
     its median, p10, p90 and ``spread_pct`` (:func:`spread`). Two independent noisy timings make a ratio that
     spreads about sqrt(2) times as much as either alone; only what both share cancels in it."""
-    import pandas as pd
+    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
 
     if len(a_ms) != len(b_ms) or len(a_ms) < 2:
         raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
@@ -284,7 +284,7 @@ def drift_table(groups: dict):
     ``(max - min) / median`` in percent, for the absolute time and for the ratio. A ratio wins when something
     slows a and b alike between groups (the absolute medians move, the ratio's do not); inside one group it
     loses (its spread is about sqrt(2) times a single timing's)."""
-    import pandas as pd
+    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
 
     if len(groups) < 2:
         raise ValueError(f"{len(groups)} group(s); expected at least 2 to compare")
@@ -314,7 +314,7 @@ def gates_tripped(table, base: str = "intended", metrics: Sequence[str] = COUNT_
     metric) trips when every gate is set at the ``base`` row's value with :func:`count_verdict`'s ``max`` rule
     (peak bytes with :data:`BYTES_SLACK`): ``True`` per tripped gate and ``caught_by`` (the gates, or
     ``none``), one row per step other than ``base``."""
-    import pandas as pd
+    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
 
     t = table.set_index("regression")
     if base not in t.index:
@@ -338,7 +338,7 @@ def ratio_gate_table(samples: dict, rules: dict, bench: dict):
     ``samples`` (``{name: [ratios]}``): the samples' median (what the gate is held to) and spread, the bench's
     ratio of the same pair (``bench``) and how far the two procedures are apart (``procedure_gap_pct``), the
     file's tolerance and k, and the k :func:`runs_needed` asks for at that tolerance."""
-    import pandas as pd
+    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
 
     rows = []
     for name, rule in rules.items():

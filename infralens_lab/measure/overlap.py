@@ -77,11 +77,11 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
     ``median_ms``, ``p10_ms``, ``p90_ms``, ``gb_per_s`` (10⁹ bytes/s) and ``cpu_ms`` (host wall clock of one
     copy call: a pageable copy keeps the CPU in the call while it stages the data through a pinned buffer).
     Sizes ``mib`` and ``small_mib`` (the recorder passes the copy step's batch; None: one size)."""
-    import time as _time
+    import time as _time  # TODO(issue 30): use the module-level `time` (file edited in parallel; comment only)
 
     import torch  # heavy: torch, only here
 
-    from ..workloads.overlap import pinned, require_gpu
+    from ..workloads.overlap import pinned, require_gpu  # heavy: workloads.overlap imports torch
 
     require_gpu("h2d_bandwidth", "It times host-to-device copies over the GPU's host link.")
     rows = []
@@ -107,7 +107,7 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
 def copy_traces(steps: int = 3, **sizes) -> dict[str, Trace]:
     """torch.profiler traces of :class:`~infralens_lab.workloads.overlap.CopyComputeStep` in each mode
     (one step skipped, two warm-up, ``steps`` recorded)."""
-    from ..workloads.overlap import COPY_MODES, CopyComputeStep
+    from ..workloads.overlap import COPY_MODES, CopyComputeStep  # heavy: workloads.overlap imports torch
 
     return {m: profile(CopyComputeStep(m, **sizes), wait=1, warmup=2, active=steps) for m in COPY_MODES}
 
@@ -136,7 +136,7 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
 def pipeline_trace(depth: int, stages, items: int = PIPELINE_ITEMS) -> Trace:
     """A trace (:func:`profile_threads`) of :func:`~infralens_lab.workloads.overlap.run_two_stage` with
     ``depth`` buffers over ``items`` items: ranges ``stage0`` (producer thread) and ``stage1``."""
-    from ..workloads.overlap import run_two_stage
+    from ..workloads.overlap import run_two_stage  # heavy: workloads.overlap imports torch
 
     s0, s1 = stages
     return profile_threads(lambda: run_two_stage(s0, s1, items, depth))
@@ -149,7 +149,7 @@ def graph_limits() -> dict:
     (first line) or what happened, per case."""
     import torch  # heavy: torch, only here
 
-    from ..workloads.overlap import cuda_graphed, small_ops_step
+    from ..workloads.overlap import cuda_graphed, small_ops_step  # heavy: workloads.overlap imports torch
 
     out = {}
     x = torch.randn(LAUNCH_NUMEL, device="cuda")
@@ -175,7 +175,7 @@ def launch_study(ops: int = LAUNCH_OPS, numel: int = LAUNCH_NUMEL, compile_too: 
     step back to back (``step_ms``), and, for reduce-overhead, its first call (compile) in seconds."""
     import torch  # heavy: torch, only here
 
-    from ..workloads.overlap import cuda_graphed, require_gpu, small_ops_step
+    from ..workloads.overlap import cuda_graphed, require_gpu, small_ops_step  # heavy: workloads.overlap imports torch
 
     require_gpu("launch_study", "It counts kernel launches and times them against GPU work.")
     x = torch.randn(numel, device="cuda")
@@ -277,7 +277,7 @@ def compile_study(device: str, width: int, blocks: int, batch: int, repeats: int
     (recompilation)."""
     import torch  # heavy: torch, only here
 
-    from ..workloads.overlap import BlockNet
+    from ..workloads.overlap import BlockNet  # heavy: workloads.overlap imports torch
 
     torch.manual_seed(0)
     x = torch.randn(batch, width, device=device)
@@ -313,7 +313,7 @@ def fusion_study(numel: int = FUSION_NUMEL, repeats: int = 20) -> tuple[dict, di
     counted from it by :func:`infralens_lab.analysis.overlap.launches_per_step`)."""
     import torch  # heavy: torch, only here
 
-    from ..workloads.overlap import CHAIN_OPS, elementwise_chain, require_gpu
+    from ..workloads.overlap import CHAIN_OPS, elementwise_chain, require_gpu  # heavy: workloads.overlap imports torch
 
     require_gpu("fusion_study", "It times GPU kernels.")
     x = torch.randn(numel, device="cuda")
@@ -349,7 +349,7 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
     fails is logged and skipped so the others still record; raises only if every part failed."""
     import torch  # heavy: torch, only here
 
-    from ..workloads.overlap import gpu_stages
+    from ..workloads.overlap import gpu_stages  # heavy: workloads.overlap imports torch
 
     done, failed = [], []
 
@@ -364,7 +364,7 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
             log(f"[record]   overlap/{name} FAILED: {type(exc).__name__}: {exc}")
 
     def h2d():
-        from ..workloads.overlap import COPY_BATCH_MIB
+        from ..workloads.overlap import COPY_BATCH_MIB  # heavy: workloads.overlap imports torch
 
         rows = h2d_bandwidth(64 if quick else 256, repeats=5 if quick else 10, small_mib=COPY_BATCH_MIB)
         writer.write("overlap_h2d", {"rows": rows}, units={"_ms": "ms", "gb_per_s": "1e9 byte/s", "mib": "MiB"},
@@ -403,7 +403,7 @@ def record_into(writer, quick: bool = False, log: Callable[[str], None] = print)
         writer.write("compile_study", vals, units={"_ms": "ms"},
                      notes="BlockNet eager / torch.compile / torch.compile with one .item() graph break per block; "
                            "first_ms = first call (compile for the compiled ones), median over later calls")
-        from ..workloads.overlap import BlockNet
+        from ..workloads.overlap import BlockNet  # heavy: workloads.overlap imports torch
 
         x = torch.randn(cfg["batch"], cfg["width"], device="cuda")
         outs = []
