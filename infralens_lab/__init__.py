@@ -20,7 +20,7 @@ with contextlib.suppress(device.ModeSettingError, device.GpuUnavailableError):
 
 def doctor(verbose: bool = True):
     """Check this machine for the labs and print what is missing and how to fix it."""
-    from .doctor import run_doctor
+    from .doctor import run_doctor  # cycle: doctor imports this package (and is an app: loaded only when asked)
 
     return run_doctor(verbose=verbose)
 

@@ -229,7 +229,7 @@ def numpy_interpreter_problem(version: str | None = None) -> str | None:
     runtime bound fails ("only 0-dimensional arrays can be converted to Python scalars"). ``version``
     defaults to the installed NumPy's."""
     if version is None:
-        import numpy
+        import numpy  # light: device is imported at every kernel start, stdlib only at module level
 
         version = numpy.__version__
     try:

@@ -195,7 +195,7 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
             checks.append(Check("numpy", "problem" if f.mode != "gpu" else "note", what, fix))
 
     def ncu_check():
-        from .measure.ncu import NCU_ENV, ncu_env_problem
+        from .measure.ncu import NCU_ENV, ncu_env_problem  # light: ncu pulls pandas; the doctor must run without it
 
         env = os.environ.get(NCU_ENV, "").strip()
         if env:

@@ -288,7 +288,7 @@ def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str,
 
 # ---------------------------------------------------------------- time ratios (GPU)
 def _copy_pair():
-    from ..kernels import copies
+    from ..kernels import copies  # heavy: kernels.copies imports triton
 
     x = torch.randn(2**28, device="cuda")  # 1 GiB of fp32: far above L2, as in the bench
     dst = torch.empty_like(x)
@@ -296,7 +296,7 @@ def _copy_pair():
 
 
 def _attn_pair(variant: str, shape=(4, 16, 4096, 64)):
-    from ..kernels import attention
+    from ..kernels import attention  # heavy: kernels.attention imports triton
 
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(3))
     if variant == "tiled_fast_vs_naive_torch":

@@ -96,7 +96,7 @@ def record_step_timeline(config=None, batch: int = 8, seq: int | None = None, pr
     ``{"meta", "baseline_bytes", "events"}`` for :func:`timeline`. CUDA only."""
     import torch  # heavy: torch, only here
 
-    from ..workloads.tiny_gpt import GPTConfig, TinyGPT
+    from ..workloads.tiny_gpt import GPTConfig, TinyGPT  # heavy: workloads.tiny_gpt imports torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("the allocation timeline is the CUDA caching allocator's history; no CUDA device here "
@@ -157,7 +157,7 @@ def record_step_timeline(config=None, batch: int = 8, seq: int | None = None, pr
 def record_into(writer, config=None, batch: int = 8, seq: int | None = None) -> list:
     """Write record ``memory_timeline``: one fp32 and one amp_bf16 step of the GPU TinyGPT config
     used by ``memory_train`` (:data:`infralens_lab.measure.memory.GPU_CONFIG`)."""
-    from .memory import GPU_CONFIG
+    from .memory import GPU_CONFIG  # heavy: measure.memory imports torch
 
     cfg = config or GPU_CONFIG
     values = {p: record_step_timeline(cfg, batch, seq, p) for p in ("fp32", "amp_bf16")}

@@ -57,7 +57,7 @@ def tinygpt_step(version: str = "fixed") -> Callable[[], None]:
 
 def copies_step(n: int = 4096) -> Callable[[], None]:
     """One coalesced and one stride-8 Triton copy of ``n`` fp32 elements (2 launches a step)."""
-    from ..kernels import copies
+    from ..kernels import copies  # heavy: kernels.copies imports triton
 
     x = torch.randn(n, device=torch_device())
 
@@ -71,7 +71,7 @@ def copies_step(n: int = 4096) -> Callable[[], None]:
 def attention_step(variant: str, shape=(1, 1, 32, 16)) -> Callable[[], None]:
     """One forward of an attention ``variant`` (``naive``, ``tiled``) on (B, H, N, D) inputs: fp32 in the
     interpreter, fp16 on a GPU (the kernels take fp16/bf16 there)."""
-    from ..kernels import attention
+    from ..kernels import attention  # heavy: kernels.attention imports triton
 
     if variant not in attention.VARIANTS:
         raise ValueError(f"attention variant {variant!r}; expected one of {sorted(attention.VARIANTS)}")
