@@ -27,7 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from ..parse.trace import trim
 from ..workloads import ddp as W
+from .torch_trace import profile
 
 
 class NotEnoughGPUs(RuntimeError):
@@ -184,9 +186,6 @@ def _timed(step, n: int, device, barrier: bool = True) -> float:
 
 def profiled(step, active: int, device, barrier: bool = True, warmup: int = WARMUP) -> dict:
     """The trimmed trace of ``active`` profiled steps after ``warmup`` warm-up steps, all ranks started together."""
-    from ..parse.trace import trim
-    from .torch_trace import profile
-
     if barrier:
         together(device)
     else:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -53,8 +54,11 @@ from ..parse.gates import (  # noqa: F401  (re-exported)
     load_thresholds,
     reference_ratios,
 )
+from ..parse.trace import step_gpu_work
 from ..workloads.gated import REGRESSIONS, MLPStep, make_gated
+from .memory import run_phase
 from .timing import time_fn
+from .torch_trace import profile
 
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
                       "aten::unique_consecutive", "aten::unique_dim", "aten::repeat_interleave"})
@@ -172,8 +176,6 @@ def count_step(step_fn: Callable[[], Any], steps: int = 2, warmup: int = 1, peak
     """Run ``step_fn`` ``warmup`` times, then ``steps`` times counting aten ops, sync-inducing ops and
     Triton launches, then (``peak``) once more for the peak bytes above the start. Returns a
     :class:`StepCounts`; counts are per step (totals divided by ``steps``)."""
-    from .memory import run_phase
-
     if not callable(step_fn):
         raise TypeError(f"step_fn is {type(step_fn).__name__}; expected a callable")
     for name, v, lo in (("steps", steps, 1), ("warmup", warmup, 0)):
@@ -224,9 +226,6 @@ def cuda_launches(step_fn: Callable[[], Any], steps: int = 2) -> dict:
     belongs to the step that launched it, so kernels still queued from the warm-up step are not counted).
     Each count is the largest per-step count, a whole number by construction (a count that differs between
     steps shows in ``per_step``)."""
-    from ..parse.trace import step_gpu_work
-    from .torch_trace import profile
-
     if not is_gpu():
         raise RuntimeError("cuda_launches needs a GPU (interpreter mode has no CUDA launches); use count_step")
     tr = profile(step_fn, wait=1, warmup=1, active=steps)
@@ -337,8 +336,6 @@ def regression_counts(**sizes) -> Any:
     machine (``sizes``: its batch, seq, width): aten ops, syncs, peak bytes (:func:`count_step`) and the graph
     breaks of its compiled chain (:func:`graph_breaks`), one row each (``regression``: ``intended`` or the name).
     Counts: the same on every run of the same build."""
-    import pandas as pd
-
     rows = []
     for reg in (None, *REGRESSIONS):
         s = MLPStep(reg, **sizes)
@@ -356,8 +353,6 @@ def aa_timings(a: Callable[[], Any], b: Callable[[], Any], rounds: int, steps: i
     every second block of n rounds run slowed: each call of ``a`` and of ``b`` is followed by ``stall_ms`` of
     sleep, a stand-in for what slows both alike between runs (a neighbour on the runner, a throttled clock, a
     slower machine). Returns ``round, state ('as is' | 'slowed'), a_ms, b_ms, ratio`` (``a / b``)."""
-    import pandas as pd
-
     for name, v in (("rounds", rounds), ("steps", steps)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}={v!r}; expected a positive int")

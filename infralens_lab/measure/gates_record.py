@@ -22,11 +22,14 @@ from typing import Any
 import torch
 
 from ..device import is_gpu, synchronize
+from ..parse.trace import step_gpu_work, trim
 from ..workloads.gated import REGRESSIONS, MLPStep
 from ..workloads.overlap import cuda_graphed
 from ..workloads.resnet import MEMORY_FORMATS, inference_step
 from .gates import RATIO_GATES, count_step, cuda_launches, cuda_syncs, graph_breaks, ratio_samples
 from .timing import time_fn
+from .top_ops import innermost_ops, kernel_families
+from .torch_trace import profile
 
 RESNET_BATCH, RESNET_SIZE = 32, 224
 AA_PROCESSES, AA_ROUNDS = 5, 15  # A/A pairs in 5 fresh processes, 15 rounds each: the drift between processes
@@ -45,10 +48,6 @@ def _synced_block(step, n: int = STEPS_PER_TIMING):
 
 def _resnet(writer, batch: int, size: int, dtype, device: str, repeats: int) -> dict:
     """Trace and time one ResNet-50 forward per memory format; writes ``resnet_trace_<format>``."""
-    from ..parse.trace import trim
-    from .top_ops import innermost_ops, kernel_families
-    from .torch_trace import profile
-
     out = {}
     for fmt in MEMORY_FORMATS:
         step = inference_step(batch, size, fmt, dtype=dtype, device=device)
@@ -104,8 +103,6 @@ def _regressions(k: int, device: str, sizes: dict) -> list[dict]:
 def _variant_summary(tr) -> dict:
     """Per profiled forward of a trace (the attribution rule, :func:`~infralens_lab.parse.trace.step_gpu_work`):
     launch calls, kernels, kernel µs, GPU busy µs, and the steady period (µs) the busy share is taken over."""
-    from ..parse.trace import step_gpu_work
-
     w = step_gpu_work(tr)
     sw = tr.steady_window()
     period = (sw[1] - sw[0]) / sw[2] if sw else None
@@ -124,8 +121,6 @@ def resnet_variants(batch: int, size: int, dtype, device: str, repeats: int, com
     variant: CUDA-event timing of one forward (warm-up first) and, from a trace of two profiled forwards,
     launch calls, kernels, kernel and GPU-busy time per forward and the steady period (:func:`_variant_summary`).
     On a CPU (``device='cpu'``, a dry run) only eager and compiled (backend ``eager``) run."""
-    from .torch_trace import profile
-
     gpu = device == "cuda"
     step = inference_step(batch, size, "channels_last", dtype=dtype, device=device)
     out: dict[str, Any] = {"batch": batch, "size": size, "dtype": str(dtype).replace("torch.", ""),
