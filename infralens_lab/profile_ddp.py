@@ -33,6 +33,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from . import evidence
+from .analysis.distributed import invariant_violations, overlap_table
+from .analyze import ranks
 from .measure.distributed import ddp_facts, profiled
 from .workloads import ddp as W
 
@@ -155,9 +157,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary(folder: Path) -> str:
     """Per rank: all-reduces per step against DDP's buckets, comm, exposed and wait per step; broken invariants."""
-    from .analysis.distributed import invariant_violations, overlap_table
-    from .analyze import ranks
-
     traces, _, datas = ranks(folder, cpu_ok=True)
     t = overlap_table(traces)
     buckets = len(datas[0]["infralens"]["ddp"]["bucket_bytes"])
