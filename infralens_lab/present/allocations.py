@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pandas as pd
+
 from ..units import MiB
 
 _FONT = 10
@@ -17,7 +19,6 @@ PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cf", "optimizer": "#dff2
 def timeline_figure(timelines: Mapping[str, object], title: str = "Allocated bytes through one training step"):
     """``timelines``: label (e.g. ``"fp32"``) -> timeline DataFrame. Returns a matplotlib Figure."""
     import matplotlib.pyplot as plt  # heavy: matplotlib, only here
-    import pandas as pd
 
     if not timelines:
         raise ValueError("timeline_figure needs at least one timeline; got none")

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+import pandas as pd
+
 from ..units import GB, MiB
 
 _FONT = 9
@@ -28,8 +31,6 @@ PERSISTENT = ("weights", "optimizer states")  # alive between steps in every set
 
 
 def _check_ledger(name: str, df, need=("category", "bytes")):
-    import pandas as pd
-
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"{name} is {type(df).__name__}; expected a DataFrame with columns {list(need)}")
     missing = [c for c in need if c not in df.columns]
@@ -49,7 +50,6 @@ def ledger_bars(ledgers: Mapping[str, object], categories: Sequence[str] | None 
     each bar's end. ``categories`` picks and orders the rows (default: the categories of the first
     ledger, in its order, that any ledger has a non-zero value for)."""
     import matplotlib.pyplot as plt  # heavy: matplotlib, only here
-    import numpy as np
 
     if not isinstance(ledgers, Mapping) or not ledgers:
         raise ValueError(f"ledgers must be a non-empty mapping name -> DataFrame; got {type(ledgers).__name__}")
@@ -151,8 +151,6 @@ def scaling_figure(table, categories: Sequence[str] | None = None, facet: str | 
     (``shares=True``) or GB per rank, one panel per value of ``facet`` (e.g. ZeRO stage; None
     for one panel). The dominant category of each bar is outlined in bold."""
     import matplotlib.pyplot as plt  # heavy: matplotlib, only here
-    import numpy as np
-    import pandas as pd
 
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"table is {type(table).__name__}; expected the DataFrame of ledger.scaling_table")

@@ -18,6 +18,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
+
 KINDS = ("memory", "compute")
 STYLES = ("measured", "peak")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -101,8 +104,6 @@ _REQUIRED = ("label", "intensity", "flops_per_s")
 
 
 def _check_points(points):
-    import pandas as pd
-
     if points is None:
         return pd.DataFrame(columns=list(_REQUIRED))
     if not isinstance(points, pd.DataFrame):
@@ -160,7 +161,6 @@ class _Placer:
                (-14, 0), (4, 30), (4, -38), (-4, 30), (-4, -38), (24, 10), (-24, 10), (24, -20), (-24, -20))
 
     def __init__(self, ax, fig, xs=(), ys=()):
-        import numpy as np
         from matplotlib.transforms import Bbox  # heavy: matplotlib, only here
 
         self.ax, self.fig = ax, fig
@@ -244,7 +244,6 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
     the intensities count (DRAM by default). Returns the Figure.
     """
     import matplotlib.pyplot as plt  # heavy: matplotlib, only here
-    import numpy as np
 
     points = _check_points(points)
     roofs = _check_roofs(roofs)
@@ -296,8 +295,6 @@ def roofline_figure(points=None, roofs: Iterable[Roof] = (), title: str = "Roofl
 def _quiet_spot(points, lo: float, hi: float, bw: float, rank: int) -> float:
     """An intensity in [lo, hi] (log-spaced candidates) for a memory-roof label: the one farthest, in
     decades, from every kernel point, so the label does not sit on top of a kernel near the roof."""
-    import numpy as np
-
     if not hi > lo:
         return lo
     cands = np.geomspace(lo, hi, 16)
@@ -318,8 +315,6 @@ def _quiet_spot(points, lo: float, hi: float, bw: float, rank: int) -> float:
 
 def _slope_angle(ax) -> float:
     """On-screen angle (degrees) of a slope-one line in log-log axes with the current limits."""
-    import numpy as np
-
     p0 = ax.transData.transform((1.0, 1.0))
     p1 = ax.transData.transform((10.0, 10.0))
     return float(np.degrees(np.arctan2(p1[1] - p0[1], p1[0] - p0[0])))
@@ -378,8 +373,6 @@ def bandwidth_figure(rows, roofs: Iterable[Roof] = (), title: str = "Copies: ban
     TB/s = 1e12 byte/s) the DRAM bandwidth reached and the useful part of it, with every memory
     roof in ``roofs`` drawn as a vertical line labelled with its value."""
     import matplotlib.pyplot as plt  # heavy: matplotlib, only here
-    import numpy as np
-    import pandas as pd
 
     if not isinstance(rows, pd.DataFrame):
         raise TypeError(f"rows is {type(rows).__name__}; expected a DataFrame with label and dram_TBps")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pandas as pd
+
 # Stall reasons get fixed colours so the same reason looks the same in every figure of a lab.
 REASON_COLORS = {
     "long_scoreboard": "#d62728", "short_scoreboard": "#ff9896", "barrier": "#9467bd", "lg_throttle": "#ff7f0e",
@@ -43,8 +45,6 @@ def stall_mix(breakdown, by: str = "config", top: int = 6, order: Sequence[str] 
     own column, largest first; the rest are summed into ``other``. ``order``: labels in the order
     wanted (default: first appearance). Rows sum to 1. A label with no samples raises ValueError.
     """
-    import pandas as pd
-
     _need_columns(breakdown, [by, "reason", "samples"], "stall_mix")
     if not isinstance(top, int) or top < 1:
         raise ValueError(f"stall_mix: top={top!r}; expected an int >= 1")

@@ -10,6 +10,8 @@ import numbers
 import re
 from typing import Any
 
+import pandas as pd
+
 # A column name's unit suffix -> the unit shown in its header (longest suffixes first).
 UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
     ("_FLOP_per_B", "FLOP/B"), ("_FLOP_per_byte", "FLOP/B"), ("_TFLOP_s", "TFLOP/s"), ("_TB_s", "TB/s"),
@@ -226,11 +228,9 @@ def _cell_html(v: Any, floatfmt: str | None, whole: bool = False, limit: int = N
         return "num", "—"
     s = str(v)
     try:  # pandas NA / NaT
-        import pandas as pd
-
         if not isinstance(v, (list, tuple, dict)) and pd.isna(v):
             return "num", "—"
-    except (ImportError, TypeError, ValueError):
+    except (TypeError, ValueError):
         pass
     if _is_long_name(s):
         return "txt", f'<abbr title="{html.escape(s)}">{html.escape(shorten_name(s, limit))}</abbr>'
@@ -242,8 +242,6 @@ def _flat_columns(df):
     """``df`` with its index as leading columns when the index says something (it has a name, or holds
     labels), dropped when it is only the row positions a sort or a filter left behind (unnamed integers),
     and MultiIndex columns joined with " / "."""
-    import pandas as pd
-
     if not _plain_index(df):
         named = any(n is not None for n in df.index.names)
         if not named and pd.api.types.is_integer_dtype(df.index.dtype):
@@ -331,6 +329,4 @@ def table_text(df, floatfmt: str | None = None) -> str:
 
 
 def _plain_index(df) -> bool:
-    import pandas as pd
-
     return isinstance(df.index, pd.RangeIndex)
