@@ -17,6 +17,7 @@ Loaded through the ``pytest11`` entry point ``infralens_quiz``; it does nothing 
 """
 from __future__ import annotations
 
+import compileall
 import contextlib
 import hashlib
 import json
@@ -26,7 +27,18 @@ from pathlib import Path
 
 import pytest
 
-from .scores import summary_lines, write_csv  # the plugin's summary and CSV (tests use these names)
+from ..evidence import data_root
+from .bank import BANKS_ENV, BankError, banks_dirs, load_bank
+from .isolation import RunOutcome, kill_descendants, run_notebook
+from .manifest import PACKAGE_DIR, ManifestError, Snapshot, verify
+from .report import write_report
+from .scores import (  # the plugin's summary and CSV (tests use these names)
+    add_flag,
+    flag_duplicates,
+    summary_lines,
+    write_csv,
+    write_junit,
+)
 
 GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
@@ -104,9 +116,6 @@ def pytest_configure(config):
                          (report_path(config), "--infralens-report")):
         if path:
             check_writable(path, option)
-    from .bank import BankError, banks_dirs
-    from .manifest import ManifestError, verify
-
     try:
         verify()
         banks_dirs()
@@ -197,6 +206,7 @@ class GradeFile(pytest.File):
     """One submitted notebook: its bytes (read at collection, before any notebook runs) and its rows."""
 
     def collect(self):
+        # light plugin: grader pulls pandas (quiz.check -> quiz.derive); only grade mode needs it
         from .grader import MAX_NOTEBOOK_BYTES, NotebookError, fingerprint, grade_notebook, read_notebook
 
         plugin = self.config.pluginmanager.get_plugin("infralens-grade-session")
@@ -233,8 +243,7 @@ class GradeFile(pytest.File):
 
     def row(self, qid: str) -> dict:
         if self._rows is None:
-            from .grader import grade_notebook
-            from .scores import add_flag
+            from .grader import grade_notebook  # light plugin: grader pulls pandas (check -> derive)
 
             run = self.outcome() if (self.plugin.run and self.readable) else None
             rows = [r.as_dict() for r in grade_notebook(self.path, self.name_, data=self.data, run=run)]
@@ -255,8 +264,6 @@ class GradeSession:
         self.saved_env = {k: os.environ.get(k) for k in (GRADE_ENV, SCORE_ENV)}
         os.environ[GRADE_ENV] = "1"       # checks in the kernels print and fail cells, as learners see them
         os.environ.pop(SCORE_ENV, None)   # and the kernels get no score file: only this process writes one
-        from .bank import BANKS_ENV, banks_dirs
-
         self.saved_env[BANKS_ENV] = os.environ.get(BANKS_ENV)
         extra = [str(d.resolve()) for d in banks_dirs()[:-1]]   # kernels run elsewhere: absolute paths
         if extra:
@@ -274,18 +281,13 @@ class GradeSession:
             self._prepare_runs()
 
     def _prepare_runs(self) -> None:
-        import compileall
-
         from . import isolation, runner  # noqa: F401 - loaded (and compiled) before any notebook runs
-        from .bank import banks_dirs
-        from .manifest import PACKAGE_DIR, Snapshot
 
         if not isolation.become_subreaper():
             self.messages.append("note: not Linux, so the grader cannot adopt processes a notebook detaches; "
                                  "only each run's process group is killed. Grade untrusted work in a container.")
         compileall.compile_dir(str(PACKAGE_DIR), quiet=2)  # every .pyc exists now: a new or changed one is not ours
         try:
-            from infralens_lab.evidence import data_root
             data = [data_root()]
         except Exception:  # no recorded data in this install: nothing there to watch
             data = []
@@ -305,8 +307,7 @@ class GradeSession:
             where = " ".join(str(a) for a in self.config.args)
             raise pytest.UsageError(f"no .ipynb files found under {where}: expected a folder of submitted "
                                     "notebooks (one sub-folder per learner works well); no scores written")
-        from .bank import BankError, load_bank
-        from .grader import EvidenceUnavailable, expected_for_grading
+        from .grader import EvidenceUnavailable, expected_for_grading  # light plugin: grader pulls pandas
 
         for lab in sorted({f.lab for f in self.files if f.lab}):
             try:
@@ -318,8 +319,6 @@ class GradeSession:
                     expected_for_grading(q)
 
     def execute(self, gf: GradeFile):
-        from .isolation import RunOutcome, run_notebook
-
         if self.stopped:
             return RunOutcome("not run", self.stopped)
         outcome = run_notebook(gf.data, self.timeout, env=dict(os.environ))
@@ -342,8 +341,6 @@ class GradeSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
         if self.run:
-            from .isolation import kill_descendants
-
             left = kill_descendants()
             if left:
                 self.messages.append(f"ERROR: processes {left} started by the notebooks would not die; "
@@ -352,13 +349,9 @@ class GradeSession:
                 return
         if not self.rows:
             return
-        from .scores import flag_duplicates, write_junit
-
         seen = {r["notebook"] for r in self.rows}
         files = [f for f in self.files if f.name_ in seen]
         flag_duplicates(self.rows, {f.name_: f.fingerprint for f in files}, {f.name_: f.sha for f in files})
-        from .report import write_report
-
         students = {f.name_: student_of(self.config, f.path) for f in files}
         submitted = {}
         for f in files:
