@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from infralens_lab.analysis import gates as A
@@ -92,7 +93,7 @@ def test_k_table_and_smallest_k():
 
 def test_noise_verdict_rule_and_quotients():
     # a's own noise only (b constant): the ratio carries all of it, quotient 1, not below the threshold
-    assert A.spread_quotient([1.0, 2.0, 3.0, 4.0, 5.0], [1.0] * 5) == pytest.approx(1.0)
+    assert A.spread_quotient(pd.Series([1.0, 2.0, 3.0, 4.0, 5.0]), pd.Series([1.0] * 5)) == pytest.approx(1.0)  # a column
     assert "outweighed the drift" in A.noise_verdict(1.0) and "cancels" in A.noise_verdict(0.4)
     assert A.noise_verdict(0.99).startswith("ratio/time spread 0.99 < 1")
     # shared drift: b follows a, so a / b barely moves

@@ -277,6 +277,7 @@ INDEPENDENT_QUOTIENT = math.sqrt(2)  # the quotient of equal, independent noise 
 
 def spread_quotient(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
     """The p10-p90 spread of ``a / b`` over that of ``a`` alone (:func:`spread`), for one A/A run."""
+    a_ms, b_ms = [float(x) for x in a_ms], [float(x) for x in b_ms]
     if len(a_ms) != len(b_ms) or len(a_ms) < 2:
         raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
     sa = spread(a_ms)
