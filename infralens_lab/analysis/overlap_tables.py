@@ -198,7 +198,7 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
         after = d["period_ms"]
         rows.append(fix_row("side stream + 2nd buffer", p["period_ms"], after, p["exposed_copy_ms"],
                             (p["copy_ms"], p["kernel_ms"]), "exposed copy",
-                            {"copy": (p["copy_ms"], d["copy_ms"]), "kernels": (p["kernel_ms"], d["kernel_ms"])}))
+                            {"the copy": (p["copy_ms"], d["copy_ms"]), "the kernels": (p["kernel_ms"], d["kernel_ms"])}))
     if pipe is not None:
         d1, d2 = pipe.set_index("depth").loc[1], pipe.set_index("depth").loc[2]
         rows.append(fix_row("second pipeline buffer", d1["period_ms"], d2["period_ms"],
@@ -209,7 +209,7 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
         e, g = launches.set_index("variant").loc["eager"], launches.set_index("variant").loc["graph"]
         rows.append(fix_row("CUDA graph", e["step_ms"], g["step_ms"], e["step_ms"] - e["gpu_busy_ms"],
                             (g["gpu_busy_ms"], g["cpu_issue_ms"]), "GPU idle time",
-                            {"GPU busy time": (e["gpu_busy_ms"], g["gpu_busy_ms"])}))
+                            {"the GPU busy time": (e["gpu_busy_ms"], g["gpu_busy_ms"])}))
     if comp is not None and compile_traces is not None:
         t = comp.set_index("variant")
         period, extra = breaks_idle_ms(compile_traces["breaks"], compile_traces["whole"])
@@ -217,7 +217,7 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
         busy = idle_budget(compile_traces["breaks"])["busy_ms"]
         rows.append(fix_row("remove graph breaks", before, t.loc["compiled", "median_ms"], before * extra / period,
                             (busy,), "idle the breaks add",
-                            {"GPU busy time": (busy, idle_budget(compile_traces["whole"])["busy_ms"])}))
+                            {"the GPU busy time": (busy, idle_budget(compile_traces["whole"])["busy_ms"])}))
     return pd.DataFrame(rows)
 
 
