@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from infralens_lab.analysis import gates as A
@@ -88,6 +89,34 @@ def test_k_table_and_smallest_k():
     assert A.smallest_k(t) == 1 and A.smallest_k(t.assign(false_alarm_pct=50.0)) is None
     tight = A.k_table(ratios, tolerance=0.015)  # the 0.98 sample fails a lone run; medians of 5 or more rarely do
     assert tight.loc[0, "false_alarm_pct"] > 1 and A.smallest_k(tight) > 1
+
+
+def test_noise_verdict_rule_and_quotients():
+    # a's own noise only (b constant): the ratio carries all of it, quotient 1, not below the threshold
+    assert A.spread_quotient(pd.Series([1.0, 2.0, 3.0, 4.0, 5.0]), pd.Series([1.0] * 5)) == pytest.approx(1.0)  # a column
+    assert "outweighed the drift" in A.noise_verdict(1.0) and "cancels" in A.noise_verdict(0.4)
+    assert A.noise_verdict(0.99).startswith("ratio/time spread 0.99 < 1")
+    # shared drift: b follows a, so a / b barely moves
+    shared = ([1.0, 2.0, 3.0, 4.0, 5.0], [1.1, 2.0, 3.1, 4.0, 5.1])
+    q = A.process_quotients([{"a_ms": shared[0], "b_ms": shared[1]}, {"a_ms": [1.0, 2.0, 3.0], "b_ms": [1.0] * 3}])
+    assert q["quotients"][0] < 0.1 and q["quotients"][1] == pytest.approx(1.0) and q["shared"] == 1
+    assert q["median"] == pytest.approx(sum(q["quotients"]) / 2)
+    with pytest.raises(ValueError, match="do not spread"):
+        A.spread_quotient([1.0, 1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="no A/A processes"):
+        A.process_quotients([])
+
+
+def test_noise_verdict_on_the_recorded_processes():
+    """Every recorded set with A/A processes: the verdict each process gets follows its own two spreads."""
+    from infralens_lab import evidence
+    for st in evidence.load_all_sets():
+        procs = st.load("gates_gpu").values.get("aa_processes") if "gates_gpu" in st.names() else None
+        for p in procs or []:
+            t = A.noise_table(p["a_ms"], p["b_ms"]).set_index("what")["spread_pct"]
+            q = A.spread_quotient(p["a_ms"], p["b_ms"])
+            assert q == pytest.approx(t["a / b"] / t["a (ms)"])
+            assert ("cancels" in A.noise_verdict(q)) == (t["a / b"] < t["a (ms)"]) == A.ratio_helped(t.reset_index())
 
 
 def test_noise_and_drift_tables_by_hand():

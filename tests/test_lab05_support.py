@@ -9,7 +9,7 @@ from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05
 from infralens_lab.measure import overlap as M
 from infralens_lab.parse.trace import Trace
-from infralens_lab.workloads.overlap import NeedsGpu
+from infralens_lab.workloads.overlap import COPY_BATCH_MIB, NeedsGpu
 
 
 def X(name, cat, ts, dur, tid=1, pid=1, **args):
@@ -54,12 +54,36 @@ def test_pageable_rates_old_and_new_records():
     copies = pd.DataFrame({"mode": ["pageable"], "copy_gb_per_s": [8.0]})
     old = [{"memory": "pageable", "mib": 256, "gb_per_s": 18.0}, {"memory": "pinned", "mib": 256, "gb_per_s": 55.0}]
     r = T.pageable_rates(copies, old, 32)
-    assert r == {"trace_gb_per_s": 8.0, "table_gb_per_s": 18.0, "written_gb_per_s": None, "written_matches_trace": None}
-    new = [*old[:1], {"memory": "pageable", "written": True, "mib": 32, "gb_per_s": 9.0},
+    assert (r["trace_gb_per_s"], r["table_gb_per_s"]) == (8.0, 18.0)
+    assert r["written_gb_per_s"] is r["written_matches_trace"] is r["written_large_gb_per_s"] is r["size_explains_gap"] is None
+    new = [*old[:1], {"memory": "pageable", "written": True, "mib": 32, "gb_per_s": 9.0, "median_ms": 3.7, "cpu_ms": 3.5},
            {"memory": "pageable", "written": False, "mib": 32, "gb_per_s": 17.0}]
     r = T.pageable_rates(copies, new, 32)
     assert r["table_gb_per_s"] == 18.0 and r["written_gb_per_s"] == 9.0 and r["written_matches_trace"]  # 12% apart
+    assert (r["written_ms"], r["written_cpu_ms"]) == (3.7, 3.5) and r["size_explains_gap"] is None  # no larger written
     assert not T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0)], 32)["written_matches_trace"]
+    # the step's size copied again and again is fast, a larger written source matches the trace: size explains it
+    big = dict(new[1], mib=256, gb_per_s=8.5)
+    r = T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0), big], 32)
+    assert r["written_large_mib"] == 256 and r["written_large_matches_trace"] and r["size_explains_gap"] is True
+    r = T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0), dict(big, gb_per_s=16.0)], 32)
+    assert r["size_explains_gap"] is False  # both written sizes far from the trace: not the source's size
+
+
+def test_pageable_rates_on_the_recorded_set():
+    """On every recorded set with written pageable rows, the sentence lab 05 prints follows from the rows."""
+    from infralens_lab import evidence
+    for st in evidence.load_all_sets():
+        if not {"overlap_h2d", "trace_copy_pageable"} <= set(st.names()):
+            continue
+        rows = st.load("overlap_h2d").values["rows"]
+        copies = T.copy_table({"pageable": lab05.recorded_traces(st, {"pageable": "trace_copy_pageable"})["pageable"][0]},
+                              lab05.COPY_BYTES)
+        r = T.pageable_rates(copies, rows, COPY_BATCH_MIB)
+        assert r["trace_gb_per_s"] > 0 and r["table_gb_per_s"] > 0
+        if r["size_explains_gap"]:
+            assert abs(r["written_large_gb_per_s"] / r["trace_gb_per_s"] - 1) <= T.RATE_AGREEMENT
+            assert abs(r["written_gb_per_s"] / r["trace_gb_per_s"] - 1) > T.RATE_AGREEMENT
 
 
 def _pipe_trace(s0, s1, period, n=5):
@@ -95,7 +119,45 @@ def test_fix_table_by_hand():
     g = t.loc["CUDA graph"]
     assert g["f"] == pytest.approx(0.75) and g["amdahl"] == pytest.approx(4.0) and g["floor"] == pytest.approx(4 / 0.9)
     assert g["binds"] == "amdahl"
+    said = {r["fix"]: T.bound_sentence(r) for r in T.fix_table(copies, pipe, launches).to_dict("records")}
+    assert p["part"] is None and "not established" in said["second pipeline buffer"]  # stages kept their times
+    assert said["side stream + 2nd buffer"].endswith("the bound holds") and "BEATEN" not in said["side stream + 2nd buffer"]
+    # the same pipeline whose stage 1 ran 2.4 ms at depth 2: that premise of the bound failed, and is named
+    faster = T.fix_table(pipe=pipe.assign(stage1_ms=[3.0, 2.4])).to_dict("records")[0]
+    assert not faster["within_bound"] and faster["part"] == "stage 1"
+    assert (faster["part_before_ms"], faster["part_after_ms"]) == (3.0, 2.4)
+    assert "stage 1 did not: 3.000 ms before the fix, 2.400 ms after (20% shorter" in T.bound_sentence(faster)
     assert T.fix_table().empty
+
+
+def test_shrunk_part_rule():
+    assert T.shrunk_part({"a": (1.0, 0.96), "b": (2.0, 2.1)}) is None  # 4% shorter: within PART_CHANGED
+    assert T.shrunk_part({"a": (1.0, 0.94), "b": (2.0, 1.0)})["part"] == "b"  # the one that shrank most
+    assert T.shrunk_part(None) is None
+    with pytest.raises(ValueError, match="expected a positive time before"):
+        T.shrunk_part({"a": (0.0, 1.0)})
+
+
+def test_fix_table_on_the_recorded_set_never_calls_a_beaten_bound_held():
+    """Every recorded fix table: a row beaten beyond the slack says BEATEN and names a part that shrank past the
+    rule's share, or says the cause is not established; a row within it says the bound holds."""
+    from infralens_lab import evidence
+    need = ("trace_pipeline_d1", "trace_pipeline_d2", "trace_compile_whole", "trace_compile_breaks", "compile_study")
+    for st in evidence.load_all_sets():
+        if not set(need) <= set(st.names()):
+            continue
+        pipe = T.pipeline_table({d: tr for d, (tr, _) in lab05.recorded_traces(st, {d: f"trace_pipeline_d{d}" for d in (1, 2)}).items()})
+        ctr = {k: tr for k, (tr, _) in lab05.recorded_traces(st, {"whole": "trace_compile_whole", "breaks": "trace_compile_breaks"}).items()}
+        fixes = T.fix_table(pipe=pipe, comp=T.compile_times(st.load("compile_study").values), compile_traces=ctr)
+        for r in fixes.to_dict("records"):
+            text = T.bound_sentence(r)
+            assert r["within_bound"] == (r["measured"] <= r["bound"] * T.BOUND_SLACK)
+            if r["within_bound"]:
+                assert "holds" in text and "BEATEN" not in text
+            else:
+                assert "BEATEN" in text and "holds" not in text, text
+                if r["part"] is not None:
+                    assert r["part_after_ms"] < r["part_before_ms"] * (1 - T.PART_CHANGED)
 
 
 def test_fix_table_remove_breaks_counts_only_the_idle_the_breaks_add():

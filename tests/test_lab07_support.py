@@ -146,7 +146,7 @@ def test_derived_questions_mark_against_the_notebooks_evidence(store):
 
 def test_grader_keys_use_the_recorded_set():
     """quiz.keys.lab07 builds the notebook's evidence from the committed default set by the same functions:
-    the grader's keys for ex1, q5 and ex2 are what the notebook's cells compute."""
+    the grader's keys for ex1, q5, ex2 and q6 are what the notebook's cells compute."""
     from infralens_lab.measure.top_ops import format_gain, forward_busy, op_times
     from infralens_lab.quiz import grader as G
     from infralens_lab.quiz import question
@@ -163,5 +163,10 @@ def test_grader_keys_use_the_recorded_set():
         share = format_gain(k, {f: gev.values["resnet"][f]["median_ms"] for f in rec})["share"]
         assert G.expected_for_grading(question("lab07.q5")) == pytest.approx(share)
         assert G.expected_for_grading(question("lab07.ex2")) == A.smallest_k(A.k_table(gev.values["aa_ratios"], A.LAB_TOLERANCE))
+        procs = gev.values.get("aa_processes")
+        if procs:  # q6: the median over processes of ratio spread / a's spread, from the table the notebook shows
+            t = A.drift_table({i: (p["a_ms"], p["b_ms"]) for i, p in enumerate(procs)}).iloc[:-1]
+            by_table = sorted(t["ratio_spread_pct"] / t["a_spread_pct"])[len(procs) // 2]
+            assert G.expected_for_grading(question("lab07.q6")) == pytest.approx(by_table)
     finally:
         G.grader_evidence.cache_clear()

@@ -26,6 +26,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pandas as pd
+
 from ..stats import percentile
 
 RULES = ("max", "equals")
@@ -237,7 +239,6 @@ def k_table(ratios: Sequence[float], tolerance: float, slowdown: float = 0.03, k
     of its middle, how often a gate at ``tolerance`` fails an unchanged candidate (:func:`false_alarm_rate`)
     and how often it catches one ``slowdown`` slower (:func:`detection_rate`), both in percent. Columns
     ``k, median_p10, median_p90, band_pct, false_alarm_pct, caught_pct`` (``attrs``: tolerance, slowdown)."""
-    import pandas as pd  # local: the verdict functions above stay free of pandas
 
     rows = []
     for k in ks:
@@ -259,9 +260,9 @@ def smallest_k(table, max_false_alarm_pct: float = 1.0) -> int | None:
 
 def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
     """Spread of two identical steps timed alternately (an A/A run): per quantity (``a``, ``b``, ``a / b``)
-    its median, p10, p90 and ``spread_pct`` (:func:`spread`). Two independent noisy timings make a ratio that
-    spreads about sqrt(2) times as much as either alone; only what both share cancels in it."""
-    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
+    its median, p10, p90 and ``spread_pct`` (:func:`spread`). Drift common to a and b (clock, heat, neighbour load)
+    cancels in ``a / b``; each timing's own noise adds in it (about sqrt(2) times one timing's spread when the two
+    are equal and independent). Which wins is measured, not assumed: :func:`noise_verdict`."""
 
     if len(a_ms) != len(b_ms) or len(a_ms) < 2:
         raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
@@ -270,21 +271,53 @@ def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
                           "spread_pct": 100 * spread(x)} for w, x in series.items()])
 
 
+NOISE_SHARED_BELOW = 1.0  # ratio spread / a's spread below 1: drift a and b share outweighed each one's own noise
+INDEPENDENT_QUOTIENT = math.sqrt(2)  # the quotient of equal, independent noise in a and b and nothing shared
+
+
+def spread_quotient(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
+    """The p10-p90 spread of ``a / b`` over that of ``a`` alone (:func:`spread`), for one A/A run."""
+    a_ms, b_ms = [float(x) for x in a_ms], [float(x) for x in b_ms]
+    if len(a_ms) != len(b_ms) or len(a_ms) < 2:
+        raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
+    sa = spread(a_ms)
+    if sa <= 0:
+        raise ValueError(f"a's timings {list(a_ms)[:5]}... do not spread; the quotient is undefined")
+    return spread([x / y for x, y in zip(a_ms, b_ms, strict=True)]) / sa
+
+
+def noise_verdict(quotient: float) -> str:
+    """Which noise an A/A run's :func:`spread_quotient` shows, with the rule's threshold."""
+    if quotient < NOISE_SHARED_BELOW:
+        return (f"ratio/time spread {quotient:.2f} < {NOISE_SHARED_BELOW:g}: drift common to a and b outweighed each "
+                "timing's own noise, and it cancels in a / b")
+    return (f"ratio/time spread {quotient:.2f} >= {NOISE_SHARED_BELOW:g}: each timing's own noise outweighed the "
+            f"drift they share, and it adds up in a / b ({INDEPENDENT_QUOTIENT:.2f} for equal independent noise alone)")
+
+
+def process_quotients(processes: Sequence[dict]) -> dict:
+    """:func:`spread_quotient` of each A/A process (``[{a_ms, b_ms}, ...]``, a ``gates_gpu`` record's
+    ``aa_processes``): ``quotients``, their ``median`` and ``shared`` (how many fall below
+    :data:`NOISE_SHARED_BELOW`)."""
+    if not processes:
+        raise ValueError("no A/A processes; expected a list of {'a_ms': [...], 'b_ms': [...]}")
+    q = [spread_quotient(p["a_ms"], p["b_ms"]) for p in processes]
+    return {"quotients": q, "median": percentile(q, 50), "shared": sum(x < NOISE_SHARED_BELOW for x in q)}
+
+
 def ratio_helped(noise) -> bool:
-    """From a :func:`noise_table`: True when the ratio ``a / b`` spread less than ``a`` alone did, i.e. most of the
-    run's noise moved a and b alike (load from other processes, clocks); False when the two timings' noises were
-    mostly their own, which a ratio adds up."""
+    """From a :func:`noise_table`: True when the ratio ``a / b`` spread less than ``a`` alone did (the rule of
+    :func:`noise_verdict`: drift both shared outweighed each one's own noise); False otherwise."""
     s = noise.set_index("what")["spread_pct"]
-    return bool(s["a / b"] < s["a (ms)"])
+    return bool(s["a / b"] < NOISE_SHARED_BELOW * s["a (ms)"])
 
 
 def drift_table(groups: dict):
     """A/A timings in several groups (``{group: (a_ms, b_ms)}``: processes, machines, load states): per group
     the median of ``a`` and of ``a / b``, then a row ``between groups``: how far the group medians are apart,
     ``(max - min) / median`` in percent, for the absolute time and for the ratio. A ratio wins when something
-    slows a and b alike between groups (the absolute medians move, the ratio's do not); inside one group it
-    loses (its spread is about sqrt(2) times a single timing's)."""
-    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
+    slows a and b alike between groups (the absolute medians move, the ratio's do not); inside one group it wins
+    or loses by how much of the noise a and b share (:func:`noise_verdict`)."""
 
     if len(groups) < 2:
         raise ValueError(f"{len(groups)} group(s); expected at least 2 to compare")
@@ -314,7 +347,6 @@ def gates_tripped(table, base: str = "intended", metrics: Sequence[str] = COUNT_
     metric) trips when every gate is set at the ``base`` row's value with :func:`count_verdict`'s ``max`` rule
     (peak bytes with :data:`BYTES_SLACK`): ``True`` per tripped gate and ``caught_by`` (the gates, or
     ``none``), one row per step other than ``base``."""
-    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
 
     t = table.set_index("regression")
     if base not in t.index:
@@ -338,7 +370,6 @@ def ratio_gate_table(samples: dict, rules: dict, bench: dict):
     ``samples`` (``{name: [ratios]}``): the samples' median (what the gate is held to) and spread, the bench's
     ratio of the same pair (``bench``) and how far the two procedures are apart (``procedure_gap_pct``), the
     file's tolerance and k, and the k :func:`runs_needed` asks for at that tolerance."""
-    import pandas as pd  # TODO(issue 30): hoist (pandas is not heavy here); analysis/ is edited in parallel
 
     rows = []
     for name, rule in rules.items():

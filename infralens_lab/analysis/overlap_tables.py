@@ -128,16 +128,51 @@ def fusion_table(values: dict, traces: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fix_row(fix: str, before: float, after: float, hidden: float, floors, what: str) -> dict:
+PART_CHANGED = 0.05  # a part a bound holds fixed that runs over 5% shorter after the fix broke that premise
+
+
+def shrunk_part(parts: dict | None) -> dict | None:
+    """Of the parts a bound holds at their duration before the fix (``{name: (before_ms, after_ms)}``, the parts
+    that still run), the one that ran shortest after the fix relative to before, when by more than
+    :data:`PART_CHANGED`: ``{part, part_before_ms, part_after_ms}``; None when every part kept its duration."""
+    if not parts:
+        return None
+    for name, (b, a) in parts.items():
+        if not b > 0 or not a >= 0:
+            raise ValueError(f"part {name!r}: {b!r} ms before, {a!r} ms after; expected a positive time before")
+    name, (b, a) = min(parts.items(), key=lambda kv: kv[1][1] / kv[1][0])
+    return None if a >= b * (1 - PART_CHANGED) else {"part": name, "part_before_ms": b, "part_after_ms": a}
+
+
+def fix_row(fix: str, before: float, after: float, hidden: float, floors, what: str, parts: dict | None = None) -> dict:
     """One fix, one change: the share of the ``before`` step it attacks (``hidden``, same unit), its bound
     (:func:`~infralens_lab.analysis.overlap.overlap_bound`: Amdahl's ``1 / (1 - f)``, the overlap floor
     ``before / max(floors)``, which binds), and the measured speedup ``before / after``; ``within_bound`` is
-    False when the measurement beats the bound by more than :data:`BOUND_SLACK` (then the share was measured
-    wrongly, or something else changed too)."""
+    False when the measurement beats the bound by more than :data:`BOUND_SLACK`. The bound assumes the parts that
+    still run keep their durations; ``parts`` (``{name: (before_ms, after_ms)}``) measures them on both sides,
+    and for a beaten bound ``part``, ``part_before_ms``, ``part_after_ms`` name the one that shrank
+    (:func:`shrunk_part`; None: no part shrank, and the cause is not established)."""
     b = A.overlap_bound(before, hidden, floors)
     got = before / after
+    within = bool(got <= b["bound"] * BOUND_SLACK)
+    why = None if within else shrunk_part(parts)
     return {"fix": fix, "removes": what, "f": hidden / before, "amdahl": b["amdahl"], "floor": b["overlap_floor"],
-            "binds": b["binds"], "measured": got, "within_bound": bool(got <= b["bound"] * BOUND_SLACK)}
+            "binds": b["binds"], "bound": b["bound"], "measured": got, "within_bound": within,
+            **(why or {"part": None, "part_before_ms": None, "part_after_ms": None})}
+
+
+def bound_sentence(row) -> str:
+    """What one :func:`fix_row` says, in words: the bound held, or it was beaten and which premise failed."""
+    head = f"{row['fix']}: measured {row['measured']:.2f}x against a bound of {row['bound']:.2f}x"
+    if row["within_bound"]:
+        return f"{head} ({row['binds']} binds): the bound holds"
+    if row["part"] is not None:
+        b, a = row["part_before_ms"], row["part_after_ms"]
+        return (f"{head}: BEATEN, so the bound does not hold for this pair of runs. It assumed that what still runs "
+                f"keeps its duration, and {row['part']} did not: {b:.3f} ms before the fix, {a:.3f} ms after "
+                f"({100 * (1 - a / b):.0f}% shorter; the rule flags a part over {100 * PART_CHANGED:.0f}% shorter)")
+    return (f"{head}: BEATEN, and no part the bound holds fixed ran more than {100 * PART_CHANGED:.0f}% shorter: "
+            "the attacked share was measured wrongly or something else changed; the cause is not established")
 
 
 def breaks_idle_ms(breaks, whole) -> tuple[float, float]:
@@ -159,26 +194,30 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
     floor: its GPU busy time). ``compile_traces``: ``{'whole': Trace, 'breaks': Trace}``."""
     rows = []
     if copies is not None:
-        p = copies.set_index("mode").loc["pinned"]
-        after = copies.set_index("mode").loc["double_buffered", "period_ms"]
+        p, d = copies.set_index("mode").loc["pinned"], copies.set_index("mode").loc["double_buffered"]
+        after = d["period_ms"]
         rows.append(fix_row("side stream + 2nd buffer", p["period_ms"], after, p["exposed_copy_ms"],
-                            (p["copy_ms"], p["kernel_ms"]), "exposed copy"))
+                            (p["copy_ms"], p["kernel_ms"]), "exposed copy",
+                            {"the copy": (p["copy_ms"], d["copy_ms"]), "the kernels": (p["kernel_ms"], d["kernel_ms"])}))
     if pipe is not None:
         d1, d2 = pipe.set_index("depth").loc[1], pipe.set_index("depth").loc[2]
         rows.append(fix_row("second pipeline buffer", d1["period_ms"], d2["period_ms"],
                             d1["period_ms"] - max(d1["stage0_ms"], d1["stage1_ms"]), (d1["stage0_ms"], d1["stage1_ms"]),
-                            "all but the slower stage"))
+                            "all but the slower stage",
+                            {"stage 0": (d1["stage0_ms"], d2["stage0_ms"]), "stage 1": (d1["stage1_ms"], d2["stage1_ms"])}))
     if launches is not None:
         e, g = launches.set_index("variant").loc["eager"], launches.set_index("variant").loc["graph"]
         rows.append(fix_row("CUDA graph", e["step_ms"], g["step_ms"], e["step_ms"] - e["gpu_busy_ms"],
-                            (g["gpu_busy_ms"], g["cpu_issue_ms"]), "GPU idle time"))
+                            (g["gpu_busy_ms"], g["cpu_issue_ms"]), "GPU idle time",
+                            {"the GPU busy time": (e["gpu_busy_ms"], g["gpu_busy_ms"])}))
     if comp is not None and compile_traces is not None:
         t = comp.set_index("variant")
         period, extra = breaks_idle_ms(compile_traces["breaks"], compile_traces["whole"])
         before = t.loc["compiled_breaks", "median_ms"]
         busy = idle_budget(compile_traces["breaks"])["busy_ms"]
         rows.append(fix_row("remove graph breaks", before, t.loc["compiled", "median_ms"], before * extra / period,
-                            (busy,), "idle the breaks add"))
+                            (busy,), "idle the breaks add",
+                            {"the GPU busy time": (busy, idle_budget(compile_traces["whole"])["busy_ms"])}))
     return pd.DataFrame(rows)
 
 
@@ -188,13 +227,29 @@ RATE_AGREEMENT = 0.25  # two copy rates within 25% of each other tell the same s
 def pageable_rates(copies: pd.DataFrame, h2d_rows: list[dict], batch_mib: float) -> dict:
     """The pageable copy's rate in the copy step's trace against the bandwidth record's pageable rows:
     ``trace_gb_per_s``, ``table_gb_per_s`` (the record's largest pageable copy of a never-written source, as
-    the record's first table shows), ``written_gb_per_s`` (a written source of the step's size, None when the
-    record predates it), ``written_matches_trace`` (within :data:`RATE_AGREEMENT`, None without it)."""
+    the record's first table shows), ``written_gb_per_s`` and ``written_cpu_ms``, ``written_ms`` (a written
+    source of the step's size, copied again and again: its rate, and the host's and the GPU's time for one copy;
+    None when the record predates it), ``written_matches_trace`` (within :data:`RATE_AGREEMENT`, None without
+    it); ``written_large_mib``, ``written_large_gb_per_s``, ``written_large_matches_trace``: the same for the
+    largest written source above the step's size (None without one). ``size_explains_gap``: True when the
+    step-size written copy misses the trace's rate and the larger written copy matches it (the rate then
+    follows how much host memory the copies read, not written vs unwritten pages alone), None without both."""
     trace = float(copies.set_index("mode").loc["pageable", "copy_gb_per_s"])
     page = [r for r in h2d_rows if r["memory"] == "pageable"]
     fresh = [r for r in page if not r.get("written", False)]
     table = max(fresh or page, key=lambda r: r["mib"])["gb_per_s"]
-    written = [r for r in page if r.get("written") and r["mib"] == batch_mib]
-    w = written[0]["gb_per_s"] if written else None
-    return {"trace_gb_per_s": trace, "table_gb_per_s": table, "written_gb_per_s": w,
-            "written_matches_trace": None if w is None else abs(w / trace - 1) <= RATE_AGREEMENT}
+    written = [r for r in page if r.get("written")]
+    at = [r for r in written if r["mib"] == batch_mib]
+    big = [r for r in written if r["mib"] > batch_mib]
+    w = at[0] if at else None
+    wl = max(big, key=lambda r: r["mib"]) if big else None
+
+    def agrees(r):
+        return None if r is None else abs(r["gb_per_s"] / trace - 1) <= RATE_AGREEMENT
+
+    return {"trace_gb_per_s": trace, "table_gb_per_s": table,
+            "written_gb_per_s": None if w is None else w["gb_per_s"], "written_matches_trace": agrees(w),
+            "written_cpu_ms": None if w is None else w.get("cpu_ms"), "written_ms": None if w is None else w.get("median_ms"),
+            "written_large_mib": None if wl is None else wl["mib"],
+            "written_large_gb_per_s": None if wl is None else wl["gb_per_s"], "written_large_matches_trace": agrees(wl),
+            "size_explains_gap": None if w is None or wl is None else (not agrees(w)) and agrees(wl)}

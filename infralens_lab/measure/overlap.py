@@ -77,8 +77,6 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
     ``median_ms``, ``p10_ms``, ``p90_ms``, ``gb_per_s`` (10⁹ bytes/s) and ``cpu_ms`` (host wall clock of one
     copy call: a pageable copy keeps the CPU in the call while it stages the data through a pinned buffer).
     Sizes ``mib`` and ``small_mib`` (the recorder passes the copy step's batch; None: one size)."""
-    import time as _time  # TODO(issue 30): use the module-level `time` (file edited in parallel; comment only)
-
     import torch  # heavy: torch, only here
 
     from ..workloads.overlap import pinned, require_gpu  # heavy: workloads.overlap imports torch
@@ -93,9 +91,9 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
                                      ("pinned", True, pinned(written))):
             t = time_fn(lambda s=s, d=dst: d.copy_(s, non_blocking=True), warmup=2, repeats=repeats)
             torch.cuda.synchronize()
-            t0 = _time.perf_counter()
+            t0 = time.perf_counter()
             dst.copy_(s, non_blocking=True)
-            cpu = (_time.perf_counter() - t0) * 1e3
+            cpu = (time.perf_counter() - t0) * 1e3
             torch.cuda.synchronize()
             rows.append({"memory": name, "written": was_written, "mib": size, "median_ms": t.median_ms,
                          "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "gb_per_s": size * 2**20 / (t.median_ms * 1e-3) / 1e9,

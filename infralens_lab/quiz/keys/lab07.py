@@ -49,6 +49,13 @@ def aa_k_table():
     return A.k_table(aa, A.LAB_TOLERANCE) if aa else None
 
 
+def aa_process_quotients():
+    """Ratio spread over a's spread in each recorded A/A process, and their median (lab07.q6)."""
+    st = _store()
+    procs = st.load("gates_gpu").values.get("aa_processes") if st is not None and "gates_gpu" in st.names() else None
+    return A.process_quotients(procs) if procs else None
+
+
 def regression_counts():
     """Counts per step of the intended MLP step and each regression, on this machine (lab07.ex3)."""
     with quiet_profiler_chatter():
