@@ -29,6 +29,16 @@ import pytest
 
 from ..evidence import data_root
 from .bank import BANKS_ENV, BankError, banks_dirs, load_bank
+from .check import GRADE_ENV
+from .grader import (
+    MAX_NOTEBOOK_BYTES,
+    EvidenceUnavailable,
+    NotebookError,
+    expected_for_grading,
+    fingerprint,
+    grade_notebook,
+    read_notebook,
+)
 from .isolation import RunOutcome, kill_descendants, run_notebook
 from .manifest import PACKAGE_DIR, ManifestError, Snapshot, verify
 from .report import write_report
@@ -40,8 +50,7 @@ from .scores import (  # the plugin's summary and CSV (tests use these names)
     write_junit,
 )
 
-GRADE_ENV = "INFRALENS_GRADE"   # same names as quiz.check; not imported so a plain pytest run
-SCORE_ENV = "INFRALENS_SCORE_FILE"  # stays free of the package import unless grading
+SCORE_ENV = "INFRALENS_SCORE_FILE"  # where a graded run writes its scores
 ON, OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 # a check in a notebook cell: check("lab01.q2", ...), quiz.check(...), lab01.check_on("lab01.q3", ...)
 CHECK_RE = re.compile(r"""(?<![\w.])(?:\w+\.)*check(?:_on)?\(\s*["'](lab\d{2}\.[a-z0-9_]+)["']""")
@@ -206,9 +215,6 @@ class GradeFile(pytest.File):
     """One submitted notebook: its bytes (read at collection, before any notebook runs) and its rows."""
 
     def collect(self):
-        # light plugin: grader pulls pandas (quiz.check -> quiz.derive); only grade mode needs it
-        from .grader import MAX_NOTEBOOK_BYTES, NotebookError, fingerprint, grade_notebook, read_notebook
-
         plugin = self.config.pluginmanager.get_plugin("infralens-grade-session")
         self.plugin, self.name_ = plugin, notebook_name(self.config, self.path)
         self._outcome, self._rows, self.changed = None, None, []
@@ -243,8 +249,6 @@ class GradeFile(pytest.File):
 
     def row(self, qid: str) -> dict:
         if self._rows is None:
-            from .grader import grade_notebook  # light plugin: grader pulls pandas (check -> derive)
-
             run = self.outcome() if (self.plugin.run and self.readable) else None
             rows = [r.as_dict() for r in grade_notebook(self.path, self.name_, data=self.data, run=run)]
             if self.changed:
@@ -307,8 +311,6 @@ class GradeSession:
             where = " ".join(str(a) for a in self.config.args)
             raise pytest.UsageError(f"no .ipynb files found under {where}: expected a folder of submitted "
                                     "notebooks (one sub-folder per learner works well); no scores written")
-        from .grader import EvidenceUnavailable, expected_for_grading  # light plugin: grader pulls pandas
-
         for lab in sorted({f.lab for f in self.files if f.lab}):
             try:
                 bank = load_bank(lab)
