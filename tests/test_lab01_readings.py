@@ -24,6 +24,7 @@ def test_within_spread_is_the_rule_effect_words_words():
     for speedup, w, wb in ((1.01, 1.5, math.nan), (1.129, 15.1, 13.9), (1.16, 15.1, 13.9), (0.85, 2.5, 4.0)):
         assert V.within_spread(speedup, w, wb) == V.effect_words(speedup, w, wb).startswith("no change")
     assert V.within_spread(1.129, 15.1, 13.9) and not V.within_spread(1.16, 15.1, 13.9)
+    assert V.effect_words(1.006, 1.85).endswith("±0.9%: under the 2% floor below which no change counts)")
 
 
 def _recorded():
@@ -105,7 +106,7 @@ def test_ceilings_carry_their_clock_or_nan():
     recorded = {r["dtype"]: r.get("sm_clock_hz") for r in st.load("ceilings").values["matmul"]}
     for r in t.itertuples():
         want = recorded[r.dtype]
-        assert (math.isnan(r.sm_clock_GHz) if not want else r.sm_clock_GHz == pytest.approx(want / 1e9))
+        assert (math.isnan(r.sm_clock_ghz) if not want else r.sm_clock_ghz == pytest.approx(want / 1e9))
 
 
 def test_q6_shows_the_tables_variant_names():

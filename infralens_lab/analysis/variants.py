@@ -146,7 +146,9 @@ def effect_words(speedup: float, spread_pct: float, base_spread_pct: float = flo
     pct = 100 * (speedup - 1)
     if within_spread(speedup, spread_pct, base_spread_pct):
         bands = " and ".join(f"±{h:.1f}%" for h in halves) or f"±{NOISE_FLOOR_PCT:.1f}%"
-        return f"no change beyond the run-to-run spread ({pct:+.1f}% against {bands}: the p10-p90 bands overlap)"
+        why = ("the p10-p90 bands overlap" if sum(halves) >= NOISE_FLOOR_PCT else
+               f"under the {NOISE_FLOOR_PCT:g}% floor below which no change counts")
+        return f"no change beyond the run-to-run spread ({pct:+.1f}% against {bands}: {why})"
     return f"{pct:.0f}% faster" if pct > 0 else f"{-pct:.0f}% slower"
 
 
@@ -318,7 +320,7 @@ def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0, values: d
         bound = ""
         if b is not None and b == b and b > 1:
             floor = "the CPU's" if r.limited_by == "cpu" else "the GPU work left"
-            bound = (f" against a bound of {b:.1f}x with both floors ({floor} decides: GPU work left {r.gpu_floor_ms:.1f} ms, "
+            bound = (f" against a bound of {b:.2f}x with both floors ({floor} decides: GPU work left {r.gpu_floor_ms:.1f} ms, "
                      f"CPU {r.cpu_floor_ms:.1f} ms per step; the GPU floor alone would allow {r.gpu_only_bound:.1f}x)")
             if r.speedup > b:
                 bound += (", and past it: the bound held every non-GEMM kernel and the CPU time fixed, and they "
