@@ -125,14 +125,14 @@ def test_gap_view_hot_kernels_and_statement():
     # 1.0 / 0.5 ms = 2x; gain 1 of the possible 4 (5x - 1) = 25%; three edits, so no single cause is claimed
     assert "takes 0.5 ms per step: 2.00x, 100% more steps per second, 25% of the possible gain" in text
     assert "three edits at once" in text and "one-change table" in text and "bounded the step" not in text
-    # 0.5 / 0.158 = 3.2x; the GPU floor decides (the CPU's 0.1 ms is lower), so the GPU-only bound is the same
-    assert ("The next lever, TF32, is bounded at 3.2x with both floors: the GPU work left (0.2 ms) and the CPU's time "
+    # 0.5 / 0.158 = 3.16x; the GPU floor decides (the CPU's 0.1 ms is lower), so the GPU-only bound is the same
+    assert ("The next lever, TF32, is bounded at 3.16x with both floors: the GPU work left (0.2 ms) and the CPU's time "
             "per step (0.1 ms); the GPU work left decides (the GPU floor alone would allow 3.2x)") in text
     assert "80% of peak memory throughput, 30% of SM throughput at an SM clock of 1.75 GHz)" in text
     assert "reads memory-bound: 80% of its peak" in text and "'long_scoreboard' (waiting on a scoreboard dependency on an L1TEX" in text
     cpu_led = bottleneck.bottleneck_statement(lab01.compare(_traces()), idle_by_cause(_bubble()), None, None,
                                               step_bound(0.5, 0.46, 0.3, 0.75, 8.0))
-    assert "bounded at 1.7x with both floors" in cpu_led and "the CPU's time per step decides" in cpu_led
+    assert "bounded at 1.67x with both floors" in cpu_led and "the CPU's time per step decides" in cpu_led
 
 
 def test_ranges_view_and_notes():

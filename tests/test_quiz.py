@@ -525,7 +525,8 @@ def test_self_check_without_ipython_prints_the_question(capsys):
 
 def test_question_text_for_number_and_text(lab98):
     assert "Answer in ANSWER_ABS with a number in ms." in question_text("lab98.abs")
-    assert ("Answer in ANSWER_WORD with one of: long_scoreboard, short_scoreboard, barrier, selected."
+    # the words as the bank writes them (the names a lab's tables use); answers are still matched normalised
+    assert ("Answer in ANSWER_WORD with one of: Long Scoreboard, short-scoreboard, barrier, selected."
             in question_text("lab98.word"))
     assert "worked out from the evidence" in question_text("lab98.stall")
 

@@ -192,7 +192,7 @@ def test_notes_on_a_synthetic_record():
     ceil = {"fp32": 50.0, "tf32": 400.0, "bf16": 800.0}
     prec = V.precision_notes(V.precision_table(synthetic_record(), ceil), values=synthetic_record())
     # 2.5x against 20 / 12 = 1.67x: past it (the synthetic CPU time did not stay at 12 ms... it is 12 in both)
-    assert prec[0].startswith("fixed+tf32: 8.0 ms per step, 2.50x the fp32 step against a bound of 1.7x with both "
+    assert prec[0].startswith("fixed+tf32: 8.0 ms per step, 2.50x the fp32 step against a bound of 1.67x with both "
                               "floors (the CPU's decides: GPU work left 5.9 ms, CPU 12.0 ms per step; the GPU floor "
                               "alone would allow 3.4x), and past it")
     assert "top kernel is a tensor-core kernel (sm90_xmma_gemm_tf32)" in prec[0] and "(fp32: 80%)" in prec[0]
@@ -200,7 +200,7 @@ def test_notes_on_a_synthetic_record():
     rec = synthetic_record()
     rec["variants"]["fixed+bf16"]["trace"].update(period_ms=15.0, gpu_busy_pct=45.0, cpu_step_ms=14.5)
     bf16 = V.precision_notes(V.precision_table(rec, ceil), values=rec)[1]
-    assert "1.33x the fp32 step against a bound of 1.7x with both floors (the CPU's decides" in bf16
+    assert "1.33x the fp32 step against a bound of 1.67x with both floors (the CPU's decides" in bf16
     assert "busy only 45% of the step now: the CPU sets the pace; its CPU time per step went from 12.0 to 14.5 ms; " \
            "this record predates the digest's launch counts" in bf16
     assert "Without the profiler the same steps take 6.3 ms back to back (2.38x less than traced)" in bf16

@@ -51,12 +51,38 @@ def _meaning(reason: str) -> str:
         return "no explanation on file"
 
 
+def lever_outcome(lever, name: str, base_period_ms: float, period_ms: float, cpu_ms: float | None = None,
+                  plain_speedup: float | None = None) -> str:
+    """A sentence holding a measured fix against its :class:`~infralens_lab.analysis.overlap.StepBound`: the traced
+    speed-up ``base_period_ms / period_ms``; within the bound, the share of the possible gain it took; past it,
+    which floor failed: every floor above the measured period (``cpu_ms``: the fixed step's own CPU time per step,
+    measured under the profiler like the CPU floor). ``plain_speedup``: the same steps without the profiler."""
+    s = base_period_ms / period_ms
+    head = f"Measured, {name} gave {s:.2f}x ({period_ms:.1f} ms per step, traced)"
+    plain = f" Without the profiler (steps back to back) it gave {plain_speedup:.2f}x." if plain_speedup else ""
+    if s <= lever.bound:
+        share = 100 * (s - 1) / (lever.bound - 1) if lever.bound > 1 else float("nan")
+        return f"{head}: within the bound, {share:.0f}% of the possible gain.{plain}"
+    failed = []
+    if lever.cpu_floor_ms > period_ms:
+        own = (f", and so does the {name} step's own CPU time under the profiler ({cpu_ms:.1f} ms)"
+               if cpu_ms is not None and cpu_ms > period_ms else "")
+        failed.append(f"the CPU floor ({lever.cpu_floor_ms:.1f} ms, CPU time per step measured under the profiler) "
+                      f"sits above the measured period{own}: CPU time measured under the profiler is not a hard floor")
+    if lever.gpu_floor_ms > period_ms:
+        failed.append(f"the GPU floor ({lever.gpu_floor_ms:.1f} ms) sits above the measured period: kernels the bound "
+                      "held fixed got faster too")
+    return f"{head}: past the bound, so a floor it assumed did not hold: " + "; ".join(failed) + "." + plain
+
+
 def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFrame | None = None,
-                         counters: dict | None = None, lever=None, lever_name: str = "TF32") -> str:
+                         counters: dict | None = None, lever=None, lever_name: str = "TF32",
+                         measured: dict | None = None) -> str:
     """The bottleneck statement, every number taken from the tables passed in: ``cmp`` (rows ``bubble`` and
     ``fixed``), ``causes``, ``hot`` (kernels by GPU time), ``counters`` (the hot kernel's speed of light:
     ``sm_pct``, ``memory_pct``, optional ``dominant_stall`` and ``sm_clock_ghz``) and ``lever`` (a
-    :class:`~infralens_lab.analysis.overlap.StepBound` of the next fix, named ``lever_name``)."""
+    :class:`~infralens_lab.analysis.overlap.StepBound` of the next fix, named ``lever_name``); ``measured``: the
+    fix as measured, the keyword arguments of :func:`lever_outcome`, which then says whether the bound held."""
     b = cmp.set_index("version").loc["bubble"]
     f = cmp.set_index("version").loc["fixed"]
     top, bound, r = causes.iloc[0], 100 / b["gpu_util_pct"], b["period_ms"] / f["period_ms"]
@@ -76,9 +102,10 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
                      f"of kernel time, so it is the one to hand to Nsight Compute.")
     if lever is not None:
         floor = "the CPU's time per step" if lever.limited_by == "cpu" else "the GPU work left"
-        lines.append(f"The next lever, {lever_name}, is bounded at {lever.bound:.1f}x with both floors: the GPU work left "
-                     f"({lever.gpu_floor_ms:.1f} ms) and the CPU's time per step ({lever.cpu_floor_ms:.1f} ms); {floor} "
-                     f"decides (the GPU floor alone would allow {lever.gpu_only:.1f}x).")
+        lines.append(f"The next lever, {lever_name}, {'was' if measured else 'is'} bounded at {lever.bound:.2f}x with both "
+                     f"floors: the GPU work left ({lever.gpu_floor_ms:.1f} ms) and the CPU's time per step "
+                     f"({lever.cpu_floor_ms:.1f} ms); {floor} decides (the GPU floor alone would allow {lever.gpu_only:.1f}x)."
+                     + (" " + lever_outcome(lever, lever_name, **measured) if measured else ""))
     if counters:
         c = counters
         ghz = c.get("sm_clock_ghz")
@@ -90,4 +117,4 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
     return "\n".join(lines)
 
 
-__all__ = ["FACTOR", "PHASES", "bottleneck_statement", "range_notes"]
+__all__ = ["FACTOR", "PHASES", "bottleneck_statement", "lever_outcome", "range_notes"]

@@ -151,9 +151,10 @@ _NAIVE_NOTE = {
 }
 
 
-def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "") -> str:
+def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", waves: float | None = None) -> str:
     """A sentence: what would raise this kernel's FLOP/s, given its bound and how close it is to
-    the roof (``fraction`` of the attainable rate, or of the bandwidth for a copy)."""
+    the roof (``fraction`` of the attainable rate, or of the bandwidth for a copy); for a latency-bound kernel,
+    ``waves`` (ncu ``launch__waves_per_multiprocessor``) says how much of the GPU its grid fills."""
     if kernel in _NAIVE_NOTE:
         return _NAIVE_NOTE[kernel]
     if kernel == "copy_strided" and kind == "memory":
@@ -171,7 +172,13 @@ def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "") ->
         return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
     if "grid below one wave" in reasons:
         return "neither roof binds and SMs sit idle: more blocks per launch (smaller tiles, split the work) first"
-    return "neither roof binds though the grid fills the GPU: more work per launch, or hide latency (more warps, async loads)"
+    lever = "more work per launch, or hide latency (more warps, async loads)"
+    if waves is None or waves != waves:
+        return f"neither roof binds: {lever}"
+    if waves < 1:
+        return (f"neither roof binds, and its grid fills {waves:.0%} of the GPU's block slots, more than any unit reaches: "
+                f"{lever}")
+    return f"neither roof binds though the grid fills the GPU: {lever}"
 
 
 def kernel_table(frames: list, ceilings, tensor_flop_factor: float | None,
@@ -257,7 +264,7 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
                        f"{b.kind}-bound: {b.explanation}") if b else "",
         "waves": waves if waves is not None else math.nan,
         "above_ridge": bool(b and b.intensity >= b.ridge),
-        "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel, ", ".join(b.reasons)) if b else "",
+        "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel, ", ".join(b.reasons), waves) if b else "",
     }
 
 

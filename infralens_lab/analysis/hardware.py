@@ -153,9 +153,11 @@ class Ceilings:
 
 def matmul_rate_table(values: dict[str, Any]) -> pd.DataFrame:
     """The ``ceilings`` record's matmul rates, one row per precision as measured: ``dtype``, ``shape``
-    (``MxNxK``) and ``rate_TFLOPs`` (median of CUDA-event timings; ``fp32`` with TF32 off)."""
+    (``MxNxK``), ``rate_TFLOPs`` (median of CUDA-event timings; ``fp32`` with TF32 off) and ``sm_clock_ghz``, the
+    SM clock recorded while that matmul ran (the median of nvidia-smi samples; NaN where the record has none)."""
     if not isinstance(values, dict) or not isinstance(values.get("matmul"), list):
         seen = sorted(values) if isinstance(values, dict) else type(values).__name__
         raise ValueError(f"ceilings values have {seen}; expected a dict with a 'matmul' list")
-    return pd.DataFrame([{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / T}
+    return pd.DataFrame([{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / T,
+                          "sm_clock_ghz": r["sm_clock_hz"] / 1e9 if r.get("sm_clock_hz") else float("nan")}
                          for r in values["matmul"]])

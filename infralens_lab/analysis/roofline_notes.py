@@ -68,6 +68,67 @@ def matmul_notes(t: pd.DataFrame) -> list[str]:
     return out
 
 
+def _small_matmuls(kt: pd.DataFrame, mt: pd.DataFrame | None) -> pd.DataFrame:
+    """The latency-bound matmul rows of a kernel table, with achieved occupancy and the tensor pipe's busy share
+    from :func:`~infralens_lab.analysis.launches.matmul_launches` (``mt``) joined by size when given."""
+    rows = kt[(kt["group"] == "matmul fp16") & (kt["bound"] == "latency")].copy()
+    if mt is not None:
+        m = mt.set_index("size")
+        rows["occupancy_pct"] = [m["occupancy_pct"].get(int(z), float("nan")) for z in rows["size"]]
+        rows["tensor_pipe_pct"] = [m["tensor_pipe_pct"].get(int(z), float("nan")) for z in rows["size"]]
+    return rows
+
+
+def idle_sm_notes(kt: pd.DataFrame, mt: pd.DataFrame | None = None) -> list[str]:
+    """Per latency-bound matmul of a kernel table (``counters.kernel_table``: ``waves``, ``bound_reasons``,
+    ``decided_by``, ``decided_pct``), whether idle SMs are its story, by the verdict's own rule
+    (:func:`infralens_lab.analysis.roofline.verdict`): a grid below :data:`~infralens_lab.analysis.roofline.BOUND_THRESHOLD`
+    waves caps the kernel under the threshold on its own, so more blocks come first; a larger grid fills more of
+    the GPU than its busiest unit reaches, so idle SMs cost it at most 1 / waves and the rest is inside the kernel.
+    ``mt`` adds achieved occupancy."""
+    t, out = rl.BOUND_THRESHOLD, []
+    for _, r in _small_matmuls(kt, mt).iterrows():
+        w, occ = r["waves"], r.get("occupancy_pct", float("nan"))
+        occ = f"; achieved occupancy {occ:.0f}%" if occ == occ else ""
+        unit = f"its busiest unit ({r['decided_by']}) reaches {r['decided_pct']:.0f}%"
+        if "grid below one wave" in r["bound_reasons"]:
+            out.append(f"{r['label']}: {w:.2f} waves leave {1 - w:.0%} of the GPU's block slots empty, under the rule's "
+                       f"{t:g} waves: the grid alone keeps it under {t:.0%} of every roof, so idle SMs come first "
+                       f"(more blocks per launch); {unit}{occ}.")
+        elif w == w:
+            fill = "fill the GPU" if w >= 1 else f"fill {w:.0%} of the GPU's block slots ({1 - w:.0%} empty)"
+            cost = "" if w >= 1 else f", so idle SMs cost it at most {1 / w:.2f}x"
+            out.append(f"{r['label']}: {w:.2f} waves {fill}, more than the {r['decided_pct']:.0f}% its busiest unit "
+                       f"({r['decided_by']}) reaches{cost}: the rest of its distance to "
+                       f"{t:.0%} is inside the kernel{occ}.")
+    return out
+
+
+def small_matmul_summary(kt: pd.DataFrame, mt: pd.DataFrame | None = None) -> str:
+    """One sentence over the latency-bound matmuls, split by the same rule as :func:`idle_sm_notes`: the sizes
+    whose grid is below one wave (idle SMs first) and the sizes whose grid fills more of the GPU than their
+    busiest unit reaches (with the tensor pipe's idle share from ``mt``: the counters inside the kernel say why)."""
+    rows = _small_matmuls(kt, mt)
+    if rows.empty:
+        return "No matmul size is latency-bound in this recording."
+    low = rows[rows["bound_reasons"].str.contains("grid below one wave")]
+    rest = rows.drop(low.index)
+    parts = []
+    if len(low):
+        parts.append(", ".join(f"{r['label'].split()[-1]} ({r['waves']:.2f} waves)" for _, r in low.iterrows())
+                     + f" {'runs' if len(low) == 1 else 'run'} a grid below one wave, where idle SMs come first")
+    if len(rest):
+        pipe = ""
+        if "tensor_pipe_pct" in rest and rest["tensor_pipe_pct"].notna().all():
+            pipe = (f" and still {'leaves' if len(rest) == 1 else 'leave'} the tensor pipe idle in "
+                    f"{_span(100 - rest['tensor_pipe_pct'], '.0f')}% of the cycles")
+        parts.append(", ".join(f"{r['label'].split()[-1]} ({r['waves']:.2f} waves)" for _, r in rest.iterrows())
+                     + f" {'fills' if len(rest) == 1 else 'fill'} more of the GPU than the busiest unit reaches{pipe}: "
+                       "there the counters inside the "
+                       "kernel, not the grid, say why")
+    return "Small matmuls differ by size: " + "; ".join(parts) + "."
+
+
 def _span(values: pd.Series, fmt: str) -> str:
     lo, hi = format(float(values.min()), fmt), format(float(values.max()), fmt)
     return lo if lo == hi else f"{lo} to {hi}"

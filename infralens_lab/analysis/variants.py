@@ -92,7 +92,8 @@ def one_change_table(values: dict, names=("bubble", *SINGLE_CHANGES, "fixed")) -
     ``step_ms`` (wall clock, steps back to back), ``speedup`` (bubble's period / this period), ``gpu_busy_pct``,
     ``idle_ms_per_step`` (gaps over 50 µs), ``amdahl_bound``: 1 / the bubble's GPU busy share, the most
     any change that only removes idle time can give (the same for every row), and ``spread_pct``: (p90 - p10) /
-    median of the variant's synced step times, what a change must beat to count."""
+    median of the variant's synced step times, what a change must beat to count; ``median_ms`` (the median of
+    those synced steps, no profiler) and ``gpu_work_ms`` (the GPU work each traced step launched)."""
     rows = _rows(values, names)
     base = dict(rows)[names[0]]["trace"]
     if not base.get("has_gpu"):
@@ -105,7 +106,8 @@ def one_change_table(values: dict, names=("bubble", *SINGLE_CHANGES, "fixed")) -
         out.append({"variant": n, "kind": kind, "changed": v["changed"], "period_ms": t["period_ms"],
                     "step_ms": v["timing"]["throughput_ms_per_step"], "speedup": base["period_ms"] / t["period_ms"],
                     "gpu_busy_pct": t["gpu_busy_pct"], "idle_ms_per_step": t["idle_ms_per_step"],
-                    "amdahl_bound": bound, "spread_pct": _spread_pct(v["timing"])})
+                    "amdahl_bound": bound, "spread_pct": _spread_pct(v["timing"]),
+                    "median_ms": v["timing"].get("median_ms", math.nan), "gpu_work_ms": t.get("gpu_work_ms", math.nan)})
     return pd.DataFrame(out)
 
 
@@ -120,6 +122,19 @@ def _spread_pct(timing: dict) -> float:
 NOISE_FLOOR_PCT = 2.0  # below this a change is never called an effect, whatever the recorded spread says
 
 
+def noise_pct(spread_pct: float, base_spread_pct: float = float("nan")) -> float:
+    """The run-to-run noise two runs are compared against, percent: the sum of their half-widths (``spread_pct``
+    and ``base_spread_pct`` are p10-p90 widths over the median; NaN: no percentiles for that run), at least
+    :data:`NOISE_FLOOR_PCT`."""
+    return max(NOISE_FLOOR_PCT, sum(w / 2 for w in (spread_pct, base_spread_pct) if w == w))
+
+
+def within_spread(speedup: float, spread_pct: float, base_spread_pct: float = float("nan")) -> bool:
+    """True when a speed-up (base time / this time) is inside the run-to-run spread, :func:`noise_pct`: the two
+    runs' p10-p90 bands overlap, so they cannot be told apart. The rule :func:`effect_words` words."""
+    return abs(100 * (speedup - 1)) < noise_pct(spread_pct, base_spread_pct)
+
+
 def effect_words(speedup: float, spread_pct: float, base_spread_pct: float = float("nan")) -> str:
     """Words sized to a measured speed-up against the run-to-run spread. ``spread_pct`` (this run) and
     ``base_spread_pct`` (the run it is compared with) are p10-p90 widths as a share of the median
@@ -128,11 +143,12 @@ def effect_words(speedup: float, spread_pct: float, base_spread_pct: float = flo
     :data:`NOISE_FLOOR_PCT`) is "no change beyond the run-to-run spread"; else "x% faster" / "x% slower" (the
     percentage is the claim)."""
     halves = [w / 2 for w in (spread_pct, base_spread_pct) if w == w]  # NaN: no percentiles for that run
-    noise = max(NOISE_FLOOR_PCT, sum(halves))
     pct = 100 * (speedup - 1)
-    if abs(pct) < noise:
+    if within_spread(speedup, spread_pct, base_spread_pct):
         bands = " and ".join(f"±{h:.1f}%" for h in halves) or f"±{NOISE_FLOOR_PCT:.1f}%"
-        return f"no change beyond the run-to-run spread ({pct:+.1f}% against {bands}: the p10-p90 bands overlap)"
+        why = ("the p10-p90 bands overlap" if sum(halves) >= NOISE_FLOOR_PCT else
+               f"under the {NOISE_FLOOR_PCT:g}% floor below which no change counts")
+        return f"no change beyond the run-to-run spread ({pct:+.1f}% against {bands}: {why})"
     return f"{pct:.0f}% faster" if pct > 0 else f"{-pct:.0f}% slower"
 
 
@@ -159,6 +175,73 @@ def one_change_notes(table: pd.DataFrame) -> list[str]:
            else "about the bundle's: here the edits add up")
     out.append(f"fixed (all three): {f['speedup']:.2f}x against the Amdahl bound {f['amdahl_bound']:.2f}x. The single "
                f"changes together bought {total:.1f} ms per step against {bundle:.1f} ms for the bundle, {how}.")
+    return out
+
+
+def baseline_notes(traced: pd.DataFrame, table: pd.DataFrame, names=("bubble", "fixed")) -> list[str]:
+    """Sentences holding the trace run (``traced``: :func:`~infralens_lab.analysis.joins.trace_comparison` rows
+    ``version, period_ms, gpu_work_ms, idle_ms_per_step``) against the one-change run (:func:`one_change_table`)
+    for the same versions: each pair of periods judged by :func:`within_spread` (the one-change run's spread; the
+    trace run's three steps have no percentiles), the bundle's gain against each baseline, where the baselines'
+    difference sits (idle gaps or GPU work, whichever moved more) and the untraced median of the one-change run's
+    baseline, with the traced period it is nearer to."""
+    tr, one = traced.set_index("version"), table.set_index("variant")
+    out = []
+    for n in names:
+        p0, p1, w = tr.loc[n, "period_ms"], one.loc[n, "period_ms"], one.loc[n, "spread_pct"]
+        verdict = ("the same step twice" if within_spread(p0 / p1, w) else
+                   f"beyond the run-to-run spread (±{noise_pct(w):.1f}%: half the one-change run's p10-p90 width, "
+                   f"at least {NOISE_FLOOR_PCT:g}%; the trace run's three steps have no spread of their own)")
+        out.append(f"{n}: {p1:.1f} ms per step in the one-change run against {p0:.1f} ms in the trace run, "
+                   f"{effect_words(p0 / p1, w)}; {verdict}.")
+    b, f = names
+    r0, r1 = tr.loc[b, "period_ms"] / tr.loc[f, "period_ms"], one.loc[b, "period_ms"] / one.loc[f, "period_ms"]
+    same = within_spread(tr.loc[b, "period_ms"] / one.loc[b, "period_ms"], one.loc[b, "spread_pct"])
+    out.append(f"So {f} reads {r0:.2f}x against the trace run's {b} and {r1:.2f}x against the one-change run's: "
+               + ("the same gain within the spread." if same else
+                  "two gains from two baselines that differ beyond the spread; compare rows within one table."))
+    d = tr.loc[b, "period_ms"] - one.loc[b, "period_ms"]
+    di = tr.loc[b, "idle_ms_per_step"] - one.loc[b, "idle_ms_per_step"]
+    dg = tr.loc[b, "gpu_work_ms"] - one.loc[b, "gpu_work_ms"]
+    where = ("idle time (the CPU's work between the GPU's steps), not GPU work" if abs(di) >= abs(dg) else
+             "GPU work, not idle time")
+    out.append(f"Of the {d:+.1f} ms between the two {b} periods, idle gaps over 50 µs account for {di:+.1f} ms "
+               f"({tr.loc[b, 'idle_ms_per_step']:.1f} against {one.loc[b, 'idle_ms_per_step']:.1f} ms per step) and GPU "
+               f"work for {dg:+.1f} ms ({tr.loc[b, 'gpu_work_ms']:.1f} against {one.loc[b, 'gpu_work_ms']:.1f}): the "
+               f"difference is {where}.")
+    m = one.loc[b, "median_ms"]
+    if m == m:
+        near = "the trace run's" if abs(m - tr.loc[b, "period_ms"]) < abs(m - one.loc[b, "period_ms"]) else "its own run's"
+        out.append(f"Both periods are traced. Without the profiler the one-change run's {b} steps took {m:.1f} ms "
+                   f"(synced median): nearer {near} traced period ({tr.loc[b, 'period_ms']:.1f} against "
+                   f"{one.loc[b, 'period_ms']:.1f} ms).")
+    return out
+
+
+def expectation_notes(table: pd.DataFrame, name: str, base: str = "bubble") -> list[str]:
+    """Whether the expectation "``name`` is no change from ``base``" held, by :func:`within_spread` (both runs'
+    spreads), on both readings of :func:`one_change_table`: the traced periods (three profiled steps) and the
+    synced medians without the profiler (the steps the spread is measured on); the last sentence says whether it
+    held on both, failed on both, or the two readings disagree."""
+    t = table.set_index("variant")
+    r, b, ws = t.loc[name], t.loc[base], (t.loc[name, "spread_pct"], t.loc[base, "spread_pct"])
+    held = []
+    out = [f"Expected: {name} within the run-to-run spread of {base}."]
+    for what, x, y in (("Traced period", r["period_ms"], b["period_ms"]),
+                       ("Untraced, synced median", r["median_ms"], b["median_ms"])):
+        if x != x or y != y:
+            continue
+        ok = within_spread(y / x, *ws)
+        held.append(ok)
+        out.append(f"{what}: {x:.1f} against {y:.1f} ms, {effect_words(y / x, *ws)}: the expectation "
+                   f"{'held' if ok else 'failed'} there.")
+    if held and all(held):
+        out.append(f"It held on every reading: {name} on its own buys nothing measurable.")
+    elif held and not any(held):
+        out.append(f"It failed on every reading: {name} on its own changes the step beyond the spread.")
+    elif held:
+        out.append("The two readings disagree, so this recording does not settle it: the traced period is three "
+                   "steps with no spread of its own, the synced medians many steps with theirs.")
     return out
 
 
@@ -237,7 +320,7 @@ def precision_notes(table: pd.DataFrame, busy_floor_pct: float = 80.0, values: d
         bound = ""
         if b is not None and b == b and b > 1:
             floor = "the CPU's" if r.limited_by == "cpu" else "the GPU work left"
-            bound = (f" against a bound of {b:.1f}x with both floors ({floor} decides: GPU work left {r.gpu_floor_ms:.1f} ms, "
+            bound = (f" against a bound of {b:.2f}x with both floors ({floor} decides: GPU work left {r.gpu_floor_ms:.1f} ms, "
                      f"CPU {r.cpu_floor_ms:.1f} ms per step; the GPU floor alone would allow {r.gpu_only_bound:.1f}x)")
             if r.speedup > b:
                 bound += (", and past it: the bound held every non-GEMM kernel and the CPU time fixed, and they "
@@ -286,6 +369,7 @@ def loss_check(values: dict, base: str = "bubble") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["FP32_GEMM", "NOISE_FLOOR_PCT", "RECORD", "SAME_WORK", "SINGLE_CHANGES", "TENSOR_CORE", "cpu_rise_words",
-           "effect_words", "fix_bound", "fix_inputs", "kernel_kind", "loss_check", "one_change_notes", "one_change_table",
-           "precision_notes", "precision_table", "same_work", "trace_digest"]
+__all__ = ["FP32_GEMM", "NOISE_FLOOR_PCT", "RECORD", "SAME_WORK", "SINGLE_CHANGES", "TENSOR_CORE", "baseline_notes",
+           "cpu_rise_words", "effect_words", "expectation_notes", "fix_bound", "fix_inputs", "kernel_kind",
+           "loss_check", "noise_pct", "one_change_notes", "one_change_table", "precision_notes", "precision_table",
+           "same_work", "trace_digest", "within_spread"]

@@ -63,6 +63,7 @@ class Question:
     explanation: str
     options: dict[str, str] = field(default_factory=dict)      # choice: key -> text
     vocabulary: tuple[str, ...] = ()                            # text: allowed (normalised) words
+    shown: tuple[str, ...] = ()                                 # text: the same words as the bank writes them
     unit: str = ""                                              # number: unit shown with the prompt
     answer: Any = None                                          # choice key | number | tuple of words
     feedback: dict[str, str] = field(default_factory=dict)      # wrong option/word -> why; number: low/high
@@ -185,6 +186,7 @@ def question_from_plain(d: Any, lab: str | None = None) -> Question:
         _need(not extra, w, f"feedback for words not in the vocabulary: {extra}")
         feedback = {normalise_word(k): v for k, v in feedback.items()}
         kw["vocabulary"] = vocab_n
+        kw["shown"] = tuple(dict.fromkeys(vocab))  # what a learner reads: the names the lab's tables use
     return Question(id=qid, kind=kind, prompt=d["prompt"], hint=d["hint"], points=points,
                     explanation=d["explanation"], answer=answer, feedback=dict(feedback),
                     derive=derive, derive_args=dict(derive_args), evidence=provider, **kw)

@@ -1,0 +1,18 @@
+"""Lab 04 prints the tiled attention kernels' FLOP rate beside the verdict line: both come from one kernel table
+(``counters.store_kernel_table``, counter FLOPs, as lab 02), so the same ncu run shows one rate and one share."""
+from __future__ import annotations
+
+import helpers
+
+from infralens_lab.analysis import counters as C
+
+
+def test_the_rate_lab_04_prints_is_the_verdicts():
+    st = helpers.recorded_set("ceilings", files=("ncu_matmul.csv", "ncu_attention.csv"))
+    k = C.store_kernel_table(st).set_index("label")
+    for name in ("attn_fwd", "attn_fwd_fast"):
+        r = k.loc[name]
+        rate = r["flops"] / (r["time_us"] * 1e-6)  # what lab 04's cell computes
+        assert rate == r["flops_per_s"]
+        assert f"{r['fraction_of_roof']:.0%}" in r["bound_text"] or r["decided_by"] != "FLOP/s roof"
+        assert r["flops_source"] == "counters"  # the count lab 04 names in its sentence
