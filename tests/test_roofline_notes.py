@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import compare, counters, launches
+from infralens_lab.analysis import clocks, compare, counters, launches
 from infralens_lab.analysis import roofline_notes as NT
 from infralens_lab.analysis.hardware import Ceilings, peaks_for
 from infralens_lab.parse.ncu import parse_raw_csv
@@ -53,6 +53,19 @@ def test_clock_notes_read_the_clock_control_and_the_range():
     assert "989.5 TFLOP/s is 132 SMs × 4,096 FLOP per SM-cycle (read off the matmuls' counters) at 1.83 GHz" in lines[1]
     assert "85% of it at 1.55 GHz" in lines[1]
     assert len(NT.clock_notes(list(fr.values()), st.text("ncu_matmul.csv"), None, None, 132)) == 1
+    assert "above that highest clock" not in lines[0]  # H200: every kernel at or under its highest clock
+
+
+def test_a_kernel_clock_above_the_devices_highest_is_said_and_not_left_standing():
+    """The H100 set: one kernel reads 1.99 GHz against the device's highest 1.98 GHz; the note says by how much
+    and what the reading is, so the two numbers do not stand side by side unexplained."""
+    st, fr, _ = _set("nvidia-h100-80gb-hbm3")
+    lines = NT.clock_notes(list(fr.values()), st.text("ncu_matmul.csv"), None, None, 132)
+    _, hi = clocks.clock_range_ghz(list(fr.values()))
+    top = clocks.max_clock_hz(st.text("ncu_matmul.csv"))
+    assert hi * 1e9 > top  # the premise, on the recorded set
+    assert f"{hi * 1e9 / top - 1:.1%} above that highest clock" in lines[0]
+    assert "sm__cycles_elapsed.avg.per_second" in lines[0] and "we think" in lines[0]
 
 
 def test_measured_ridges_and_kernel_notes_name_the_deciding_unit():

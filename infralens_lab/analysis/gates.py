@@ -312,6 +312,9 @@ def ratio_helped(noise) -> bool:
     return bool(s["a / b"] < NOISE_SHARED_BELOW * s["a (ms)"])
 
 
+BETWEEN = "between groups: medians apart (%)"  # the drift table's last row
+
+
 def drift_table(groups: dict):
     """A/A timings in several groups (``{group: (a_ms, b_ms)}``: processes, machines, load states): per group
     the median of ``a`` and of ``a / b``, then a row ``between groups``: how far the group medians are apart,
@@ -331,7 +334,8 @@ def drift_table(groups: dict):
     def apart(x):
         return 100 * (x.max() - x.min()) / x.median()
 
-    rows.append({"group": "between groups", "a_median_ms": apart(t["a_median_ms"]),
+    # the last row holds percentages under the median columns; its label says so
+    rows.append({"group": BETWEEN, "a_median_ms": apart(t["a_median_ms"]),
                  "ratio_median": apart(t["ratio_median"]), "a_spread_pct": None, "ratio_spread_pct": None})
     out = pd.DataFrame(rows)
     out.attrs["between_pct"] = {"absolute": rows[-1]["a_median_ms"], "ratio": rows[-1]["ratio_median"]}

@@ -224,6 +224,11 @@ def clock_notes(frames: list, text: str, peak_fp16: float | None, per_sm_cycle: 
     out = [f"Clock control: --clock-control {ctl} ({'not locked: each kernel ran at the clock the GPU chose' if ctl == 'none' else 'locked to the base clock'}). "
            f"The profiled kernels ran between {lo:.2f} and {hi:.2f} GHz"
            + (f"; the device's highest SM clock is {top / 1e9:.2f} GHz." if top else ".")]
+    if top and round(hi, 2) > round(top / 1e9, 2):  # the two numbers as printed above disagree
+        out[0] += (f" The fastest reading is {hi * 1e9 / top - 1:.1%} above that highest clock. The reading is "
+                   f"{C.CLOCK}, elapsed SM cycles over the kernel's measured duration; we think a reading this "
+                   "close to the maximum is the maximum within that division's error (Nsight Compute does not "
+                   "report the error), not a faster clock.")
     if peak_fp16 and per_sm_cycle:
         f = C.clock_of_peak(peak_fp16, per_sm_cycle, sms)
         out.append(f"The datasheet's {peak_fp16 / 1e12:.1f} TFLOP/s is {sms} SMs × {per_sm_cycle:,.0f} FLOP per SM-cycle "
