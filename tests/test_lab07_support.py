@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from infralens_lab import evidence
 from infralens_lab.analysis import gates as A
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
 from infralens_lab.labs_support import lab07
@@ -95,7 +96,7 @@ def test_regression_tables(store):
     t = lab07.regression_times(ev, tolerance=0.028).set_index("regression")
     assert bool(t.loc["fp32_matmul", "caught"]) and bool(t.loc["noncontig", "caught"])
     assert not t.loc["item", "caught"] and not t.loc["lost_fusion", "caught"]
-    assert "intended" not in t.index and list(t.columns) == ["mode", "launches", "ratio", "p10", "p90", "caught"]
+    assert "intended" not in t.index and list(t.columns) == ["mode", "launches", "syncs", "ratio", "p10", "p90", "caught"]
     mk = lab07.matmul_kernels(ev)
     assert set(mk["step"]) == {"intended", "fp32_matmul"} and mk["kernel"].str.contains("tf32").sum() == 1
     assert "per_step" not in mk.columns and "warm-up" in mk.attrs["note"]  # this record predates whole counts
@@ -105,6 +106,16 @@ def test_regression_tables(store):
 
     mk2 = lab07.matmul_kernels(SimpleNamespace(values={"regressions": [new]}))
     assert list(mk2["per_step"]) == [2] and "note" not in mk2.attrs
+
+
+def test_the_default_set_counts_whole_launches_and_syncs_per_step():
+    """Issue 27.9 on the recorded H100 set: counts per step are whole numbers (each step's own work, by the
+    attribution rule), and only the .item() regression syncs, once per step, eager and compiled."""
+    t = lab07.regression_times(lab07.recorded_gates(evidence.reference("nvidia-h100-80gb-hbm3")), 0.03)
+    assert all(float(v).is_integer() for v in [*t["launches"], *t["syncs"]])
+    assert {(r.regression, r.mode): r.syncs for r in t.itertuples()} == {
+        (g, m): (1 if g == "item" else 0) for g in ("item", "noncontig", "lost_fusion", "fp32_matmul")
+        for m in ("eager", "compiled")}
 
 
 def test_missing_records_print_a_note(tmp_path, capsys):

@@ -103,7 +103,7 @@ def variants_table(ev) -> pd.DataFrame | None:
 
 
 def regression_times(ev, tolerance: float) -> pd.DataFrame | None:
-    """Recorded on the GPU, per regression and mode: launches per step and the median and p10-p90 of the k
+    """Recorded on the GPU, per regression and mode: launches and CUDA syncs per step and the median and p10-p90 of the k
     wall-clock ratios ``t_intended / t_regressed``; ``caught``: the median is below ``1 - tolerance``."""
     if ev is None or "regressions" not in ev.values:
         return None
@@ -112,7 +112,8 @@ def regression_times(ev, tolerance: float) -> pd.DataFrame | None:
         if r["regression"] != "intended":
             x = r["ratio_samples"]
             rows.append({"regression": r["regression"], "mode": "compiled" if r["compiled"] else "eager",
-                         "launches": r.get("launches_per_step"), "ratio": percentile(x, 50), "p10": percentile(x, 10),
+                         "launches": r.get("launches_per_step"), "syncs": r.get("cuda_syncs_per_step"),
+                         "ratio": percentile(x, 50), "p10": percentile(x, 10),
                          "p90": percentile(x, 90), "caught": bool(percentile(x, 50) < 1 - tolerance)})
     return pd.DataFrame(rows)
 
