@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import site_assets
 from .quiz import question
-from .quiz.cells import TAG_SOLUTION
+from .quiz.cells import TAG_ANSWER, TAG_EXERCISE, TAG_SOLUTION
 from .quiz.widgets import SELF_CHECK_CALL
 
 LAB_GLOB = "[0-9][0-9]_*.ipynb"
@@ -87,10 +87,10 @@ _CSS = """
 .infralens-static-widget .prompt { font-weight: 600; margin: 4px 0; white-space: pre-wrap; }
 .infralens-static-widget ul.options { list-style: none; padding-left: 0.5em; margin: 4px 0 6px 0; }
 .infralens-static-widget details { margin-top: 6px; }
+.infralens-static-widget summary { cursor: pointer; color: #3f51b5; }
 .infralens-solution { margin: 6px 0; border-left: 4px solid #9e9e9e; padding-left: 8px; }
 .infralens-solution > summary { cursor: pointer; color: #555; font-family: var(--jp-ui-font-family, sans-serif);
   font-size: 13px; padding: 4px 0; }
-.infralens-static-widget summary { cursor: pointer; color: #3f51b5; }
 main { max-width: 1100px; margin: 0 auto; }
 /* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and
    "point" mid-word; wrap at spaces and break only a token longer than the whole line. */
@@ -224,8 +224,9 @@ def estimate_minutes(nb) -> int:
     words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     tags = [set(c.get("metadata", {}).get("tags", [])) for c in code]
-    exercises = sum("exercise" in t for t in tags)
-    questions = sum(("answer" in t or "check(" in c.source) and "exercise" not in t for c, t in zip(code, tags, strict=True))
+    exercises = sum(TAG_EXERCISE in t for t in tags)
+    questions = sum((TAG_ANSWER in t or "check(" in c.source) and TAG_EXERCISE not in t
+                    for c, t in zip(code, tags, strict=True))
     minutes = (words / READ_WORDS_PER_MIN + MIN_PER_CODE_CELL * len(code) + MIN_PER_QUESTION * questions
                + MIN_PER_EXERCISE * exercises)
     return max(ROUND_TO_MIN, int(math.ceil(minutes / ROUND_TO_MIN) * ROUND_TO_MIN))
