@@ -239,7 +239,6 @@ def k_table(ratios: Sequence[float], tolerance: float, slowdown: float = 0.03, k
     of its middle, how often a gate at ``tolerance`` fails an unchanged candidate (:func:`false_alarm_rate`)
     and how often it catches one ``slowdown`` slower (:func:`detection_rate`), both in percent. Columns
     ``k, median_p10, median_p90, band_pct, false_alarm_pct, caught_pct`` (``attrs``: tolerance, slowdown)."""
-
     rows = []
     for k in ks:
         lo, med, hi = median_band(ratios, k)
@@ -258,14 +257,18 @@ def smallest_k(table, max_false_alarm_pct: float = 1.0) -> int | None:
     return None if ok.empty else int(ok["k"].min())
 
 
+def _check_pair(a_ms: Sequence[float], b_ms: Sequence[float]) -> None:
+    """An A/A run's two timing lists: equal lengths, at least two each."""
+    if len(a_ms) != len(b_ms) or len(a_ms) < 2:
+        raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
+
+
 def noise_table(a_ms: Sequence[float], b_ms: Sequence[float]):
     """Spread of two identical steps timed alternately (an A/A run): per quantity (``a``, ``b``, ``a / b``)
     its median, p10, p90 and ``spread_pct`` (:func:`spread`). Drift common to a and b (clock, heat, neighbour load)
     cancels in ``a / b``; each timing's own noise adds in it (about sqrt(2) times one timing's spread when the two
     are equal and independent). Which wins is measured, not assumed: :func:`noise_verdict`."""
-
-    if len(a_ms) != len(b_ms) or len(a_ms) < 2:
-        raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
+    _check_pair(a_ms, b_ms)
     series = {"a (ms)": list(a_ms), "b (ms)": list(b_ms), "a / b": [x / y for x, y in zip(a_ms, b_ms, strict=True)]}
     return pd.DataFrame([{"what": w, "median": percentile(x, 50), "p10": percentile(x, 10), "p90": percentile(x, 90),
                           "spread_pct": 100 * spread(x)} for w, x in series.items()])
@@ -278,8 +281,7 @@ INDEPENDENT_QUOTIENT = math.sqrt(2)  # the quotient of equal, independent noise 
 def spread_quotient(a_ms: Sequence[float], b_ms: Sequence[float]) -> float:
     """The p10-p90 spread of ``a / b`` over that of ``a`` alone (:func:`spread`), for one A/A run."""
     a_ms, b_ms = [float(x) for x in a_ms], [float(x) for x in b_ms]
-    if len(a_ms) != len(b_ms) or len(a_ms) < 2:
-        raise ValueError(f"{len(a_ms)} a timings and {len(b_ms)} b timings; expected two equal lists of 2 or more")
+    _check_pair(a_ms, b_ms)
     sa = spread(a_ms)
     if sa <= 0:
         raise ValueError(f"a's timings {list(a_ms)[:5]}... do not spread; the quotient is undefined")
@@ -321,7 +323,6 @@ def drift_table(groups: dict):
     ``(max - min) / median`` in percent, for the absolute time and for the ratio. A ratio wins when something
     slows a and b alike between groups (the absolute medians move, the ratio's do not); inside one group it wins
     or loses by how much of the noise a and b share (:func:`noise_verdict`)."""
-
     if len(groups) < 2:
         raise ValueError(f"{len(groups)} group(s); expected at least 2 to compare")
     rows = []
@@ -351,7 +352,6 @@ def gates_tripped(table, base: str = "intended", metrics: Sequence[str] = COUNT_
     metric) trips when every gate is set at the ``base`` row's value with :func:`count_verdict`'s ``max`` rule
     (peak bytes with :data:`BYTES_SLACK`): ``True`` per tripped gate and ``caught_by`` (the gates, or
     ``none``), one row per step other than ``base``."""
-
     t = table.set_index("regression")
     if base not in t.index:
         raise ValueError(f"no {base!r} row to set the gates at; rows: {list(t.index)}")
@@ -374,7 +374,6 @@ def ratio_gate_table(samples: dict, rules: dict, bench: dict):
     ``samples`` (``{name: [ratios]}``): the samples' median (what the gate is held to) and spread, the bench's
     ratio of the same pair (``bench``) and how far the two procedures are apart (``procedure_gap_pct``), the
     file's tolerance and k, and the k :func:`runs_needed` asks for at that tolerance."""
-
     rows = []
     for name, rule in rules.items():
         x = samples.get(name)

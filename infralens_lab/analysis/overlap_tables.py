@@ -179,7 +179,11 @@ def breaks_idle_ms(breaks, whole) -> tuple[float, float]:
     """``(period_ms, extra_idle_ms)`` of a forward with graph breaks (``breaks``, a trace) against the same
     model compiled whole (``whole``): the idle time per forward the breaks add, what removing them can save
     (the whole graph still idles between its kernels)."""
-    b, w = idle_budget(breaks), idle_budget(whole)
+    return _breaks_idle(idle_budget(breaks), idle_budget(whole))
+
+
+def _breaks_idle(b: dict, w: dict) -> tuple[float, float]:
+    """:func:`breaks_idle_ms` from the two traces' :func:`~infralens_lab.analysis.joins.idle_budget`."""
     idle = (b["period_ms"] - b["busy_ms"]) - (w["period_ms"] - w["busy_ms"])
     return b["period_ms"], max(0.0, idle)
 
@@ -212,12 +216,11 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
                             {"the GPU busy time": (e["gpu_busy_ms"], g["gpu_busy_ms"])}))
     if comp is not None and compile_traces is not None:
         t = comp.set_index("variant")
-        period, extra = breaks_idle_ms(compile_traces["breaks"], compile_traces["whole"])
+        b, w = idle_budget(compile_traces["breaks"]), idle_budget(compile_traces["whole"])  # each trace read once
+        period, extra = _breaks_idle(b, w)
         before = t.loc["compiled_breaks", "median_ms"]
-        busy = idle_budget(compile_traces["breaks"])["busy_ms"]
         rows.append(fix_row("remove graph breaks", before, t.loc["compiled", "median_ms"], before * extra / period,
-                            (busy,), "idle the breaks add",
-                            {"the GPU busy time": (busy, idle_budget(compile_traces["whole"])["busy_ms"])}))
+                            (b["busy_ms"],), "idle the breaks add", {"the GPU busy time": (b["busy_ms"], w["busy_ms"])}))
     return pd.DataFrame(rows)
 
 
