@@ -272,7 +272,7 @@ def _quiz_fallback(qid: str | None, plain: str) -> str:
             parts.append('<ul class="options">' + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
                                                           for k, v in q.options.items()) + "</ul>")
         elif getattr(q, "vocabulary", ()):  # a text question: the allowed words are its options
-            parts.append(f'<p class="vocabulary">Answer with one of: {html.escape(", ".join(getattr(q, "shown", ()) or q.vocabulary))}</p>')
+            parts.append(f'<p class="vocabulary">Answer with one of: {html.escape(", ".join(q.words))}</p>')
         parts.append(f"<details><summary>Show the explanation</summary><p>{html.escape(q.explanation)}</p>"
                      "</details>")
     else:

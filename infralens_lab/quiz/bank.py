@@ -76,6 +76,11 @@ class Question:
     def lab(self) -> str:
         return self.id.split(".", 1)[0]
 
+    @property
+    def words(self) -> tuple[str, ...]:
+        """A text question's words as a learner reads them: the bank's spelling, else the normalised ones."""
+        return self.shown or self.vocabulary
+
 
 # ---------------------------------------------------------------- sealing
 def _key(qid: str) -> bytes:

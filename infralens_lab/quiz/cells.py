@@ -43,7 +43,7 @@ def question_markdown(qid: str, number: int | None = None) -> str:
         unit = f" in {q.unit}" if q.unit else ""
         lines.append(f"Answer in `{var}` with a number{unit}.")
     else:
-        lines.append(f"Answer in `{var}` with one of: {', '.join(f'`{w}`' for w in q.shown or q.vocabulary)}.")
+        lines.append(f"Answer in `{var}` with one of: {', '.join(f'`{w}`' for w in q.words)}.")
     if q.derive is not None:
         lines.append("The right answer is worked out from the evidence this notebook shows.")
     return "\n".join(lines)

@@ -45,7 +45,7 @@ def question_text(qid: str) -> str:
     elif q.kind == "number":
         lines.append(f"Answer in {answer_variable(q.id)} with a number{' in ' + q.unit if q.unit else ''}.")
     else:
-        lines.append(f"Answer in {answer_variable(q.id)} with one of: {', '.join(q.shown or q.vocabulary)}.")
+        lines.append(f"Answer in {answer_variable(q.id)} with one of: {', '.join(q.words)}.")
     if q.derive is not None:
         lines.append("The right answer is worked out from the evidence this notebook shows.")
     return "\n".join(lines)
