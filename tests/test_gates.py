@@ -160,3 +160,10 @@ def test_ratio_gate_table_by_hand():
                            {"g": 0.98})
     assert list(t["ratio"]) == ["g"] and t.loc[0, "gate_reference"] == 1.0
     assert t.loc[0, "procedure_gap_pct"] == pytest.approx(100 * (1 / 0.98 - 1)) and t.loc[0, "k_needed"] >= 1
+
+
+@pytest.mark.parametrize("fn", [A.noise_table, A.spread_quotient])
+@pytest.mark.parametrize("a,b", [([1.0, 2.0, 3.0], [1.0, 2.0]), ([1.0], [1.0])], ids=["unequal", "one-each"])
+def test_an_aa_pair_of_the_wrong_shape_is_named(fn, a, b):
+    with pytest.raises(ValueError, match=f"{len(a)} a timings and {len(b)} b timings; expected two equal lists of 2"):
+        fn(a, b)
