@@ -211,6 +211,9 @@ def _check_name(name: str) -> None:
 
 
 # ---------------------------------------------------------------- writing
+COMPACT_ABOVE = 1_000_000  # bytes of compact JSON above which a record is written without indentation
+
+
 class EvidenceWriter:
     """Writes one recorded set: JSON/CSV files, then ``manifest.json`` with checksums.
 
@@ -234,11 +237,15 @@ class EvidenceWriter:
         self.files: dict[str, dict] = {}
 
     def write(self, name: str, values: Any, units: dict[str, str] | None = None, notes: str = "") -> Path:
-        """Write ``<name>.json`` holding values plus provenance."""
+        """Write ``<name>.json`` holding values plus provenance: indented, or compact when it is larger than
+        :data:`COMPACT_ABOVE` bytes (a set of traces must fit a checkout and the GPU machine's 64 MiB tree)."""
         _check_name(name)
         ev = Evidence(name, _jsonable(values), self.provenance, dict(units or {}), notes)
         path = self.out / f"{name}.json"
-        path.write_text(json.dumps(ev.to_json(), indent=1, allow_nan=False) + "\n")
+        body = json.dumps(ev.to_json(), separators=(",", ":"), allow_nan=False)
+        if len(body) <= COMPACT_ABOVE:  # small records stay readable in a diff; traces are written compact
+            body = json.dumps(ev.to_json(), indent=1, allow_nan=False)
+        path.write_text(body + "\n")
         self.files[path.name] = {"kind": "json", "name": name}
         return path
 

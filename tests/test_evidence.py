@@ -287,3 +287,19 @@ def test_two_sets_and_no_default_is_a_clear_error(tmp_path, monkeypatch):
 def test_the_committed_default_names_a_committed_set():
     slug, why = evidence.default_reference(evidence.data_root())
     assert slug in evidence.recordings(), (slug, why)
+
+
+def test_large_records_are_written_compact_and_read_back_the_same(tmp_path):
+    """A record over COMPACT_ABOVE bytes (a set of traces) is written without indentation, a small one indented;
+    both load back equal and the manifest's checksums hold for both."""
+    w = EvidenceWriter(tmp_path / "set", command="x", provenance=PROV)
+    big = {"xs": [{"ts": i + 0.125, "name": f"k{i % 7}"} for i in range(evidence.COMPACT_ABOVE // 20)]}
+    w.write("big", big)
+    w.write("small", {"a": 1})
+    w.close()
+    big_text = (tmp_path / "set" / "big.json").read_text()
+    small_text = (tmp_path / "set" / "small.json").read_text()
+    assert len(big_text) > evidence.COMPACT_ABOVE and big_text.count("\n") == 1 and ", " not in big_text
+    assert small_text.count("\n") > 3
+    store = RecordedStore(tmp_path / "set")
+    assert store.load("big").values == big and store.load("small").values == {"a": 1}

@@ -5,14 +5,19 @@ and partly overlapping events on several threads. Equal means equal: same keys i
 order, same lists, same floats."""
 from __future__ import annotations
 
+import copy
 import json
 import random
 from pathlib import Path
 
+import helpers
 import numpy as np
 import pytest
 
-from infralens_lab.parse.trace import CPU_CATS, GPU_CATS, RUNTIME_CATS, Trace, enclosing_parent, trim
+from infralens_lab.analysis import ddp_run as R
+from infralens_lab.analysis import distributed as A
+from infralens_lab.parse.ranks import recorded_run
+from infralens_lab.parse.trace import CPU_CATS, GPU_CATS, RUNTIME_CATS, Trace, enclosing_parent, step_gpu_work, trim
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = sorted((ROOT / "data" / "recorded").glob("*/trace_*.json"))
@@ -258,3 +263,30 @@ def test_gap_names_same_as_the_loop_on_random_and_fixture_traces():
     for seed in range(20):
         n += assert_same_gap_names(Trace(random_trace(seed)))
     assert n > 100
+
+
+def test_trim_drops_the_flows_only_where_the_args_carry_every_correlation():
+    """On recorded traces (every launch and GPU event has its correlation arg) the ac2g flows are dropped and every
+    reading the labs make is unchanged; a trace whose runtime calls lack the arg keeps its flows."""
+    st = helpers.recorded_set("trace_fixed", "trace_bubble")
+    for name in ("trace_fixed", "trace_bubble"):
+        data = st.load(name).values
+        assert any(e.get("cat") == "ac2g" for e in data["traceEvents"])
+        slim = trim(data)
+        assert not any(e.get("cat") == "ac2g" for e in slim["traceEvents"])
+        a, b = Trace(data), Trace(slim)
+        assert a.gpu_step().equals(b.gpu_step())
+        assert step_gpu_work(a).equals(step_gpu_work(b))
+        assert a.kernels(scope="all").equals(b.kernels(scope="all")) and a.summary() == b.summary()
+        bare = copy.deepcopy(data)
+        for e in bare["traceEvents"]:
+            if e.get("cat") == "cuda_runtime":
+                e.get("args", {}).pop("correlation", None)
+        kept = trim(bare)
+        assert any(e.get("cat") == "ac2g" for e in kept["traceEvents"])
+        assert Trace(kept).gpu_step().equals(a.gpu_step())  # the flows still join launches to kernels
+    run = recorded_run()
+    if run is not None:  # the DDP tables read the same from slimmed traces
+        label = R.SCALING_CONFIG
+        full = [tr.data for tr in run.traces(label)]
+        assert A.overlap_table([Trace(d) for d in full]).equals(A.overlap_table([Trace(trim(d)) for d in full]))

@@ -99,7 +99,9 @@ def load_trace(source: Any) -> Trace:
 
 def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
     """The chrome trace reduced to what :class:`Trace` reads (complete events of known categories with
-    their correlation/stream args, and ac2g flows), timestamps rounded to ``decimals`` µs digits.
+    their correlation/stream args, and ac2g flows), timestamps rounded to ``decimals`` µs digits. The flows
+    are dropped when every GPU event and every runtime call kept carries its ``correlation`` arg: the
+    launch join then reads the args, and the flows only repeated them (a third of a trace's events).
 
     ``max_depth``: also drop aten ops nested more than this many ops deep (1 keeps only top-level
     ops). Idle-gap causes do not change (a child lies inside its parent); kernels are then
@@ -129,6 +131,9 @@ def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
                          "args": args})
         elif e.get("cat") == "ac2g" and e.get("ph") in ("s", "f"):
             keep.append({k: e[k] for k in ("ph", "cat", "name", "id", "pid", "tid", "ts", "bp") if k in e})
+    joined = [e for e in keep if e.get("ph") == "X" and e["cat"] in GPU_CATS + RUNTIME_CATS]
+    if all("correlation" in e["args"] for e in joined):
+        keep = [e for e in keep if e.get("cat") != "ac2g"]
     return {"schemaVersion": data.get("schemaVersion", 1), "deviceProperties": data.get("deviceProperties", []),
             "traceEvents": keep}
 
