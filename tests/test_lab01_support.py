@@ -210,9 +210,39 @@ def test_time_step_declines_in_interpreter_mode():
     assert not t.meaningful and t.median_ms is None and "interpreter" in t.note
 
 
+def _check_timed_range_notes(r, version):
+    """range_notes on a trace with a GPU side: one sentence per phase whose CPU time and GPU work are a factor
+    apart, naming the phase and both numbers as the table has them, or the one sentence that says none is."""
+    notes = bottleneck.range_notes(r, version)
+    rows = {row.range: row for row in r.itertuples(index=False) if row.range in bottleneck.PHASES}
+    assert notes and all(n.startswith(f"{version}: ") for n in notes)
+    for n in notes:
+        named = [p for p in rows if f"'{p}'" in n]
+        if not named:
+            assert "within a factor" in n and len(notes) == 1
+            continue
+        row = rows[named[0]]
+        assert f"{row.cpu_ms_per_step:.1f} ms" in n and f"{row.gpu_ms_per_step:.1f} ms" in n
+        apart = max(row.cpu_ms_per_step, row.gpu_ms_per_step) / max(min(row.cpu_ms_per_step, row.gpu_ms_per_step), 1e-9)
+        assert apart > bottleneck.FACTOR, (n, row)
+
+
+def test_range_notes_follow_the_trace_they_are_given():
+    r = ranges_view(_live()[0])
+    cpu_only = r.drop(columns=[c for c in ("gpu_ms_per_step", "cpu_ms_per_step") if c in r.columns])
+    assert bottleneck.range_notes(cpu_only, "live") == ["live: CPU-only trace, so there is no GPU time to hold the "
+                                                        "ranges against."]
+    if "gpu_ms_per_step" in r.columns:  # a GPU machine: the live trace has a GPU side
+        _check_timed_range_notes(r, "live")
+    else:
+        assert bottleneck.range_notes(r, "live") == bottleneck.range_notes(cpu_only, "live")
+    for v, (tr, _) in lab01.recorded_traces(helpers.recorded_set("trace_bubble", "trace_fixed")).items():
+        rv = ranges_view(tr, with_times=True)
+        assert "gpu_ms_per_step" in rv.columns
+        _check_timed_range_notes(rv, v)
+
+
 def test_kernel_regex_and_commands():
-    assert bottleneck.range_notes(ranges_view(_live()[0]), "live") == ["live: CPU-only trace, so there is no GPU time "
-                                                                       "to hold the ranges against."]
     assert lab01.kernel_regex("void at::native::elementwise_kernel<128, 4>(int, Foo)") == "elementwise_kernel"
     assert lab01.kernel_regex("sm90_xmma_gemm_f32f32_tf32f32") == "sm90_xmma_gemm_f32f32_tf32f32"
     assert lab01.kernel_regex("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
