@@ -65,3 +65,15 @@ def test_multinode_model_takes_the_measured_busbw():
     assert "316 GB/s in a node (measured, 1 GiB)" in df.attrs["label"]
     slow = S.multinode_model(0.010, 0.006, 1e9, 0.5, intra_busbw_gbs=20.0, gpus=(64,))
     assert slow["busbw_GBps"].iloc[0] == 20.0  # the network never beats the node's own measured rate
+
+
+def test_multinode_model_adds_ddps_own_overhead_from_two_gpus_on():
+    base = S.multinode_model(0.010, 0.006, 1e9, 0.5, gpus=(1, 2, 64), achievable=1.0, latency_s=0.0)
+    over = S.multinode_model(0.010, 0.006, 1e9, 0.5, gpus=(1, 2, 64), achievable=1.0, latency_s=0.0,
+                             ddp_overhead_s=0.004)
+    assert over["step_ms"].iloc[0] == base["step_ms"].iloc[0] == pytest.approx(10.0)  # one GPU alone: no DDP
+    assert list(over["step_ms"].iloc[1:] - base["step_ms"].iloc[1:]) == pytest.approx([4.0, 4.0])
+    assert list(over["efficiency"]) == pytest.approx(list(10.0 / over["step_ms"]))
+    assert "4.0 ms longer than one GPU alone" in over.attrs["label"] and "not modelled" in base.attrs["label"]
+    with pytest.raises(ValueError, match=re.escape("ddp_overhead_s=-0.001; expected seconds >= 0")):
+        S.multinode_model(0.01, 0.005, 1e9, 0.5, ddp_overhead_s=-0.001)

@@ -83,19 +83,24 @@ def ring_allreduce_s(nbytes: float, n: int, busbw_gbs: float, latency_s: float =
 def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidden_fraction: float,
                     intra_busbw_gbs: float | None = None, gpus=(1, 2, 8, 64), gpus_per_node: int = 8,
                     inter_link_gbs: float = IB_NDR_GBS, achievable: float = 0.8, latency_s: float = 10e-6,
-                    busbw_source: str = "") -> pd.DataFrame:
+                    busbw_source: str = "", ddp_overhead_s: float = 0.0) -> pd.DataFrame:
     """A MODEL, not a measurement: predicted step time at each GPU count (weak scaling: every GPU keeps its
     batch and its ``compute_s``). The ring all-reduce of ``grad_bytes`` (:func:`ring_allreduce_s`) runs at
     ``intra_busbw_gbs`` inside one node (the MEASURED bus bandwidth when given, else ``achievable`` × the
     NVLink peak) and at ``achievable`` × the NIC peak once the ring spans nodes (its slowest link, never above
     the in-node rate). At most ``hidden_fraction`` of it hides, and never more than ``backward_s`` (the
     backward compute it can hide under): hidden = min(fraction · comm, backward), step = compute + comm −
-    hidden, so a step is never shorter than its compute nor than its communication. Returns ``gpus, link,
-    busbw_GBps, comm_ms, hidden_ms, step_ms, efficiency`` with ``attrs['label']`` saying it is a model."""
+    hidden, so a step is never shorter than its compute nor than its communication. ``ddp_overhead_s`` is the
+    compute a DDP rank does that one GPU alone does not (copying gradients into buckets and back, NCCL kernels
+    taking SMs and memory bandwidth from the compute): added to every step with n >= 2 (measured at 2 GPUs by
+    the caller, assumed the same at every size). Returns ``gpus, link, busbw_GBps, comm_ms, hidden_ms,
+    step_ms, efficiency`` with ``attrs['label']`` saying it is a model."""
     if not 0 <= hidden_fraction <= 1 or not 0 < achievable <= 1:
         raise ValueError(f"hidden_fraction={hidden_fraction}, achievable={achievable}; expected fractions in [0, 1]")
     if not 0 <= backward_s <= compute_s:
         raise ValueError(f"backward_s={backward_s} with compute_s={compute_s}; expected 0 <= backward <= compute")
+    if not ddp_overhead_s >= 0:
+        raise ValueError(f"ddp_overhead_s={ddp_overhead_s}; expected seconds >= 0")
     intra = intra_busbw_gbs if intra_busbw_gbs is not None else achievable * NVLINK4_GBS
     inter = min(achievable * inter_link_gbs, intra)
     rows = []
@@ -103,7 +108,7 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
         link, bw = ("NVLink (one node)", intra) if n <= gpus_per_node else ("network (across nodes)", inter)
         comm = ring_allreduce_s(grad_bytes, n, bw, latency_s) if n > 1 else 0.0
         hid = min(hidden_fraction * comm, backward_s)
-        step = compute_s + comm - hid
+        step = compute_s + (ddp_overhead_s if n > 1 else 0.0) + comm - hid
         rows.append({"gpus": n, "link": link if n > 1 else "none", "busbw_GBps": bw if n > 1 else None,
                      "comm_ms": 1e3 * comm, "hidden_ms": 1e3 * hid, "step_ms": 1e3 * step,
                      "efficiency": compute_s / step})
@@ -113,5 +118,8 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
     df.attrs["label"] = (f"MODEL (formula, not measured): ring all-reduce at {intra:.0f} GB/s in a node ({src}), "
                          f"{inter:.0f} GB/s across nodes ({achievable:g} x a {inter_link_gbs:g} GB/s NIC, assumed), "
                          f"{gpus_per_node} GPUs per node, up to {hidden_fraction:.0%} hidden but never more than "
-                         f"the backward ({1e3 * backward_s:.1f} ms)")
+                         f"the backward ({1e3 * backward_s:.1f} ms)"
+                         + (f"; a DDP rank computes {1e3 * ddp_overhead_s:.1f} ms longer than one GPU alone (bucket "
+                            f"copies, NCCL kernels sharing the GPU), the same at every size" if ddp_overhead_s else
+                            "; DDP's own compute overhead not modelled"))
     return df

@@ -46,7 +46,8 @@ WARMUP = 2  # warm-up steps before the profiled ones: DDP's first iteration buil
 @dataclass(frozen=True)
 class DDPConfig:
     """One profiled DDP setup: a label, the bucket cap (MiB; None = DDP's default), ``gradient_as_bucket_view``,
-    the model, and ``straggle_ms``: how long the last rank sleeps before each step's forward (a planted straggler)."""
+    the model, and ``straggle_ms``: how long the last rank stops before each step's forward, its GPU drained first
+    (a planted straggler)."""
 
     label: str
     bucket_cap_mb: float | None
@@ -73,8 +74,8 @@ STRAGGLE_MS = 10.0  # the planted straggler's sleep: above a CPU step's noise, a
 
 def sweep_configs(model: W.MLPConfig, caps=CAPS_MB, practice: bool = True) -> tuple[DDPConfig, ...]:
     """The lab's configs: one per bucket cap, DDP's default cap (``bucket_cap_mb=None``: 25 MiB with a 1 MiB
-    first bucket), 25 MiB with ``gradient_as_bucket_view``, the straggler (cap 1 MiB, the last rank sleeps
-    :data:`STRAGGLE_MS` before each forward) and the practice project's two runs (``mystery``, ``reference``)."""
+    first bucket), 25 MiB with ``gradient_as_bucket_view``, the straggler (cap 1 MiB, the last rank drains its
+    GPU and sleeps :data:`STRAGGLE_MS` before each forward) and the practice project's two runs (``mystery``, ``reference``)."""
     out = [DDPConfig(f"cap {c:g} MiB", c, False, model) for c in caps]
     out += [DDPConfig("default cap", None, False, model), DDPConfig("cap 25 MiB, bucket view", 25, True, model),
             DDPConfig("straggler", 1, False, model, STRAGGLE_MS)]
@@ -158,7 +159,11 @@ def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device, straggle_s: float 
         x, y = W.batch_for(cfg, rank, it[0], device)
         it[0] += 1
         if straggle_s:
-            time.sleep(straggle_s)  # the planted straggler: this rank reaches every collective late
+            # the planted straggler: its GPU drained first (on a GPU the host runs steps ahead, and a sleep
+            # shorter than that lead would cost the GPU nothing), then the host stops, so this rank reaches
+            # every collective about straggle_s late, as a rank stalled on its data or I/O does
+            _sync(device)
+            time.sleep(straggle_s)
         F.mse_loss(model(x), y).backward()
 
     def step():
