@@ -65,8 +65,10 @@ def test_no_sync_bench_and_scaling_tables():
     iv = A.steady_step_intervals(RUN.traces(R.SCALING_CONFIG))
     assert A.exposed_share(iv) == pytest.approx(s.loc["profiled", "exposed_fraction"])  # f and step from the same steps
     assert pd.isna(s.loc["timed", "exposed_fraction"])
-    said = lab06.scaling_sentence(s.loc["profiled"])
-    rest = s.loc["profiled", "ddp_step_ms"] * (1 - s.loc["profiled", "exposed_fraction"])
+    p = s.loc["profiled"]
+    rest = p["ddp_step_ms"] * (1 - p["exposed_fraction"])  # the DDP step less its exposed all-reduce
+    assert p["ddp_overhead_ms"] == pytest.approx(rest - p["one_rank_step_ms"]) and pd.isna(s.loc["timed", "ddp_overhead_ms"])
+    said = lab06.scaling_sentence(p)
     assert "within the bound" in said and f"is {rest:.1f} ms against one rank alone's" in said
 
 

@@ -2,7 +2,6 @@
 bad inputs, and the recorder path (run on the CPU into a temporary folder)."""
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pandas as pd
@@ -12,35 +11,26 @@ import torch
 from infralens_lab.analysis import ledger as L
 from infralens_lab.evidence import EvidenceWriter, Provenance, RecordedStore
 from infralens_lab.measure import memory as M
+from infralens_lab.workloads.pipeline import cpu_threads
 from infralens_lab.workloads.tiny_gpt import GPTConfig, TinyGPT
 
 # Small, odd-sized, grouped-query (4 heads, 2 KV heads) so every term of the ledger is exercised.
 CFG = GPTConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, ffn=192, vocab=160, block_size=48)
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    """CPU kernels that allocate scratch per thread (SDPA's backward among them) make a phase's transient grow
-    with the thread count: on a 32-core GPU host (torch 2.11) the fp32 step's temporary buffers measured 65 %
-    above the estimate and the bf16 one 8x; at 16 threads torch 2.13's bf16 step measures 2.7x; at 1 or 2
-    threads both sit on it. Two threads, as on CI, keep the assertions about the model, not the machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
+# CPU kernels that allocate scratch per thread (SDPA's backward among them) make a phase's transient grow with the
+# thread count: on the 32-core two-GPU host (torch 2.11) the fp32 step's temporary buffers measured 65 % above the
+# estimate and the bf16 one 8x; at 16 threads torch 2.13's bf16 step measures 2.7x; at 1 or 2 threads both sit on
+# it. Two threads, as on CI, keep the assertions about the model, not the machine.
 @pytest.fixture(scope="module")
 def train_fp32():
-    with _threads(2):
+    with cpu_threads(2):
         return M.measure_training_step(CFG, batch=3, seq=40, precision="fp32", device="cpu")
 
 
 @pytest.fixture(scope="module")
 def train_amp():
-    with _threads(2):
+    with cpu_threads(2):
         return M.measure_training_step(CFG, batch=3, seq=40, precision="amp_bf16", device="cpu")
 
 
@@ -105,7 +95,7 @@ def two_threads():
     # SDPA's CPU kernel allocates scratch per thread: with 16 threads (torch 2.11, a 16-core
     # machine) this prefill peaked 25% above the estimate, with 1 to 4 threads exactly on it.
     # Two threads, as on CI, keep the assertion about the model and not about the machine.
-    with _threads(2):
+    with cpu_threads(2):
         yield
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from infralens_lab.workloads import pipeline as P
-from infralens_lab.workloads.pipeline import VARIANTS, Variant, make_step, make_variant, matmul_precision
+from infralens_lab.workloads.pipeline import VARIANTS, Variant, cpu_threads, make_step, make_variant, matmul_precision
 from infralens_lab.workloads.tiny_gpt import GPTConfig
 
 SMALL = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=32, ffn=64, vocab=97, block_size=16)
@@ -150,3 +150,12 @@ def test_bad_names_and_precisions(call, match):
 def test_switches_must_be_bools():
     with pytest.raises(TypeError, match=re.escape("Variant.pinned = 1; expected True or False")):
         Variant(True, 1, False)
+
+
+def test_cpu_threads_holds_inside_the_block_and_restores_after_an_error():
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    with pytest.raises(ZeroDivisionError), cpu_threads(want):
+        assert torch.get_num_threads() == want
+        _ = 1 / 0
+    assert torch.get_num_threads() == before

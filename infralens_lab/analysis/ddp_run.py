@@ -14,7 +14,8 @@ from ..units import MiB
 from . import distributed as D
 from . import ledger
 from .buckets import bucket_plan
-from .scaling import bench_table, scaling, weak_scaling_bound
+from .hardware import PEAKS
+from .scaling import bench_table, largest_busbw, scaling, weak_scaling_bound
 
 PRACTICE = ("mystery", "reference")
 SCALING_CONFIG = "cap 25 MiB"  # the config the scaling table, its f and exercise 3 are measured on
@@ -117,8 +118,9 @@ def bench(run: RankRun) -> pd.DataFrame:
 def scaling_table(run: RankRun, label: str = SCALING_CONFIG) -> pd.DataFrame:
     """One rank alone vs the DDP run of ``label`` (each rank keeps its batch). ``profiled``: the DDP step time
     (mean) and f (exposed share, Σ exposed / Σ step) from the same steady profiled steps of every rank, so the
-    weak-scaling bound n·(1−f) applies, against the one-rank run's median profiled step; ``timed``: the
-    unprofiled medians, beside it for reference (their f is not measured)."""
+    weak-scaling bound n·(1−f) applies, against the one-rank run's median profiled step, and ``ddp_overhead_ms``:
+    the DDP step less its exposed all-reduce, less one rank alone (compute DDP adds, which the bound does not
+    charge); ``timed``: the unprofiled medians, beside it for reference (their f is not measured)."""
     n, t = run.world, steady(table(run, label))
     t1 = float(D.step_windows(run.traces("single")[0])["step_us"].median()) / 1e3
     tn, f = float(t["step_us"].mean()) / 1e3, float(t["exposed_us"].sum() / t["step_us"].sum())
@@ -128,8 +130,29 @@ def scaling_table(run: RankRun, label: str = SCALING_CONFIG) -> pd.DataFrame:
         s = scaling(one, many, n)
         rows.append({"basis": basis, "ranks": n, "one_rank_step_ms": one, "ddp_step_ms": many, "speedup": s["speedup"],
                      "efficiency": s["efficiency"], "exposed_fraction": frac,
-                     "weak_scaling_bound": weak_scaling_bound(frac, n) if frac is not None else None})
+                     "weak_scaling_bound": weak_scaling_bound(frac, n) if frac is not None else None,
+                     "ddp_overhead_ms": many * (1 - frac) - one if frac is not None else None})
     return pd.DataFrame(rows)
+
+
+def model_inputs(rec: RankRun | None, m) -> dict:
+    """Inputs of :func:`.scaling.multinode_model` for the MLP ``m`` (``workloads.ddp.MLPConfig``): measured on
+    the recorded NCCL run ``rec`` when there is one (one GPU's step, its backward, the hidden fraction at 25 MiB,
+    busbw at the largest size, DDP's overhead from :func:`scaling_table`), else formulas: 6·Ψ·batch FLOPs at an
+    assumed 40 % of the H200's fp32 peak, backward 2/3 of it, half hidden, no overhead."""
+    out = {"params": m.params, "grad_bytes": 4 * m.params}
+    if rec is None:
+        compute = 6 * m.params * m.batch / (0.4 * PEAKS["H200"].fp32)
+        return out | {"compute_s": compute, "backward_s": compute * 2 / 3, "hidden_fraction": 0.5,
+                      "intra_busbw_gbs": None, "ddp_overhead_s": 0.0,
+                      "source": "assumed: 40% of H200 fp32 peak, backward 2/3, half hidden"}
+    t = steady(table(rec, SCALING_CONFIG))
+    row = scaling_table(rec).iloc[0]  # the profiled row: f and both steps from the same steps
+    single = row["one_rank_step_ms"] / 1e3
+    return out | {"compute_s": single, "backward_s": min(single, t["backward_us"].mean() / 1e6),
+                  "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()),
+                  "intra_busbw_gbs": largest_busbw(bench(rec)), "ddp_overhead_s": max(0.0, row["ddp_overhead_ms"] / 1e3),
+                  "source": "measured on the recorded NCCL run"}
 
 
 # ---------------------------------------------------------------- the evidence the lab's exercises work on

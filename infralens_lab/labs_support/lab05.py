@@ -17,6 +17,7 @@ from ..measure.torch_trace import profile, quiet_profiler_chatter
 from ..parse.trace import load_trace
 from ..units import MiB
 from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, sleep_stages, small_ops_step
+from ..workloads.pipeline import cpu_threads
 from . import store  # noqa: F401  (re-exported for the notebook)
 
 RECORD_HINT = "`python -m infralens_lab record --only overlap` on a GPU"
@@ -100,13 +101,8 @@ def live_compile() -> dict:
     alone: a later run may show a shorter first call; the counts the lab grades do not depend on it."""
     import torch._inductor.config as inductor_config  # heavy: torch, only here
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with inductor_config.patch(compile_threads=1):
-            return M.compile_study("cpu", repeats=20, **M.BLOCKNET_CPU)
-    finally:
-        torch.set_num_threads(threads)
+    with cpu_threads(1), inductor_config.patch(compile_threads=1):
+        return M.compile_study("cpu", repeats=20, **M.BLOCKNET_CPU)
 
 
 def compile_time_lines(vals: dict) -> list[str]:

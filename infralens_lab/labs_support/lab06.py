@@ -10,8 +10,7 @@ import sys
 
 from .. import evidence
 from ..analysis import ddp_run as R
-from ..analysis.hardware import PEAKS
-from ..analysis.scaling import LINK_PEAKS_GBS, largest_busbw
+from ..analysis.scaling import LINK_PEAKS_GBS
 from ..measure import distributed as D
 from ..measure.torch_trace import quiet_profiler_chatter
 from ..parse import ranks
@@ -121,11 +120,9 @@ def scaling_sentence(s) -> str:
     if not ok:
         return head + ("ABOVE the bound by more than 5 %: the one-rank baseline ran slower than the ranks' own compute "
                        "(a busy machine), so this run cannot say how much the exposed communication cost.")
-    rest = s["ddp_step_ms"] * (1 - s["exposed_fraction"])  # the DDP step less its exposed all-reduce
-    return head + (f"within the bound (x 1.05 allowed for noise). The bound charges only the exposed all-reduce; "
-                   f"the DDP step less its exposed all-reduce is {rest:.1f} ms against one rank alone's "
-                   f"{s['one_rank_step_ms']:.1f} ms, a difference of {rest - s['one_rank_step_ms']:+.1f} ms that "
-                   "the bound does not see.")
+    return head + (f"within the bound (x 1.05 allowed for noise). It charges only the exposed all-reduce; the DDP "
+                   f"step less it is {s['one_rank_step_ms'] + s['ddp_overhead_ms']:.1f} ms against one rank alone's "
+                   f"{s['one_rank_step_ms']:.1f} ms: {s['ddp_overhead_ms']:+.1f} ms the bound does not see.")
 
 
 def link_peak(run: RankRun) -> tuple[float | None, str]:
@@ -135,23 +132,5 @@ def link_peak(run: RankRun) -> tuple[float | None, str]:
 
 
 def model_inputs(rec: RankRun | None) -> dict:
-    """Inputs of the multi-node MODEL for the GPU-sized MLP: measured on the recorded NCCL run when there is one
-    (one GPU's step, its backward, the hidden fraction at 25 MiB, busbw at the largest size, and DDP's overhead:
-    the DDP rank's profiled step less its exposed all-reduce, less one GPU's step), else formulas: 6·Ψ·batch
-    FLOPs at an assumed 40 % of the H200's fp32 peak, backward 2/3 of it, half hidden, busbw assumed, no
-    overhead."""
-    m = D.GPU_MODEL
-    out = {"params": m.params, "grad_bytes": 4 * m.params}
-    if rec is None:
-        compute = 6 * m.params * m.batch / (0.4 * PEAKS["H200"].fp32)
-        return out | {"compute_s": compute, "backward_s": compute * 2 / 3, "hidden_fraction": 0.5,
-                      "intra_busbw_gbs": None, "ddp_overhead_s": 0.0,
-                      "source": "assumed: 40% of H200 fp32 peak, backward 2/3, half hidden"}
-    t = R.steady(R.table(rec, R.SCALING_CONFIG))
-    row = R.scaling_table(rec).iloc[0]  # the profiled row: f and both steps from the same steps
-    single = row["one_rank_step_ms"] / 1e3
-    ddp_compute = row["ddp_step_ms"] * (1 - row["exposed_fraction"]) / 1e3
-    return out | {"compute_s": single, "backward_s": min(single, t["backward_us"].mean() / 1e6),
-                  "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()),
-                  "intra_busbw_gbs": largest_busbw(R.bench(rec)), "ddp_overhead_s": max(0.0, ddp_compute - single),
-                  "source": "measured on the recorded NCCL run"}
+    """The multi-node MODEL's inputs for this lab's GPU-sized MLP: :func:`~infralens_lab.analysis.ddp_run.model_inputs`."""
+    return R.model_inputs(rec, D.GPU_MODEL)

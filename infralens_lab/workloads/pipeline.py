@@ -38,8 +38,10 @@ of that table.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -127,16 +129,27 @@ VARIANTS = {
 
 
 @contextmanager
-def matmul_precision(p: str):
-    """``torch.set_float32_matmul_precision(p)`` for the duration of the block, restored afterwards (also after
-    an exception), so nothing outside the block sees it. ``'high'`` lets fp32 matmuls use TF32 (it is what
-    ``torch.backends.cuda.matmul.allow_tf32 = True`` sets), ``'highest'`` keeps them in full fp32."""
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(p)
+def torch_setting(get: Callable[[], Any], set_: Callable[[Any], Any], value):
+    """One of torch's process-wide settings at ``value`` for the duration of the block, restored afterwards (also
+    after an exception), so nothing outside the block sees it."""
+    old = get()
+    set_(value)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(old)
+        set_(old)
+
+
+def matmul_precision(p: str):
+    """``torch.set_float32_matmul_precision(p)`` for the block. ``'high'`` lets fp32 matmuls use TF32 (it is what
+    ``torch.backends.cuda.matmul.allow_tf32 = True`` sets), ``'highest'`` keeps them in full fp32."""
+    return torch_setting(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, p)
+
+
+def cpu_threads(n: int):
+    """``torch.set_num_threads(n)`` for the block: CPU kernels that split work (and scratch) per thread measure
+    the same on any machine at a fixed count."""
+    return torch_setting(torch.get_num_threads, torch.set_num_threads, n)
 
 
 class Pipeline:
