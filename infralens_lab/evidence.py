@@ -475,12 +475,14 @@ def load_all_sets(root: str | Path | None = None) -> list[RecordedStore]:
 def load_all(name: str, root: str | Path | None = None) -> dict[str, Evidence]:
     """Record ``name`` from every recorded set that has it, keyed by GPU name, the default set first.
 
-    For side-by-side views (:mod:`infralens_lab.analysis.compare`); sets without the record are left out.
+    For side-by-side views (:mod:`infralens_lab.analysis.compare`); sets without the record are left out. Where
+    two sets of one GPU both have it (a one-GPU set and a ``2x-`` set of the same card), the first in
+    :func:`load_all_sets` order wins: the default reference, else the slug that sorts first.
     """
     out: dict[str, Evidence] = {}
     for store in load_all_sets(root):
         if name in store.names():
             ev = store.load(name)
-            out[ev.provenance.gpu] = ev
+            out.setdefault(ev.provenance.gpu, ev)
     return out
 

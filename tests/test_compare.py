@@ -109,5 +109,8 @@ def test_placement_on_the_two_recorded_sets():
     tables = lab02.kernel_tables_by_gpu()
     df = compare.placement(tables)
     assert len(tables) == 2 and "matmul 8192³" in set(df["label"]) and "attn_fwd" in set(df["label"])
+    # each table says which set it came from; a set without a kernel table (the DDP set) is neither a row nor a caption
+    caps = [t.attrs["caption"] for t in tables.values()]
+    assert all(c.startswith("Evidence: recorded") for c in caps) and not any("--only device,distributed" in c for c in caps)
     with pytest.raises(ValueError, match="lacks"):
         compare.placement({"X": df})

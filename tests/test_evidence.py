@@ -303,3 +303,13 @@ def test_large_records_are_written_compact_and_read_back_the_same(tmp_path):
     assert small_text.count("\n") > 3
     store = RecordedStore(tmp_path / "set")
     assert store.load("big").values == big and store.load("small").values == {"a": 1}
+
+
+def test_load_all_keeps_the_default_where_two_sets_are_of_one_gpu(root):
+    """A `2x-` set of the same card sorts before the one-GPU set; the default reference's record still wins."""
+    h100 = replace(PROV, gpu="NVIDIA H100 80GB HBM3", gpu_slug="nvidia-h100-80gb-hbm3",
+                   command="python -m infralens_lab record --out data/recorded/2x-nvidia-h100-80gb-hbm3")
+    _record(root / "2x-nvidia-h100-80gb-hbm3", h100)
+    got = evidence.load_all("device", root=root)
+    assert list(got) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert "2x-" not in got["NVIDIA H100 80GB HBM3"].provenance.command  # the committed default's, not the 2x set's

@@ -121,12 +121,14 @@ def counters_caption(store, *files: str) -> str:
 
 
 def kernel_tables_by_gpu() -> dict[str, pd.DataFrame]:
-    """The kernel table of every recorded set, keyed by GPU name without the vendor prefix: the input of
+    """The kernel table of every recorded set that has one (a set of DDP traces has none), keyed by GPU name
+    without the vendor prefix, each with its set's caption in ``attrs['caption']``: the input of
     :func:`infralens_lab.analysis.compare.placement`."""
     out = {}
     for slug in evidence.recordings():
         st = evidence.reference(slug)
         kt = store_kernel_table(st)
         if kt is not None:
+            kt.attrs["caption"] = st.provenance.caption()
             out[st.gpu.removeprefix("NVIDIA ")] = kt
     return out
