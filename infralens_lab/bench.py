@@ -41,10 +41,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    SDPBackend,
-    sdpa_kernel,
-)
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .analysis.traffic import attention_flops, attention_naive_traffic, sector_model
 from .device import facts, is_gpu
@@ -97,7 +94,7 @@ INTERPRETER_MESSAGE = ("bench: refusing to run in interpreter mode. Kernels ther
 
 def _ms(fn) -> float:
     """Median milliseconds of ``fn`` over ~100 ms of repeats after ~25 ms of warm-up."""
-    import triton.testing  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+    import triton.testing  # heavy: triton, only when a benchmark runs
 
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 

@@ -30,10 +30,7 @@ from functools import partial
 
 import pandas as pd
 import torch
-from torch.profiler import (  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
-    ProfilerActivity,
-    profile,
-)
+from torch.profiler import ProfilerActivity, profile
 
 from ..device import torch_device
 from ..workloads.tiny_gpt import GPTConfig, TinyGPT
