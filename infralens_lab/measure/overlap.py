@@ -34,10 +34,6 @@ BLOCKNET_CPU = {"width": 32, "blocks": 6, "batch": 8}
 FUSION_NUMEL = 64 * 2**20  # 256 MiB of fp32: far above L2, so the byte model's no-reuse assumption holds
 
 
-def _sync() -> None:
-    synchronize()
-
-
 def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
     """Median wall-clock milliseconds of ``fn()`` followed by a device synchronise (on a CPU, just
     ``fn()``), after ``warmup`` untimed calls; also the first warm-up call's time (``first_ms``)."""
@@ -45,12 +41,12 @@ def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}; expected positive ints")
     t0 = time.perf_counter()
     fn()
-    _sync()
+    synchronize()
     first = (time.perf_counter() - t0) * 1e3
     for _ in range(warmup - 1):
         fn()
-    _sync()
-    samples = synced_wall_ms(fn, repeats, _sync)
+    synchronize()
+    samples = synced_wall_ms(fn, repeats, synchronize)
     t = summarize(samples, "cpu_wall", "perf_counter around fn(); synchronize")
     return {"first_ms": first, **t.as_dict()}
 
@@ -60,11 +56,11 @@ def back_to_back_ms(fn: Callable[[], object], calls: int = 50, warmup: int = 5) 
     (throughput: the CPU may run ahead of the GPU), after ``warmup`` calls."""
     for _ in range(warmup):
         fn()
-    _sync()
+    synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
-    _sync()
+    synchronize()
     return (time.perf_counter() - t0) * 1e3 / calls
 
 
@@ -127,7 +123,7 @@ def profile_threads(fn: Callable[[], object]) -> Trace:
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_gpu() else [])
     with torch.profiler.profile(activities=acts, experimental_config=cfg) as p:
         fn()
-        _sync()
+        synchronize()
     return Trace(chrome_trace_of(p))
 
 
