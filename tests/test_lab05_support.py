@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from infralens_lab.analysis import overlap_tables as T
+from infralens_lab.analysis.joins import idle_budget
 from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05
 from infralens_lab.measure import overlap as M
@@ -172,7 +173,7 @@ def test_fix_table_remove_breaks_counts_only_the_idle_the_breaks_add():
         return Trace({"traceEvents": ev})
 
     comp = pd.DataFrame({"variant": ["compiled", "compiled_breaks"], "median_ms": [0.5, 1.0]})
-    assert T.breaks_idle_ms(steps(1000), steps(400)) == pytest.approx((1.0, 0.6))
+    assert T.breaks_idle_ms(idle_budget(steps(1000)), idle_budget(steps(400))) == pytest.approx((1.0, 0.6))
     r = T.fix_table(comp=comp, compile_traces={"breaks": steps(1000), "whole": steps(400)}).iloc[0]
     assert r["fix"] == "remove graph breaks" and r["f"] == pytest.approx(0.6) and r["amdahl"] == pytest.approx(2.5)
     assert r["floor"] == pytest.approx(10.0) and r["binds"] == "amdahl" and r["measured"] == pytest.approx(2.0)

@@ -175,17 +175,12 @@ def bound_sentence(row) -> str:
             "the attacked share was measured wrongly or something else changed; the cause is not established")
 
 
-def breaks_idle_ms(breaks, whole) -> tuple[float, float]:
-    """``(period_ms, extra_idle_ms)`` of a forward with graph breaks (``breaks``, a trace) against the same
-    model compiled whole (``whole``): the idle time per forward the breaks add, what removing them can save
-    (the whole graph still idles between its kernels)."""
-    return _breaks_idle(idle_budget(breaks), idle_budget(whole))
-
-
-def _breaks_idle(b: dict, w: dict) -> tuple[float, float]:
-    """:func:`breaks_idle_ms` from the two traces' :func:`~infralens_lab.analysis.joins.idle_budget`."""
-    idle = (b["period_ms"] - b["busy_ms"]) - (w["period_ms"] - w["busy_ms"])
-    return b["period_ms"], max(0.0, idle)
+def breaks_idle_ms(breaks: dict, whole: dict) -> tuple[float, float]:
+    """``(period_ms, extra_idle_ms)`` of a forward with graph breaks against the same model compiled whole, from
+    the two traces' :func:`~infralens_lab.analysis.joins.idle_budget` (``breaks``, ``whole``): the idle time per
+    forward the breaks add, what removing them can save (the whole graph still idles between its kernels)."""
+    idle = (breaks["period_ms"] - breaks["busy_ms"]) - (whole["period_ms"] - whole["busy_ms"])
+    return breaks["period_ms"], max(0.0, idle)
 
 
 def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = None,
@@ -217,7 +212,7 @@ def fix_table(copies: pd.DataFrame | None = None, pipe: pd.DataFrame | None = No
     if comp is not None and compile_traces is not None:
         t = comp.set_index("variant")
         b, w = idle_budget(compile_traces["breaks"]), idle_budget(compile_traces["whole"])  # each trace read once
-        period, extra = _breaks_idle(b, w)
+        period, extra = breaks_idle_ms(b, w)
         before = t.loc["compiled_breaks", "median_ms"]
         rows.append(fix_row("remove graph breaks", before, t.loc["compiled", "median_ms"], before * extra / period,
                             (b["busy_ms"],), "idle the breaks add", {"the GPU busy time": (b["busy_ms"], w["busy_ms"])}))
