@@ -122,11 +122,16 @@ def _spread_pct(timing: dict) -> float:
 NOISE_FLOOR_PCT = 2.0  # below this a change is never called an effect, whatever the recorded spread says
 
 
+def _halves(spread_pct: float, base_spread_pct: float) -> list[float]:
+    """The half-widths of the two runs' p10-p90 bands, percent; a NaN width (no percentiles for that run) is left out."""
+    return [w / 2 for w in (spread_pct, base_spread_pct) if w == w]
+
+
 def noise_pct(spread_pct: float, base_spread_pct: float = float("nan")) -> float:
     """The run-to-run noise two runs are compared against, percent: the sum of their half-widths (``spread_pct``
     and ``base_spread_pct`` are p10-p90 widths over the median; NaN: no percentiles for that run), at least
     :data:`NOISE_FLOOR_PCT`."""
-    return max(NOISE_FLOOR_PCT, sum(w / 2 for w in (spread_pct, base_spread_pct) if w == w))
+    return max(NOISE_FLOOR_PCT, sum(_halves(spread_pct, base_spread_pct)))
 
 
 def within_spread(speedup: float, spread_pct: float, base_spread_pct: float = float("nan")) -> bool:
@@ -142,7 +147,7 @@ def effect_words(speedup: float, spread_pct: float, base_spread_pct: float = flo
     apart while their bands overlap: a change within the sum of the two half-widths (at least
     :data:`NOISE_FLOOR_PCT`) is "no change beyond the run-to-run spread"; else "x% faster" / "x% slower" (the
     percentage is the claim)."""
-    halves = [w / 2 for w in (spread_pct, base_spread_pct) if w == w]  # NaN: no percentiles for that run
+    halves = _halves(spread_pct, base_spread_pct)
     pct = 100 * (speedup - 1)
     if within_spread(speedup, spread_pct, base_spread_pct):
         bands = " and ".join(f"±{h:.1f}%" for h in halves) or f"±{NOISE_FLOOR_PCT:.1f}%"
