@@ -25,7 +25,12 @@ correctness check on the very inputs it times:
 a fraction of the full run's time (``tools/bench_three.py`` runs it in three processes).
 
 Times are medians of CUDA-event timings after warm-up (``triton.testing.do_bench``, which
-also flushes L2 between repeats). It prints ONE table, titled with the GPU name, and can
+also flushes L2 between repeats), taken in ``ROUNDS`` interleaved rounds: every variant of a case runs once
+(correctness, and the autotuner's tuning) before any is timed; then each round times every variant once,
+starting one variant later than the round before; a row's time is the median over the rounds. Timed once
+each, one after the other, a kernel's time moved by up to 19 % with its place in the order on an H100 at
+its power cap (SDPA at (4,16,4096,128): 0.918 ms timed first, 1.089 ms timed last; docs/kernels_notes.md,
+run 10). It prints ONE table, titled with the GPU name, and can
 write the result as JSON or as the recorded evidence ``bench``. In interpreter mode it
 refuses (exit code 2): a Python interpreter's timings say nothing about a GPU.
 """
@@ -34,7 +39,9 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import statistics
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -70,6 +77,9 @@ ATTN_CASES_ISSUE31 = [  # issue 31's table and goal: D = 64 at >= 1.0x SDPA defa
     ((4, 16, 4096, 128), "float16", True),
 ]
 SDPA_BACKENDS = ("flash", "efficient", "cudnn")
+ROUNDS = 3  # interleaved timing rounds per case (time_interleaved)
+TIMING = ("triton.testing.do_bench median (CUDA events, L2 flushed between repeats); each row the median over "
+          "interleaved rounds, every variant of a case checked once before any is timed")
 
 
 class CaseSet(NamedTuple):
@@ -99,9 +109,30 @@ def _ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
+def time_interleaved(fns: dict[str, Callable], rounds: int = ROUNDS, timer: Callable | None = None) -> dict[str, list[float]]:
+    """``{name: [ms per round]}``: each round times every fn once with ``timer`` (default :func:`_ms`), and
+    round r starts r variants further along the list, so no variant is always the one timed first (after a
+    pause, or right after a tuning burst). Rows take the median over the rounds (:func:`_median`)."""
+    if rounds < 1:
+        raise ValueError(f"bench: rounds = {rounds!r}, expected an int >= 1")
+    timer = timer or _ms
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names) if names else 0
+        for n in names[k:] + names[:k]:
+            times[n].append(timer(fns[n]))
+    return times
+
+
+def _median(ms: list[float]) -> float:
+    return float(statistics.median(ms))
+
+
 # --------------------------------------------------------------------------- copies
-def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
-    """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16."""
+def bench_copies(n_bytes: int = COPY_BYTES, rounds: int = ROUNDS) -> list[dict]:
+    """Rows for torch copy_, copy_coalesced and copy_strided (every stride), fp32 and fp16; per dtype every
+    copy is checked once, then all are timed in ``rounds`` interleaved rounds (:func:`time_interleaved`)."""
     from .kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
     rows = []
@@ -111,30 +142,33 @@ def bench_copies(n_bytes: int = COPY_BYTES) -> list[dict]:
         x = torch.randn(n_bytes // e, device="cuda").to(dtype)
         n = x.numel()
         dst = torch.empty_like(x)
-        rows.append(_copy_row("torch_copy_", name, 1, n, n, e, _ms(partial(dst.copy_, x)), True))
-        ok = torch.equal(copies.copy(x, out=dst), x)
-        rows.append(_copy_row("coalesced", name, 1, n, n, e, _ms(partial(copies.copy, x, out=dst)), ok))
-        dst = None  # free the buffer before the strided copies
+        fns = {("torch_copy_", 1): partial(dst.copy_, x), ("coalesced", 1): partial(copies.copy, x, out=dst)}
+        ok = {("torch_copy_", 1): True, ("coalesced", 1): torch.equal(copies.copy(x, out=dst), x)}
+        outs = {}
         for s in copies.STRIDES:
-            out = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
-            ok = torch.equal(copies.copy_strided(x, s, out=out), x[::s])
-            t = _ms(partial(copies.copy_strided, x, s, out=out))
-            rows.append(_copy_row("strided", name, s, n, out.numel(), e, t, ok))
-            out = None  # free the buffer before the next stride
+            outs[s] = torch.empty(copies.strided_len(n, s), dtype=dtype, device="cuda")
+            ok[("strided", s)] = torch.equal(copies.copy_strided(x, s, out=outs[s]), x[::s])
+            fns[("strided", s)] = partial(copies.copy_strided, x, s, out=outs[s])
+        times = time_interleaved(fns, rounds)
+        for (variant, s), ts in times.items():
+            n_out = outs[s].numel() if variant == "strided" else n
+            rows.append(_copy_row(variant, name, s, n, n_out, e, ts, ok[(variant, s)]))
         coalesced = next(r for r in rows if r["variant"] == "coalesced" and r["dtype"] == name)
         for r in rows:
             if r["dtype"] == name and r["variant"] == "strided":
                 r["measured_fraction"] = r["useful_tbps"] / coalesced["useful_tbps"]
-        x = None  # free the input before the next dtype
+        x = dst = outs = fns = None  # free the buffers before the next dtype
         torch.cuda.empty_cache()
     return rows
 
 
-def _copy_row(variant, dtype, stride, n_in, n_out, e, ms, ok) -> dict:
+def _copy_row(variant, dtype, stride, n_in, n_out, e, round_ms: list[float], ok) -> dict:
     useful = 2 * n_out * e  # read-and-kept + written
     m = sector_model(stride, e)
+    ms = _median(round_ms)
     return {"variant": variant, "dtype": dtype, "stride": stride, "n_in": n_in, "n_out": n_out,
-            "useful_bytes": useful, "median_ms": ms, "useful_tbps": useful / (ms * 1e-3) / 1e12,
+            "useful_bytes": useful, "median_ms": ms, "round_ms": list(round_ms),
+            "useful_tbps": useful / (ms * 1e-3) / 1e12,
             # the model at the level the benchmark stresses: 1 GiB copies stream from HBM in 64-byte fetches
             "predicted_fraction": m.dram_useful_fraction if variant == "strided" else None,
             "measured_fraction": None, "model_sectors_per_request": m.sectors_per_request, "correct": bool(ok)}
@@ -175,9 +209,12 @@ def attention_variants(variants: tuple | None = None) -> list[tuple[str, object]
     return todo
 
 
-def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[list[dict], list[dict]]:
+def bench_attention(cases=ATTN_CASES, variants: tuple | None = None,
+                    rounds: int = ROUNDS) -> tuple[list[dict], list[dict]]:
     """Rows (and skipped variants with reasons) for every attention variant and SDPA backend, or for the
-    ``variants`` named (``sdpa_default`` always runs: it is every row's reference)."""
+    ``variants`` named (``sdpa_default`` always runs: it is every row's reference). Per case every variant
+    runs once (its error against SDPA; tiled_fast tunes here), then all are timed in ``rounds``
+    interleaved rounds (:func:`time_interleaved`)."""
     from .kernels import attention, attention_fast  # lazy: defines Triton kernels / models only when this runs
 
     rows, skipped = [], []
@@ -187,6 +224,7 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[li
         q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
         flops = attention_flops(B, H, N, D, causal)
         ref = _sdpa(None)(q, k, v, causal)
+        checked, fns = [], {}
         for name, fn in attention_variants(variants):
             case = {"shape": list(shape), "dtype": dtype_name, "causal": causal, "variant": name}
             if name in ("naive", "naive_torch"):
@@ -205,9 +243,7 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[li
                 continue
             err = _rel_err(o, ref)
             o = None  # free the output before timing
-            ms = _ms(partial(fn, q, k, v, causal))
-            row = {**case, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, "rel_err": err,
-                   "correct": err <= REL_ERR_OK[dtype_name], "config": None}
+            row = {**case, "rel_err": err, "correct": err <= REL_ERR_OK[dtype_name], "config": None}
             if name == "tiled":
                 c = attention.tiled_config(D)
                 row["config"] = {"block_m": c["BLOCK_M"], "block_n": c["BLOCK_N"], "num_warps": c["num_warps"],
@@ -215,9 +251,15 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None) -> tuple[li
             elif name == "tiled_fast":
                 row["config"] = attention_fast.last_config()
                 row["tuning_ms"] = attention_fast.tuning_timings()
-            rows.append(row)
+            checked.append(row)
+            fns[name] = partial(fn, q, k, v, causal)
             torch.cuda.empty_cache()
-        q = k = v = ref = None  # free the inputs before the next shape
+        times = time_interleaved(fns, rounds)
+        for row in checked:
+            ms = _median(times[row["variant"]])
+            rows.append({**row, "median_ms": ms, "round_ms": times[row["variant"]],
+                         "tflops": flops / (ms * 1e-3) / 1e12})
+        q = k = v = ref = fns = None  # free the inputs before the next shape
         torch.cuda.empty_cache()
     return rows, skipped
 
@@ -287,23 +329,25 @@ def naive_floor(shape, dtype_name: str, causal: bool, copy_rows: list[dict]) -> 
                     f"the most any bandwidth-efficient naive allows"}
 
 
-def run_benchmark(quick: bool = False, cases: str = "full") -> dict:
-    """Run the case set ``cases`` (a key of CASE_SETS; ``quick``: small sizes) on the GPU and return the
-    JSON-shaped result (see module docstring)."""
+def run_benchmark(quick: bool = False, cases: str = "full", rounds: int = ROUNDS) -> dict:
+    """Run the case set ``cases`` (a key of CASE_SETS; ``quick``: small sizes) on the GPU, each case's variants
+    timed in ``rounds`` interleaved rounds, and return the JSON-shaped result (see module docstring)."""
     if cases not in CASE_SETS:
         raise ValueError(f"bench: cases {cases!r} is not a case set, expected one of {sorted(CASE_SETS)}")
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"bench: rounds = {rounds!r}, expected an int >= 1")
     if not is_gpu():
         raise RuntimeError(INTERPRETER_MESSAGE)
     chosen = CASE_SETS[cases]
     f = facts()
-    copies = bench_copies(COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else []
-    attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else chosen.attention, chosen.variants)
+    copies = bench_copies(COPY_BYTES_QUICK if quick else COPY_BYTES, rounds) if chosen.copies else []
+    attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else chosen.attention, chosen.variants, rounds)
     return {
         "meta": {"gpu": f.name, "driver": f.driver, "cuda": f.cuda, "torch": f.torch, "triton": f.triton,
                  "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "quick": quick, "cases": cases,
                  "copy_bytes": (COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else 0,
-                 "timing": "triton.testing.do_bench median (CUDA events, L2 flushed between repeats)"},
+                 "rounds": rounds, "timing": TIMING},
         "copies": copies,
         "attention": attn,
         "skipped": skipped,
@@ -315,11 +359,18 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def _spread(r: dict) -> str:
+    """"spread x%": (max - min) / median of the row's round times, if it has two or more."""
+    ts = r.get("round_ms") or []
+    return f"spread {(max(ts) - min(ts)) / r['median_ms']:.1%}" if len(ts) > 1 and r["median_ms"] else ""
+
+
 def format_table(result: dict) -> str:
     """The whole result as ONE fixed-width text table, titled with the GPU name."""
     meta = result.get("meta", {})
+    rounds = f" over {meta['rounds']} interleaved rounds" if meta.get("rounds") else ""
     title = (f"InfraLens bench on {meta.get('gpu', '?')} (torch {meta.get('torch', '?')}, "
-             f"triton {meta.get('triton', '?')}, {str(meta.get('date_utc', ''))[:10]}; medians)")
+             f"triton {meta.get('triton', '?')}, {str(meta.get('date_utc', ''))[:10]}; medians{rounds})")
     lines = []
     for r in result.get("copies", []):
         e = r["useful_bytes"] // (2 * r["n_out"]) if r["n_out"] else 0
@@ -329,10 +380,12 @@ def format_table(result: dict) -> str:
         note = "" if r["correct"] else "WRONG OUTPUT"
         if r["variant"] == "strided" and r.get("measured_fraction") is not None:
             note = (f"{r['measured_fraction']:.2f}x coalesced (model {r['predicted_fraction']:.2f}x) " + note).strip()
+        note = "; ".join(x for x in (note, _spread(r)) if x)
         lines.append(("copy", case, variant, f"{r['median_ms']:.3f}", f"{r['useful_tbps']:.2f} TB/s", note))
     for r in result.get("attention", []):
         case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")
         note = f"rel err {r['rel_err']:.1e}" + ("" if r["correct"] else " WRONG OUTPUT")
+        note += f"; {_spread(r)}" if _spread(r) else ""
         cfg = r.get("config")
         if r["variant"] in ("tiled", "tiled_fast") and cfg:
             note += f"; BM{cfg['block_m']} BN{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
@@ -364,7 +417,8 @@ def record_into(writer, quick: bool = False, result: dict | None = None) -> dict
     """Run the benchmark (unless ``result`` is given) and write it as record ``bench``."""
     result = run_benchmark(quick) if result is None else result
     writer.write("bench", result, units=UNITS,
-                 notes="python -m infralens_lab bench; medians via triton.testing.do_bench; ratios from one run")
+                 notes="python -m infralens_lab bench; medians via triton.testing.do_bench over interleaved rounds; "
+                       "ratios from one run")
     return result
 
 
@@ -376,7 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", choices=sorted(CASE_SETS), default="full",
                     help="full: copies and every attention case and variant (what the recorder records); "
                          "issue31: issue 31's attention shapes, SDPA default/flash/cuDNN and tiled_fast only")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help=f"interleaved timing rounds per case (default {ROUNDS}); a row is the median over them")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        print(f"bench: --rounds {args.rounds}, expected an int >= 1", file=sys.stderr)
+        return 2
     if args.out and args.cases != "full":
         print(f"bench: --out writes the recorded evidence 'bench', which the labs read whole (copies and every "
               f"attention case); --cases {args.cases} times a part of it. Use --json for a partial run.",
@@ -385,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     if not is_gpu():
         print(INTERPRETER_MESSAGE, file=sys.stderr)
         return 2
-    result = run_benchmark(args.quick, args.cases)
+    result = run_benchmark(args.quick, args.cases, args.rounds)
     print(format_table(result))
     if args.json:
         with Path(args.json).open("w") as fh:

@@ -178,3 +178,46 @@ def test_partial_bench_is_never_recorded(capsys, tmp_path):
         bench.run_benchmark(cases="nope")
     with pytest.raises(SystemExit):
         bench.main(["--cases", "nope"])
+
+
+def test_time_interleaved_rotates_the_first_variant_and_times_each_once_per_round():
+    calls = []
+    fns = {name: name for name in ("sdpa_default", "sdpa_cudnn", "tiled_fast")}
+
+    def timer(fn):
+        calls.append(fn)
+        return float(len(calls))  # the position in the whole sequence, so each time says when it was taken
+
+    times = bench.time_interleaved(fns, rounds=4, timer=timer)
+    assert calls == ["sdpa_default", "sdpa_cudnn", "tiled_fast",  # round 0 starts at the first variant,
+                     "sdpa_cudnn", "tiled_fast", "sdpa_default",  # round 1 at the second, ...
+                     "tiled_fast", "sdpa_default", "sdpa_cudnn",
+                     "sdpa_default", "sdpa_cudnn", "tiled_fast"]  # ... and round 3 wraps round
+    assert times == {"sdpa_default": [1.0, 6.0, 8.0, 10.0], "sdpa_cudnn": [2.0, 4.0, 9.0, 11.0],
+                     "tiled_fast": [3.0, 5.0, 7.0, 12.0]}
+    assert bench._median(times["sdpa_default"]) == 7.0  # a row's time: the median over its rounds
+    assert bench.time_interleaved({}, rounds=2, timer=timer) == {}
+    with pytest.raises(ValueError, match=r"rounds = 0, expected an int >= 1"):
+        bench.time_interleaved(fns, rounds=0, timer=timer)
+
+
+def test_table_prints_the_rounds_and_each_rows_spread():
+    res = _synthetic()
+    res["meta"]["rounds"] = 3
+    res["attention"][3]["round_ms"] = [0.16, 0.17, 0.18]  # (0.18 - 0.16) / 0.17 = 11.8 %
+    res["copies"][0]["round_ms"] = [0.5, 0.5, 0.5]
+    lines = bench.format_table(res).splitlines()
+    assert lines[0].endswith("; medians over 3 interleaved rounds)")
+    assert any("tiled_fast" in ln and "rel err 1.0e-03; spread 11.8%; BM128" in ln for ln in lines)
+    assert any("torch copy_" in ln and ln.rstrip().endswith("spread 0.0%") for ln in lines)
+    # a record written before the rounds (no round_ms, no meta rounds) prints as it did
+    old = bench.format_table(_synthetic()).splitlines()
+    assert old[0].endswith("; medians)") and not any("spread" in ln for ln in old)
+
+
+@pytest.mark.skipif(is_gpu(), reason="on a GPU bench really runs")
+def test_bench_refuses_rounds_below_one(capsys):
+    assert bench.main(["--rounds", "0"]) == 2
+    assert "--rounds 0, expected an int >= 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="rounds = 0"):
+        bench.run_benchmark(rounds=0)
