@@ -35,6 +35,15 @@ def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", m
     return N.config_block(label, f"ncu --csv --page raw --fake {label.split()[0]}", s.getvalue())
 
 
+def code_cells_of(lab: str) -> list[str]:
+    """The source of every code cell of the committed notebook of ``lab`` ("lab04" or "04")."""
+    import json
+    from pathlib import Path
+
+    path = next((Path(__file__).resolve().parents[1] / "labs").glob(f"{lab[-2:]}_*.ipynb"))
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
 def question_sections_of(lab: str) -> dict:
     """{question id: the heading of the lab section it sits in}, read from the committed notebook of ``lab``."""
     import json

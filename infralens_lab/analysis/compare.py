@@ -114,6 +114,19 @@ def attention_vs_sdpa(by_gpu: Mapping[str, Mapping[str, Any]], variants: tuple[s
     return pd.concat(frames, axis=1).reset_index()
 
 
+def bench_timing_notes(by_gpu: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One sentence per GPU: how its bench record timed the rows. A run in interleaved rounds says how many; a
+    record without ``rounds`` in its meta timed each variant once, in a fixed order with SDPA's default first,
+    which moved a ratio by up to 20 % on an H100 (docs/kernels_notes.md, run 10)."""
+    out = []
+    for gpu, values in by_gpu.items():
+        rounds = (values.get("meta") or {}).get("rounds")
+        out.append(f"{gpu}: " + (f"each row is the median of {rounds} interleaved rounds" if rounds else
+                                 "one timing per variant in a fixed order, SDPA's default first (recorded before "
+                                 "the bench interleaved its rounds)"))
+    return out
+
+
 def ceiling_notes(df: pd.DataFrame) -> list[str]:
     """Sentences computed from :func:`ceilings` for the first GPU against each other one: how the compute
     roofs and the bandwidth compare, and where the bf16 ridge moves."""
