@@ -170,7 +170,7 @@ def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", wa
         if fraction >= 0.6:
             return "at its compute roof: fewer FLOPs (algorithm) or a faster unit (tensor cores, lower precision)"
         return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
-    if "grid below one wave" in reasons:
+    if rl.GRID_BELOW_WAVE in reasons:
         return "neither roof binds and SMs sit idle: more blocks per launch (smaller tiles, split the work) first"
     lever = "more work per launch, or hide latency (more warps, async loads)"
     if waves is None or waves != waves:

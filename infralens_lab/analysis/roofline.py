@@ -41,7 +41,9 @@ import numpy as np
 BOUND_THRESHOLD = 0.6  # fraction of a roof from which that roof is said to bind (Nsight Compute's SOL rule)
 LATENCY_THRESHOLD = BOUND_THRESHOLD  # the former name; one threshold for the series
 BOUNDS = ("memory", "compute", "latency")
-REASONS = ("grid below one wave", "latency not hidden")
+GRID_BELOW_WAVE = "grid below one wave"  # the reasons a latency verdict names: Verdict.reasons holds these words
+LATENCY_NOT_HIDDEN = "latency not hidden"
+REASONS = (GRID_BELOW_WAVE, LATENCY_NOT_HIDDEN)
 # the units a verdict can name, the bound each one stands for, and what it measures
 UNITS = {
     "FLOP/s roof": ("compute", "the kernel's FLOP/s over the measured compute ceiling (the roofline)"),
@@ -155,10 +157,10 @@ def verdict(fractions: dict, waves: float | None = None, time_s: float | None = 
                                              f"(at least {threshold:.0%} binds){host}", unit=unit)
     reasons = []
     if _known(waves) and waves < threshold:
-        reasons.append(f"grid below one wave ({waves:.2f} waves: the grid alone caps it under {threshold:.0%})")
+        reasons.append(f"{GRID_BELOW_WAVE} ({waves:.2f} waves: the grid alone caps it under {threshold:.0%})")
     elif _known(waves):
         room = "fill the GPU" if waves >= 1 else f"leave room for {waves:.0%} of it"
-        reasons.append(f"latency not hidden ({waves:.2f} waves {room}, more than the busiest unit reaches)")
+        reasons.append(f"{LATENCY_NOT_HIDDEN} ({waves:.2f} waves {room}, more than the busiest unit reaches)")
     parts = ", ".join(f"{k} {f:.0%}" for k, (_, f) in sorted(units.items(), key=lambda kv: -kv[1][1]))
     text = f"latency-bound: no unit reaches {threshold:.0%} (largest {parts})"
     if reasons:

@@ -91,7 +91,7 @@ def idle_sm_notes(kt: pd.DataFrame, mt: pd.DataFrame | None = None) -> list[str]
         w, occ = r["waves"], r.get("occupancy_pct", float("nan"))
         occ = f"; achieved occupancy {occ:.0f}%" if occ == occ else ""
         unit = f"its busiest unit ({r['decided_by']}) reaches {r['decided_pct']:.0f}%"
-        if "grid below one wave" in r["bound_reasons"]:
+        if rl.GRID_BELOW_WAVE in r["bound_reasons"]:
             out.append(f"{r['label']}: {w:.2f} waves leave {1 - w:.0%} of the GPU's block slots empty, under the rule's "
                        f"{t:g} waves: the grid alone keeps it under {t:.0%} of every roof, so idle SMs come first "
                        f"(more blocks per launch); {unit}{occ}.")
@@ -111,7 +111,7 @@ def small_matmul_summary(kt: pd.DataFrame, mt: pd.DataFrame | None = None) -> st
     rows = _small_matmuls(kt, mt)
     if rows.empty:
         return "No matmul size is latency-bound in this recording."
-    low = rows[rows["bound_reasons"].str.contains("grid below one wave")]
+    low = rows[rows["bound_reasons"].str.contains(rl.GRID_BELOW_WAVE)]
     rest = rows.drop(low.index)
     parts = []
     if len(low):
