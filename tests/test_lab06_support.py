@@ -17,7 +17,7 @@ from infralens_lab.analysis import distributed as A
 from infralens_lab.analysis import scaling as S
 from infralens_lab.labs_support import lab06
 from infralens_lab.measure import distributed as D
-from infralens_lab.parse.ranks import RankRun
+from infralens_lab.parse.ranks import RankRun, recorded_run
 from infralens_lab.present import distributed as F
 from infralens_lab.quiz import check
 from infralens_lab.quiz.derive import DerivationError, derive
@@ -217,3 +217,27 @@ def test_the_formula_derivation_refuses_what_it_cannot_call():
     with pytest.raises(DerivationError, match="on this evidence failed"):
         derive("formula", {"wrong": 1}, fn="buckets:bucket_count")
     assert derive("formula", {"grad_bytes_ready_order": [2 ** 20] * 3, "bucket_cap_mb": 1}, fn="buckets:bucket_count") == 3
+
+
+def test_reducer_spans_mark_averages_no_steady_step_could_hold():
+    sp = R.reducer_spans(RUN)
+    assert list(sp.columns) == ["config", "rank", "comm_ms", "compute_ms", "step_ms", "longer_than_step"]
+    assert len(sp) == RUN.world * len(RUN.ranks[0]["configs"])  # every config on every rank (gloo has the timers)
+    assert (sp["longer_than_step"] == (sp[["comm_ms", "compute_ms"]].max(axis=1) > sp["step_ms"])).all()
+    t = R.sweep_times(RUN)
+    assert lab06.reducer_sentence(t, sp.assign(longer_than_step=False)) == lab06.reducer_sentence(t)
+    rec = recorded_run()
+    if rec is None:
+        return
+    rs = R.reducer_spans(rec)
+    for r in rs.itertuples():  # the averages are DDP's own numbers, in ms
+        tm = rec.ranks[r.rank]["configs"][[c["label"] for c in rec.ranks[r.rank]["configs"]].index(r.config)]["ddp_timers_ns"]
+        assert r.comm_ms == pytest.approx(tm["avg_backward_comm_time"] / 1e6)
+    # the recorded NCCL run: the sweep's first DDP model (cap 1 MiB) is the one whose averages no steady step holds,
+    # which is why its reducer overlap (0.25) and the trace's (0.88) disagree while the other caps agree
+    assert set(rs.loc[rs["longer_than_step"], "config"]) == {"cap 1 MiB"}
+    assert rec.ranks[0]["configs"][0]["label"] == "cap 1 MiB"
+    r0 = rs[(rs["config"] == "cap 1 MiB") & (rs["rank"] == 0)].iloc[0]
+    said = lab06.reducer_sentence(R.sweep_times(rec), rs)
+    assert (f"cap 1 MiB: rank 0's average communication span is {r0.comm_ms:.1f} ms against a steady step of "
+            f"{r0.step_ms:.1f} ms") in said and said.count("No steady iteration spans more than its step") == 1

@@ -78,6 +78,26 @@ def sweep_times(run: RankRun, labels=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reducer_spans(run: RankRun) -> pd.DataFrame:
+    """DDP's reducer timer spans per config and rank, beside that rank's steady profiled step (ms). ``comm_ms`` and
+    ``compute_ms`` are running averages (``avg_backward_comm_time``, ``avg_backward_compute_time``) over the
+    iterations DDP samples: the first ten, then every hundredth (torch's ``Logger::set_runtime_stats_and_log``),
+    its first iterations included. ``longer_than_step``: an average span longer than the whole steady step, which
+    no steady iteration can have, so that average includes iterations that were not steady ones."""
+    rows = []
+    for rank, r in enumerate(run.ranks):
+        for c in r["configs"]:
+            tm = c.get("ddp_timers_ns") or {}
+            if not tm.get("avg_backward_comm_time"):
+                continue
+            t = steady(table(run, c["label"]))
+            step = float(t.loc[t["rank"] == rank, "step_us"].mean()) / 1e3
+            comm, compute = tm["avg_backward_comm_time"] / 1e6, tm.get("avg_backward_compute_time", 0) / 1e6
+            rows.append({"config": c["label"], "rank": rank, "comm_ms": comm, "compute_ms": compute, "step_ms": step,
+                         "longer_than_step": max(comm, compute) > step})
+    return pd.DataFrame(rows, columns=["config", "rank", "comm_ms", "compute_ms", "step_ms", "longer_than_step"])
+
+
 def ready_order_bytes(c: dict) -> list[int]:
     """The config's gradient sizes (bytes) in the order DDP saw them become ready (its logging data);
     reverse registration order when the run did not record it."""

@@ -96,13 +96,25 @@ def bucket_sentence(b) -> str:
             f"{int(((b['ledger_copy_MiB'] - b['measured_copy_MiB']).abs() < 1e-9).sum())} of {len(b)}.")
 
 
-def reducer_sentence(t) -> str:
-    """DDP's reducer timers against the trace's intervals, row by row of the sweep's times (no adjective of size)."""
+def reducer_sentence(t, spans=None) -> str:
+    """DDP's reducer timers against the trace's intervals, row by row of the sweep's times (no adjective of size);
+    with ``spans`` (:func:`ddp_run.reducer_spans`), also each of those configs whose reducer average spans more
+    than a whole steady step, which says the two numbers describe different iterations."""
     parts = [f"{r.config}: trace {r.hidden_under_backward:.2f}, reducer {r.ddp_reducer_overlap:.2f}"
              for r in t.itertuples() if r.hidden_under_backward is not None and r.ddp_reducer_overlap is not None]
     higher = sum(r.ddp_reducer_overlap > r.hidden_under_backward for r in t.itertuples()
                  if r.hidden_under_backward is not None and r.ddp_reducer_overlap is not None)
-    return f"Hidden fraction, trace vs DDP's reducer timers: {'; '.join(parts)}. The reducer reads higher in {higher} of {len(parts)}."
+    out = f"Hidden fraction, trace vs DDP's reducer timers: {'; '.join(parts)}. The reducer reads higher in {higher} of {len(parts)}."
+    if spans is not None and len(spans):
+        long = spans[spans["longer_than_step"] & spans["config"].isin(set(t["config"]))]
+        for config, g in long.groupby("config", sort=False):
+            said = [f"rank {r.rank}'s average {'communication' if r.comm_ms >= r.compute_ms else 'backward compute'} "
+                    f"span is {max(r.comm_ms, r.compute_ms):.1f} ms against a steady step of {r.step_ms:.1f} ms"
+                    for r in g.itertuples()]
+            out += (f" {config}: {'; '.join(said)}. No steady iteration spans more than its step, so these averages "
+                    f"include iterations that were not steady (DDP averages the iterations it samples: the first ten, "
+                    f"then every hundredth), which the trace's steady steps leave out.")
+    return out
 
 
 def sweep_sentence(t) -> str:
