@@ -109,12 +109,16 @@ def _ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
+def _check_rounds(rounds) -> None:
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"bench: rounds = {rounds!r}, expected an int >= 1")
+
+
 def time_interleaved(fns: dict[str, Callable], rounds: int = ROUNDS, timer: Callable | None = None) -> dict[str, list[float]]:
     """``{name: [ms per round]}``: each round times every fn once with ``timer`` (default :func:`_ms`), and
     round r starts r variants further along the list, so no variant is always the one timed first (after a
     pause, or right after a tuning burst). Rows take the median over the rounds (:func:`_median`)."""
-    if rounds < 1:
-        raise ValueError(f"bench: rounds = {rounds!r}, expected an int >= 1")
+    _check_rounds(rounds)
     timer = timer or _ms
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -334,8 +338,7 @@ def run_benchmark(quick: bool = False, cases: str = "full", rounds: int = ROUNDS
     timed in ``rounds`` interleaved rounds, and return the JSON-shaped result (see module docstring)."""
     if cases not in CASE_SETS:
         raise ValueError(f"bench: cases {cases!r} is not a case set, expected one of {sorted(CASE_SETS)}")
-    if not (isinstance(rounds, int) and rounds >= 1):
-        raise ValueError(f"bench: rounds = {rounds!r}, expected an int >= 1")
+    _check_rounds(rounds)  # before the GPU check, so a bad count is named on any machine
     if not is_gpu():
         raise RuntimeError(INTERPRETER_MESSAGE)
     chosen = CASE_SETS[cases]

@@ -35,24 +35,24 @@ def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", m
     return N.config_block(label, f"ncu --csv --page raw --fake {label.split()[0]}", s.getvalue())
 
 
-def code_cells_of(lab: str) -> list[str]:
-    """The source of every code cell of the committed notebook of ``lab`` ("lab04" or "04")."""
+def _lab_notebook(lab: str) -> dict:
+    """The committed notebook of ``lab`` ("lab04" or "04"), as JSON."""
     import json
     from pathlib import Path
 
-    path = next((Path(__file__).resolve().parents[1] / "labs").glob(f"{lab[-2:]}_*.ipynb"))
-    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    return json.loads(next((Path(__file__).resolve().parents[1] / "labs").glob(f"{lab[-2:]}_*.ipynb")).read_text())
+
+
+def code_cells_of(lab: str) -> list[str]:
+    """The source of every code cell of the committed notebook of ``lab`` ("lab04" or "04")."""
+    return ["".join(c["source"]) for c in _lab_notebook(lab)["cells"] if c["cell_type"] == "code"]
 
 
 def question_sections_of(lab: str) -> dict:
     """{question id: the heading of the lab section it sits in}, read from the committed notebook of ``lab``."""
-    import json
-    from pathlib import Path
-
     from infralens_lab.quiz.cells import question_sections
 
-    path = next((Path(__file__).resolve().parents[1] / "labs").glob(f"{lab[3:]}_*.ipynb"))
-    return question_sections(json.loads(path.read_text()))
+    return question_sections(_lab_notebook(lab))
 
 
 def recorded_set(*names: str, files: tuple[str, ...] = ()):
