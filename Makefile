@@ -23,7 +23,7 @@ test: $(STAMP)
 	bash tools/browser_deps.sh
 	$(PY) -m ruff check infralens_lab tests tools
 	$(PY) -m pytest tests labs --nbval --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider $(PYTEST_ARGS)
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 doctor: $(STAMP)
 	$(PY) -m infralens_lab doctor

@@ -1,21 +1,22 @@
 """InfraLens Lab: GPU performance engineering taught from evidence.
 
-Importing the package decides the execution mode once (see :mod:`infralens_lab.device`)
-and, in interpreter mode, sets ``TRITON_INTERPRET=1`` before any kernel is defined.
+Importing the package imports no torch: the execution mode (see :mod:`infralens_lab.device`) is decided once,
+on first use, and :mod:`infralens_lab.kernels` decides it before any of the package's kernels is defined. Where
+the mode can only be the interpreter (``INFRALENS_MODE=interpreter``, or a machine without any GPU device),
+importing the package sets ``TRITON_INTERPRET=1`` at once, so a kernel defined after ``import infralens_lab``
+runs interpreted (:func:`~infralens_lab.device.preset_interpreter`).
 """
 from __future__ import annotations
-
-import contextlib
 
 __version__ = "0.1.0"
 
 from . import device as device
 from .device import facts, mode
 
-# A bad or impossible INFRALENS_MODE is tolerated here: the doctor must still import to diagnose it; mode(),
-# facts() and everything that runs a kernel raise the same clear error again.
-with contextlib.suppress(device.ModeSettingError, device.GpuUnavailableError):
-    mode()  # decide now, before any @triton.jit in this package runs
+# Probing CUDA means importing torch (about 2 s), which `python -m infralens_lab analyze` never needs: the
+# interpreter is preset only where it is certain without torch. A bad or impossible INFRALENS_MODE is reported
+# by mode(), facts() and everything that runs a kernel (the doctor diagnoses it).
+device.preset_interpreter()
 
 
 def doctor(verbose: bool = True):

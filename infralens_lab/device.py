@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 MODE_ENV = "INFRALENS_MODE"
 MODES = ("gpu", "interpreter")
@@ -89,6 +90,26 @@ def _decided() -> tuple[str, str]:
     if m == "interpreter":
         os.environ["TRITON_INTERPRET"] = "1"
     return m, why
+
+
+# What a machine that can run CUDA (or ROCm) kernels shows without importing anything: NVIDIA's device nodes and
+# driver, WSL's GPU paravirtualisation device, AMD's compute device (ROCm builds of torch answer torch.cuda).
+GPU_DEVICE_PATHS = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/dxg", "/dev/kfd")
+
+
+def preset_interpreter() -> bool:
+    """Set ``TRITON_INTERPRET=1`` now, without importing torch (about 2 s), when the mode can only be the
+    interpreter: ``INFRALENS_MODE=interpreter``, or ``auto`` on a machine showing none of
+    :data:`GPU_DEVICE_PATHS`. Returns whether it did. The package calls it at import, so a kernel the learner
+    defines with ``@triton.jit`` after ``import infralens_lab`` runs interpreted as before, while commands that
+    never run a kernel (``analyze``) skip the torch probe; :func:`mode` still decides (and explains) on first
+    use, and :mod:`infralens_lab.kernels` asks it before defining any kernel. Never raises: a bad
+    ``INFRALENS_MODE`` is reported when the mode is asked for."""
+    wanted = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    if wanted == "interpreter" or (wanted == "auto" and not any(Path(p).exists() for p in GPU_DEVICE_PATHS)):
+        os.environ["TRITON_INTERPRET"] = "1"
+        return True
+    return False
 
 
 def mode() -> str:

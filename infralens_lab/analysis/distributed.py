@@ -290,6 +290,44 @@ def wait_per_step(al: pd.DataFrame, rank: int) -> float:
     return float(steady.mean())
 
 
+def stragglers(al: pd.DataFrame) -> pd.DataFrame:
+    """Who the others wait for, from :func:`align`: one row per rank, the likeliest straggler first. At each
+    collective the rank that started last holds everyone up by ``[second-latest start, latest start]`` (the
+    wait no other rank shares the blame for; with two ranks, the other's whole wait). Columns: ``rank``,
+    ``collectives`` (per rank), ``last_at`` (how many it started last), ``last_share``, ``caused_ms_per_step``
+    (the median over the steady profiled steps, step >= 1 or all when there is one, of the union of the waits it
+    caused in the step), ``worst_seq`` (the collective of each step, by order, where its median caused wait is
+    largest; -1 when it caused none) and ``worst_seq_ms`` (that median)."""
+    need = {"step", "seq", "rank", "start_us"}
+    if not need <= set(al.columns):
+        raise ValueError(f"stragglers needs align()'s columns {sorted(need)}; got {sorted(al.columns)}")
+    ranks = sorted(al["rank"].unique())
+    steps = sorted(al["step"].unique())
+    steady = [s for s in steps if s > 0] or steps
+    caused = []  # (rank, step, seq, from_us, to_us)
+    for (step, seq), g in al.groupby(["step", "seq"]):
+        g = g.sort_values(["start_us", "rank"])
+        last = g.iloc[-1]
+        second = float(g["start_us"].iloc[-2]) if len(g) > 1 else float(last["start_us"])
+        caused.append((int(last["rank"]), step, seq, second, float(last["start_us"])))
+    c = pd.DataFrame(caused, columns=["rank", "step", "seq", "from_us", "to_us"])
+    rows = []
+    for r in ranks:
+        mine = c[c["rank"] == r]
+        per_step = [_length(_union(zip(m["from_us"], m["to_us"], strict=True))) for s in steady
+                    for m in [mine[mine["step"] == s]]]
+        by_seq = {q: float(np.median([float((g.loc[g["step"] == s, "to_us"] - g.loc[g["step"] == s, "from_us"]).sum())
+                                      for s in steady])) for q, g in mine.groupby("seq")}
+        worst = max(by_seq, key=lambda q: (by_seq[q], -q), default=-1)
+        rows.append({"rank": int(r), "collectives": int((al["rank"] == r).sum()), "last_at": len(mine),
+                     "last_share": len(mine) / max(1, int((al["rank"] == r).sum())),
+                     "caused_ms_per_step": float(np.median(per_step)) / 1e3 if per_step else 0.0,
+                     "worst_seq": int(worst) if by_seq.get(worst, 0.0) > 0 else -1,
+                     "worst_seq_ms": by_seq.get(worst, 0.0) / 1e3})
+    return pd.DataFrame(rows).sort_values(["caused_ms_per_step", "last_at", "rank"], ascending=[False, False, True]
+                                          ).reset_index(drop=True)
+
+
 def wait_at(al: pd.DataFrame, rank: int, seq: int = 0) -> float:
     """How long ``rank`` waited at the ``seq``-th collective of each steady profiled step (step >= 1; all when
     there is one), on average (µs): the latest rank's start − this rank's start, from ``start_us`` of

@@ -9,6 +9,15 @@
 * :mod:`.reference` - the torch references every test and lab compares against.
 
 Kernels run on CUDA tensors in gpu mode and on CPU tensors in interpreter mode
-(:func:`infralens_lab.device.torch_device`). Importing this package decides the mode first,
-because the parent package does.
+(:func:`infralens_lab.device.torch_device`). Importing this package decides the mode first
+(the parent package does not, to import without torch), so that ``TRITON_INTERPRET=1`` is set
+before any ``@triton.jit`` below runs in interpreter mode.
 """
+import contextlib
+
+from .. import device
+
+# A bad or impossible INFRALENS_MODE is tolerated here, as it was at the package's import: every launch
+# wrapper asks for the mode (torch_device()) and raises the same clear error there.
+with contextlib.suppress(device.ModeSettingError, device.GpuUnavailableError):
+    device.mode()  # decide now, before any @triton.jit in this package runs

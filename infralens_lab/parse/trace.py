@@ -40,6 +40,16 @@ LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cu
                 "cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchCooperativeKernel")  # CPU calls that launch GPU work
 GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
 KEEP_ARGS = ("correlation", "External id", "stream", "device")
+# Categories of older traces -> the ones this module reads. PyTorch 1.8/1.9 (early kineto) wrote ``Operator`` (aten
+# ops and record_function ranges, ``ProfilerStep#N`` included), ``Runtime`` (cudaLaunchKernel...), ``Kernel``,
+# ``Memcpy`` and ``Memset``; names are matched in any case (``CUDA_Runtime``). The same mapping as the tensorboard
+# profiler plugin's ``EventTypeMap``, and the GPU categories HTA's idle-time analysis accepts (``Kernel``,
+# ``Memcpy``, ``Memset`` beside the modern ones). Others (``Trace``, ``Python``, ``python_function``) are not read.
+CATEGORY_OF = {"cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "user_annotation",
+               "cuda_runtime": "cuda_runtime", "runtime": "cuda_runtime", "cuda_driver": "cuda_driver",
+               "kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
+               "gpu_memset": "gpu_memset", "memset": "gpu_memset"}
+STEP_PREFIX = "ProfilerStep#"  # prof.step() opens one range so named per profiled step
 NO_GPU_NOTE = "CPU-only trace: no kernels, memcpys or memsets were recorded, so there are no GPU idle gaps to find"
 
 
@@ -47,14 +57,81 @@ class TraceError(ValueError):
     """A file or object is not a chrome trace this package can read; the message says what was seen and the fix."""
 
 
+def category(event: dict) -> str | None:
+    """The category this module reads ``event`` as: its ``cat`` mapped by :data:`CATEGORY_OF` (any case, legacy
+    names included), or None for one it does not read. A ``ProfilerStep#N`` range is a ``user_annotation``
+    whichever category it carries (PyTorch 1.8 labelled it ``Operator``, like an aten op)."""
+    cat = event.get("cat")
+    c = CATEGORY_OF.get(cat.lower()) if isinstance(cat, str) else None
+    if c == "cpu_op" and str(event.get("name", "")).startswith(STEP_PREFIX):
+        return "user_annotation"
+    return c
+
+
 NOT_JSON_FIX = ("expected the JSON file torch.profiler writes: prof.export_chrome_trace('trace.json'), or the "
                 "tensorboard handler's *.pt.trace.json(.gz)")
 
 
 def read_trace_file(path: str | Path) -> dict:
-    """The chrome-trace dict in ``path`` (``.json`` or gzip-compressed ``.json.gz``). Raises
+    """The chrome-trace dict in ``path`` (``.json`` or gzip-compressed ``.json.gz``): the file itself, or the
+    trace inside an evidence record the package recorded (``data/recorded/<gpu>/trace_*.json``: ``provenance``,
+    and the trace under ``values``; :func:`read_trace_record` also returns the record). Raises
     :class:`TraceError` for a file that is not JSON, a truncated one (the profiler stopped while exporting),
-    or JSON without a ``traceEvents`` list; FileNotFoundError when nothing is there."""
+    or JSON that is neither (the message says where a trace sits inside it, if one does); FileNotFoundError
+    when nothing is there."""
+    return read_trace_record(path)[0]
+
+
+EVIDENCE_SCHEMA_PREFIX = "infralens.evidence/"  # the schema of a recorded evidence file (infralens_lab.evidence)
+
+
+def is_trace_record(data: Any) -> bool:
+    """True for an evidence record whose values are a chrome trace: a dict with a ``provenance`` object, a
+    ``values`` dict holding a ``traceEvents`` list, and no other ``schema`` than an evidence one."""
+    return (isinstance(data, dict) and isinstance(data.get("provenance"), dict)
+            and isinstance(data.get("values"), dict) and isinstance(data["values"].get("traceEvents"), list)
+            and str(data.get("schema", EVIDENCE_SCHEMA_PREFIX)).startswith(EVIDENCE_SCHEMA_PREFIX))
+
+
+def trace_inside(obj: Any, depth: int = 4) -> str | None:
+    """Where in parsed JSON ``obj`` a dict with a ``traceEvents`` list sits, as subscripts (``['values']``,
+    ``[0]['configs'][1]['trace']``), searched breadth-first up to ``depth`` levels down (the first 64 entries of
+    each dict or list, 4096 places a level); None when nowhere."""
+    level: list[tuple[str, Any]] = [("", obj)]
+    for _ in range(depth):
+        nxt: list[tuple[str, Any]] = []
+        for where, o in level:
+            items = (list(o.items())[:64] if isinstance(o, dict)
+                     else list(enumerate(o[:64])) if isinstance(o, list) else [])
+            for k, v in items:
+                sub = f"{where}[{k!r}]"
+                if isinstance(v, dict) and isinstance(v.get("traceEvents"), list):
+                    return sub
+                if isinstance(v, (dict, list)) and len(nxt) < 4096:
+                    nxt.append((sub, v))
+        level = nxt
+    return None
+
+
+def _not_a_trace(data: Any) -> str:
+    """What a parsed JSON that is not a chrome trace holds, for an error message: its top-level keys (or type)
+    and, when a trace sits deeper inside it, where."""
+    if isinstance(data, dict):
+        seen = f"top level: {sorted(map(str, data))[:8]}"
+    elif isinstance(data, list):
+        seen = f"top level: a list of {len(data)} items"
+    else:
+        seen = f"top level: {type(data).__name__}"
+    where = trace_inside(data)
+    inside = (f"; the trace sits under {where}: save that part as a file of its own "
+              f"(json.dump(data{where}, f)) and analyze it" if where else "")
+    return f"JSON without a 'traceEvents' list ({seen}){inside}"
+
+
+def read_trace_record(path: str | Path) -> tuple[dict, dict | None]:
+    """``(trace, record)``: the chrome-trace dict in ``path`` (see :func:`read_trace_file`) and, for an
+    evidence record, the record without its values (``schema``, ``name``, ``provenance``, ``units``,
+    ``notes``); ``record`` is None for a plain trace. Raises as :func:`read_trace_file`."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no trace file at {p}" + (" (it is a folder: pass one rank's file, or analyze "
@@ -79,10 +156,11 @@ def read_trace_file(path: str | Path) -> dict:
         head = stripped[:60].replace("\n", " ")
         raise TraceError(f"{p.name}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}; it begins "
                          f"{head!r}); {NOT_JSON_FIX}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
-        raise TraceError(f"{p.name}: JSON without a 'traceEvents' list (top level: {seen}); {NOT_JSON_FIX}")
-    return data
+    if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
+        return data, None
+    if is_trace_record(data):
+        return data["values"], {k: v for k, v in data.items() if k != "values"}
+    raise TraceError(f"{p.name}: {_not_a_trace(data)}; {NOT_JSON_FIX}")
 
 
 def load_trace(source: Any) -> Trace:
@@ -90,6 +168,8 @@ def load_trace(source: Any) -> Trace:
     are one. Unreadable files raise :class:`TraceError` naming what was seen (:func:`read_trace_file`)."""
     if hasattr(source, "values") and hasattr(source, "provenance"):
         return Trace(source.values)
+    if is_trace_record(source):  # a recorded evidence file's JSON, read by the caller
+        return Trace(source["values"])
     if isinstance(source, dict):
         return Trace(source)
     if isinstance(source, (str, Path)):
@@ -109,7 +189,7 @@ def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
     """
     depth: dict[int, int] = {}
     if max_depth is not None:
-        ops = sorted((e for e in data.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+        ops = sorted((e for e in data.get("traceEvents", []) if e.get("ph") == "X" and category(e) == "cpu_op"),
                      key=lambda e: (e.get("pid"), e.get("tid"), float(e["ts"]), -float(e.get("dur", 0))))
         stack: list[float] = []
         key = None
@@ -122,11 +202,15 @@ def trim(data: dict, decimals: int = 3, max_depth: int | None = None) -> dict:
             stack.append(float(e["ts"]) + float(e.get("dur", 0)))
     keep = []
     for e in data.get("traceEvents", []):
-        if e.get("ph") == "X" and e.get("cat") in CPU_CATS + GPU_CATS:
+        cat = category(e) if e.get("ph") == "X" else None
+        if cat is not None:  # legacy categories written as the modern ones (CATEGORY_OF)
             if max_depth is not None and depth.get(id(e), 0) > max_depth:
                 continue
-            args = {k: e["args"][k] for k in KEEP_ARGS if k in e.get("args", {})}
-            keep.append({"ph": "X", "cat": e["cat"], "name": e["name"], "pid": e["pid"], "tid": e["tid"],
+            a = e.get("args") or {}
+            args = {k: a[k] for k in KEEP_ARGS if k in a}
+            if "External id" not in args and "external id" in a:  # PyTorch 1.8 spelled it in lower case
+                args["External id"] = a["external id"]
+            keep.append({"ph": "X", "cat": cat, "name": e["name"], "pid": e["pid"], "tid": e["tid"],
                          "ts": round(float(e["ts"]), decimals), "dur": round(float(e.get("dur", 0)), decimals),
                          "args": args})
         elif e.get("cat") == "ac2g" and e.get("ph") in ("s", "f"):
@@ -224,19 +308,20 @@ class Trace:
 
     def __init__(self, data: dict):
         if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-            seen = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
-            raise TraceError(f"not a chrome trace: got {seen}; expected a dict with a 'traceEvents' list")
+            raise TraceError(f"not a chrome trace: {_not_a_trace(data)}; expected a dict with a 'traceEvents' "
+                             f"list (load_trace also reads a recorded evidence record)")
         self.data = data
         rows, ts3, flows = [], [], []
         for e in data["traceEvents"]:
-            cat = e.get("cat")
-            if e.get("ph") == "X" and cat in CPU_CATS + GPU_CATS:
+            ph = e.get("ph")
+            cat = category(e) if ph == "X" else None  # legacy names (Operator, Runtime, Kernel...) as modern ones
+            if cat is not None:
                 a = e.get("args") or {}
                 ts = float(e["ts"])
                 rows.append((e["name"], cat, e.get("pid"), e.get("tid"), ts, float(e.get("dur", 0)),
-                             a.get("correlation"), a.get("External id"), a.get("stream")))
+                             a.get("correlation"), a.get("External id", a.get("external id")), a.get("stream")))
                 ts3.append(round(ts, 3))  # the key an ac2g flow names its ends by
-            elif cat == "ac2g" and e.get("ph") in ("s", "f"):
+            elif e.get("cat") == "ac2g" and ph in ("s", "f"):
                 flows.append((e.get("id"), e["ph"], e.get("pid"), e.get("tid"), round(float(e["ts"]), 3)))
         ev = pd.DataFrame(rows, columns=["name", "cat", "pid", "tid", "ts", "dur", "correlation", "external_id", "stream"])
         self.t0 = float(ev["ts"].min()) if len(ev) else 0.0

@@ -19,6 +19,7 @@ from typing import Any
 
 from .figures import figure_alt
 from .tabular import (  # noqa: F401  (re-exported: the tabular helpers are present's API)
+    KERNEL_NAME_MAX_CHARS,
     NAME_MAX_CHARS,
     SCROLL_CUE_CLASS,
     SCROLL_FADE_CLASS,
@@ -28,6 +29,8 @@ from .tabular import (  # noqa: F401  (re-exported: the tabular helpers are pres
     estimated_width_px,
     format_number,
     header_label,
+    kernel_name_short,
+    kernel_names_short,
     shorten_name,
     shorten_names,
     table_html,
@@ -124,5 +127,6 @@ def card(title: str, body: str, kind: str = "note") -> None:
         print(f"[{kind}] {title}\n{body.strip()}")
 
 
-__all__ = ["card", "estimated_width_px", "figure_alt", "format_number", "header_label", "shorten_name", "shorten_names",
+__all__ = ["card", "estimated_width_px", "figure_alt", "format_number", "header_label", "kernel_name_short", "kernel_names_short",
+           "shorten_name", "shorten_names",
            "show", "table_html", "table_text"]

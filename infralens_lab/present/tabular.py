@@ -138,6 +138,55 @@ def shorten_name(text: str, limit: int = NAME_MAX_CHARS) -> str:
     return head + "…" + _tail(text, limit - len(head) - 1)
 
 
+KERNEL_NAME_MAX_CHARS = 96  # kernel_names_short never widens a column past this, however alike the names
+_ANON = re.compile(r"\(anonymous namespace\)::")
+
+
+def _drop_arguments(text: str) -> str:
+    """``text`` without a trailing, balanced ``(...)`` argument list (nested parentheses included)."""
+    if not text.endswith(")"):
+        return text
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[:i].rstrip() or text
+    return text
+
+
+def kernel_name_short(text: str, limit: int = NAME_MAX_CHARS) -> str:
+    """A kernel or op name cut to at most ``limit`` characters, spaces or not: :func:`shorten_name`'s cut after
+    dropping a ``void`` return type, the argument list and namespace qualifiers, ``(anonymous namespace)::``
+    included, so that C++ template names with spaces (``float const*``), which :func:`shorten_name` leaves
+    alone as prose, are cut too. What ``python -m infralens_lab analyze`` prints; the notebooks keep
+    :func:`shorten_names`. Unchanged if short enough."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    t = _drop_arguments(re.sub(r"^void\s+", "", text))
+    t = _NAMESPACES.sub("", _ANON.sub("", t)) or t
+    return shorten_name(t, limit)
+
+
+def kernel_names_short(values, limit: int = NAME_MAX_CHARS) -> list:
+    """``values`` (one column) with every string :func:`kernel_name_short`-ened at one cut for the column, from
+    ``limit`` up to :data:`KERNEL_NAME_MAX_CHARS`, so that names that differ stay different; names still
+    alike at the widest cut end in ``#`` and the first 4 hex digits of their full name's SHA-1."""
+    import hashlib  # lazy: only here
+
+    names = {v for v in values if isinstance(v, str)}
+    cut = limit
+    while cut < KERNEL_NAME_MAX_CHARS and len({kernel_name_short(n, cut) for n in names}) < len(names):
+        cut = min(cut + 8, KERNEL_NAME_MAX_CHARS)
+    short = {n: kernel_name_short(n, cut) for n in names}
+    alike: dict[str, list[str]] = {}
+    for n, s in short.items():
+        alike.setdefault(s, []).append(n)
+    for group in (g for g in alike.values() if len(g) > 1):
+        for n in group:
+            short[n] = kernel_name_short(n, cut - 6) + "#" + hashlib.sha1(n.encode()).hexdigest()[:4]
+    return [short[v] if isinstance(v, str) else v for v in values]
+
+
 HEADER_LINE_CHARS = 12  # a header wraps onto lines of about this many characters
 
 
@@ -306,9 +355,10 @@ def estimated_width_px(cols, rows) -> float:
     return total
 
 
-def table_text(df, floatfmt: str | None = None) -> str:
+def table_text(df, floatfmt: str | None = None, shorten: bool = True) -> str:
     """Plain-text rendering of ``df`` with the same number format, headers and shortened names
-    as the HTML (which keeps a long name whole on hover; :func:`shorten_name`)."""
+    as the HTML (which keeps a long name whole on hover; :func:`shorten_name`). ``shorten=False``
+    leaves text as it is (names the caller shortened already, e.g. by :func:`kernel_names_short`)."""
     df = _flat_columns(df)
     fmt = (lambda v: floatfmt.format(v)) if floatfmt else format_number
 
@@ -318,7 +368,7 @@ def table_text(df, floatfmt: str | None = None) -> str:
     shown = {}
     for j in range(df.shape[1]):
         col = [v if number(v) else "—" if v is None else str(v) for v in df.iloc[:, j].tolist()]
-        shown[j] = [fmt(v) if number(v) else v for v in shorten_names(col)]
+        shown[j] = [fmt(v) if number(v) else v for v in (shorten_names(col) if shorten else col)]
     shown = type(df)(shown, index=df.index)
     shown.columns = [header_label(c) for c in df.columns]
     if len(shown) == 1 and len(shown.columns) > 1:
