@@ -3,21 +3,30 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# Two installs, each with its stamp: the full one (STAMP: the package with its test extra, pip's output shown;
+# `make test` and the rest) and the learner's (LAB_STAMP: what the labs need, pip's output in .venv/install.log
+# unless pip fails; `make lab`). The full install stamps both: it holds everything the learner's has.
 STAMP  := $(VENV)/.installed
+LAB_STAMP := $(VENV)/.installed-lab
 PYTEST_ARGS ?=
 
 .PHONY: lab test install doctor bench gates-gpu record site grade notebooks clean
 
 $(STAMP): pyproject.toml tools/install.sh
-	bash tools/install.sh "$(PYTHON)" "$(VENV)"
-	touch $(STAMP)
+	bash tools/install.sh "$(PYTHON)" "$(VENV)" test
+	touch $(STAMP) $(LAB_STAMP)
+
+$(LAB_STAMP): pyproject.toml tools/install.sh
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt tools/install.sh ]; then :; \
+	else bash tools/install.sh "$(PYTHON)" "$(VENV)" learner; fi
+	@touch $(LAB_STAMP)
 
 install: $(STAMP)
 
-# Serves my-labs/, the learner's git-ignored working copy of labs/ (see tools/lab.sh).
+# Serves my-labs/, the learner's git-ignored working copy of labs/ (see tools/lab.sh); the URL is printed last.
 PORT ?= 8888
-lab: $(STAMP)
-	PORT="$(PORT)" bash tools/lab.sh "$(VENV)"
+lab: $(LAB_STAMP)
+	@PORT="$(PORT)" bash tools/lab.sh "$(VENV)"
 
 test: $(STAMP)
 	bash tools/browser_deps.sh

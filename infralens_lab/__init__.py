@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 from . import device as device
 from .device import facts, mode
+from .errors import InfraLensError
 
 # Probing CUDA means importing torch (about 2 s), which `python -m infralens_lab analyze` never needs: the
 # interpreter is preset only where it is certain without torch. A bad or impossible INFRALENS_MODE is reported
@@ -26,4 +27,4 @@ def doctor(verbose: bool = True):
     return run_doctor(verbose=verbose)
 
 
-__all__ = ["__version__", "device", "doctor", "facts", "mode"]
+__all__ = ["InfraLensError", "__version__", "device", "doctor", "facts", "mode"]

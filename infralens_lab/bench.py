@@ -54,9 +54,9 @@ from .analysis.traffic import attention_flops, attention_naive_traffic, sector_m
 from .device import facts, is_gpu
 from .evidence import EvidenceWriter
 from .kernels.reference import naive_torch
-from .units import dtype_bytes
+from .units import GiB, dtype_bytes
 
-COPY_BYTES = 1 << 30
+COPY_BYTES = GiB
 COPY_BYTES_QUICK = 1 << 26
 ATTN_CASES = [  # (B, H, N, D), dtype name, causal
     ((4, 16, 4096, 64), "float16", False),
@@ -237,8 +237,8 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None,
                 need = B * H * N * N * ((4 + e) if name == "naive" else 3 * e) + 4 * q.numel() * e
                 free = torch.cuda.mem_get_info()[0]
                 if need > 0.9 * free:
-                    skipped.append({**case, "reason": f"needs {need / 2**30:.1f} GiB for S and P, "
-                                                      f"{free / 2**30:.1f} GiB free"})
+                    skipped.append({**case, "reason": f"needs {need / GiB:.1f} GiB for S and P, "
+                                                      f"{free / GiB:.1f} GiB free"})
                     continue
             try:
                 o = fn(q, k, v, causal)
@@ -359,7 +359,7 @@ def run_benchmark(quick: bool = False, cases: str = "full", rounds: int = ROUNDS
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    return f"{n / GiB:.2f} GiB"
 
 
 def _spread(r: dict) -> str:

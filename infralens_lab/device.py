@@ -26,17 +26,19 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .errors import InfraLensError
+
 MODE_ENV = "INFRALENS_MODE"
 MODES = ("gpu", "interpreter")
 
 
-class ModeSettingError(ValueError):
+class ModeSettingError(InfraLensError, ValueError):
     """``INFRALENS_MODE`` holds a value that is not a mode. Importing the package tolerates it
     (so that ``python -m infralens_lab doctor`` can run and diagnose it); asking for the mode
     raises it."""
 
 
-class GpuUnavailableError(RuntimeError):
+class GpuUnavailableError(InfraLensError, RuntimeError):
     """``INFRALENS_MODE=gpu`` on a machine without a usable CUDA GPU. Tolerated at import like
     :class:`ModeSettingError`, raised when the mode is asked for."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import device
 from .evidence import default_reference, recordings
+from .units import GiB, MiB
 
 PARAMS_FILE = Path("/proc/driver/nvidia/params")
 
@@ -168,8 +169,8 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
         if f is None or f.mode != "gpu":
             checks.append(Check("gpu", "note", "none in use", ""))
             return
-        mem = f"{f.memory_bytes / 2**30:.0f} GiB" if f.memory_bytes else "?"
-        l2 = f"{f.l2_bytes / 2**20:.0f} MiB L2" if f.l2_bytes else "L2 ?"
+        mem = f"{f.memory_bytes / GiB:.0f} GiB" if f.memory_bytes else "?"
+        l2 = f"{f.l2_bytes / MiB:.0f} MiB L2" if f.l2_bytes else "L2 ?"
         checks.append(Check("gpu", "ok", f"{f.name}, sm_{(f.compute_capability or '?').replace('.', '')}, "
                                          f"{f.sm_count} SMs, {l2}, {mem}, driver {f.driver or '?'}"))
 

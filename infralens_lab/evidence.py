@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import device
+from .errors import InfraLensError
 
 EVIDENCE_SCHEMA = "infralens.evidence/1"
 MANIFEST_SCHEMA = "infralens.manifest/1"
@@ -40,7 +41,7 @@ DATA_ROOT_ENV = "INFRALENS_DATA"
 REFERENCE_ENV = "INFRALENS_REFERENCE_GPU"
 
 
-class EvidenceError(ValueError):
+class EvidenceError(InfraLensError, ValueError):
     """A recorded evidence file is missing, unknown, corrupt or of the wrong schema."""
 
 

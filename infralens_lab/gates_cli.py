@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import device, evidence
 from .analysis.gates import count_verdict, ratio_verdict, suggest
-from .measure import gates as G
+from .measure import gates
 from .parse.gates import DEFAULT_THRESHOLDS, ThresholdError, gate_references, load_thresholds
 
 
@@ -22,7 +22,7 @@ def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
     for wl, rules in thresholds["counts"].items():
         if workloads is not None and wl not in workloads:
             continue
-        got = G.measure_counts(wl, list(rules))
+        got = gates.measure_counts(wl, list(rules))
         out += [count_verdict(wl, m, got[m], rule) for m, rule in rules.items()]
     return out
 
@@ -38,8 +38,8 @@ def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k
         if name not in ref:
             raise ThresholdError(f"ratio {name!r} is not in the reference set's gates_gpu or bench record; "
                                    f"it has {sorted(ref)}")
-        cand, refn = G.RATIO_GATES[name]()
-        samples = G.ratio_samples(cand, refn, k or rule["k"])
+        cand, refn = gates.RATIO_GATES[name]()
+        samples = gates.ratio_samples(cand, refn, k or rule["k"])
         expected, source = ref[name]
         v = ratio_verdict(name, samples, expected, rule["tolerance"])
         if source != "gates_gpu":
@@ -47,7 +47,7 @@ def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k
                                                "the set so gates_gpu holds this gate's own samples)")
         out.append(v)
         del cand, refn
-        G.torch.cuda.empty_cache()
+        gates.torch.cuda.empty_cache()
     return out
 
 

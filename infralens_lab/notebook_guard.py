@@ -12,15 +12,17 @@ Three guards, one IPython extension (``%load_ext infralens_lab.notebook_guard``)
 * **An answer cell that did not run is remembered.** A cell that assigns ``ANSWER_Q1`` and stops
   before the assignment (a SyntaxError, or an exception on or above that line) leaves the old value
   in place; :func:`answer_not_run` says so, and ``quiz.check`` refuses to judge that stale value.
-* **Self-checks survive a reopened notebook.** Loaded at kernel start (``make lab`` gives every kernel
-  ``--ext=infralens_lab.notebook_guard``), it makes each saved ``self_check`` output of the notebook
-  live again under its saved widget id (``quiz.widgets.restore_self_checks``), so JupyterLab finds the
-  model instead of showing "Error displaying widget: model not found".
+* **Self-checks survive a reopened notebook.** Loaded at kernel start, it makes each saved ``self_check``
+  output of the notebook live again under its saved widget id, so JupyterLab finds the model instead of
+  showing "Error displaying widget: model not found". The guard does not know the quiz: it asks the hook the
+  quiz hands it (:func:`register_restore_hook`; ``import infralens_lab.quiz`` registers
+  ``quiz.widgets.restore_self_checks``). A notebook the guard was loaded for before any hook was registered
+  waits, and is restored the moment one is.
 
 ``make lab`` loads the extension when each kernel starts, so the guidance works right after a
 restart, before any cell ran; ``import infralens_lab.quiz`` (every lab's set-up cell) also calls
-:func:`install`, for a plain ``jupyter lab``. Outside IPython nothing happens. Only the standard
-library is imported at module level: the package itself imports this module.
+:func:`install`, for a plain ``jupyter lab``. Outside IPython nothing happens. A ground-floor module: it
+imports the standard library only, never the quiz (``tests/test_layers.py``), so no import circle can form.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ import inspect
 import json
 import os
 import re
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -332,17 +336,42 @@ def install(shell=None) -> bool:
     return True
 
 
+# ---------------------------------------------------------------- the quiz's hook
+_restore_hook: Callable[[Path], object] | None = None  # set by register_restore_hook (the quiz, on import)
+_restore_waiting: list[Path] = []  # notebooks the extension was loaded for before a hook was registered
+
+
+def register_restore_hook(fn: Callable[[Path], object] | None) -> None:
+    """Hand the guard the function that makes a notebook's saved self-checks live again (``fn(notebook_path)``;
+    ``import infralens_lab.quiz`` registers ``quiz.widgets.restore_self_checks``), or ``None`` to drop it. A
+    notebook waiting since the extension loaded without a hook is restored at once (a failure there is a warning:
+    it runs inside the set-up cell's import, which must not fail for it). Raises TypeError when ``fn`` is neither
+    callable nor None."""
+    global _restore_hook
+    if fn is not None and not callable(fn):
+        raise TypeError(f"restore hook is {type(fn).__name__}; expected a callable taking a notebook path, or None")
+    _restore_hook = fn
+    while fn is not None and _restore_waiting:
+        notebook = _restore_waiting.pop(0)
+        try:
+            fn(notebook)
+        except Exception as exc:  # any failure of the hook: the import that registered it goes on
+            warnings.warn(f"the saved self-checks of {notebook} were not restored ({type(exc).__name__}: {exc}); "
+                          "expected them live again; run their cells to show them", stacklevel=2)
+
+
 def load_ipython_extension(shell) -> None:
     """``--ext=infralens_lab.notebook_guard`` (``make lab``) or ``%load_ext``: install, then make the saved
-    self-checks of this session's notebook live again."""
+    self-checks of this session's notebook live again through the registered hook (or as soon as one is)."""
     install(shell)
     session = _session_notebook(shell)
-    if session is not None:
-        # lazy: the quiz imports this module, and only a notebook with self-checks needs widgets
-        from .quiz.widgets import restore_self_checks
-
-        restore_self_checks(session)
+    if session is None:
+        return
+    if _restore_hook is None:
+        _restore_waiting.append(session)
+    else:
+        _restore_hook(session)
 
 
 __all__ = ["NotRun", "answer_not_run", "defined_names", "find_definition", "guidance", "install",
-           "load_ipython_extension", "read_cells"]
+           "load_ipython_extension", "read_cells", "register_restore_hook"]

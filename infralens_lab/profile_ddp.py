@@ -36,7 +36,7 @@ from . import evidence
 from .analysis.distributed import invariant_violations, overlap_table
 from .analyze import ranks
 from .measure.distributed import ddp_facts, profiled
-from .workloads import ddp as W
+from .workloads import ddp as workloads_ddp
 
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -86,13 +86,13 @@ def load_model_fn(spec: str):
 def _mlp(args):
     import torch.nn.functional as F  # heavy: torch, only here
 
-    cfg = W.MLPConfig(width=args.width, depth=args.depth, batch=args.batch)
+    cfg = workloads_ddp.MLPConfig(width=args.width, depth=args.depth, batch=args.batch)
 
     def build(rank, device):
         def loss_fn(model, step):
-            x, y = W.batch_for(cfg, rank, step, device)
+            x, y = workloads_ddp.batch_for(cfg, rank, step, device)
             return F.mse_loss(model(x), y)
-        return W.tiny_mlp(cfg), loss_fn
+        return workloads_ddp.tiny_mlp(cfg), loss_fn
     return build, {"model": "infralens_lab.workloads.ddp.tiny_mlp", **vars(cfg)}
 
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = node_backend(args.backend, torch.cuda.is_available(), torch.cuda.device_count(),
                            int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    for k, v in W.CHILD_ENV.items():
+    for k, v in workloads_ddp.CHILD_ENV.items():
         os.environ.setdefault(k, v)
     if backend == "nccl":
         torch.cuda.set_device(local)

@@ -46,6 +46,7 @@ from . import device
 from .analysis.ddp_run import run_violations
 from .analysis.variants import RECORD as VARIANTS_RECORD
 from .analysis.variants import SAME_WORK, trace_digest
+from .errors import InfraLensError
 from .evidence import EvidenceError, EvidenceWriter
 from .kernels.copies import STRIDES
 from .measure import ceilings
@@ -54,27 +55,28 @@ from .measure.ceilings import MATMUL_SIZES
 from .measure.target import LAUNCHES, REGEX, launch_window
 from .measure.timing import time_steps
 from .measure.torch_trace import profile
-from .parse import ncu as N
+from .parse import ncu
 from .parse.runs import ATTENTION_KINDS, RunConfig, copy_run, target_args
 from .parse.trace import trim
+from .units import MiB
 from .workloads.pipeline import VARIANTS, make_step, make_variant
 
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
          "ncu_copies_stalls", "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
          "memory_timeline", "gates",
          "distributed")
-COPY_N = 64 * 2**20  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
+COPY_N = 256 * MiB // 4  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
 ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
 NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
              "clocks, as in the timed benchmarks; the SM clock each launch saw is sm__cycles_elapsed.avg.per_second")
-LAUNCH, HIERARCHY, HIERARCHY_PEAKS = N.LAUNCH, N.HIERARCHY, N.HIERARCHY_PEAKS
-COPY_METRICS = N.TIME + N.DRAM + N.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
-    + N.HIT_RATES + N.SOL + N.OCCUPANCY + HIERARCHY + LAUNCH + N.CLOCK
-ATTN_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.TENSOR_PCT + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY + N.STALLS + HIERARCHY \
-    + LAUNCH + N.SCHEDULER + N.CLOCK
-MATMUL_METRICS = N.TIME + N.DRAM + N.FLOPS + N.TENSOR + N.TENSOR_PCT + N.HIT_RATES[:1] + N.SOL + N.OCCUPANCY \
+LAUNCH, HIERARCHY, HIERARCHY_PEAKS = ncu.LAUNCH, ncu.HIERARCHY, ncu.HIERARCHY_PEAKS
+COPY_METRICS = ncu.TIME + ncu.DRAM + ncu.SECTORS + ["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"] \
+    + ncu.HIT_RATES + ncu.SOL + ncu.OCCUPANCY + HIERARCHY + LAUNCH + ncu.CLOCK
+ATTN_METRICS = ncu.TIME + ncu.DRAM + ncu.FLOPS + ncu.TENSOR + ncu.TENSOR_PCT + ncu.HIT_RATES[:1] + ncu.SOL + ncu.OCCUPANCY + ncu.STALLS + HIERARCHY \
+    + LAUNCH + ncu.SCHEDULER + ncu.CLOCK
+MATMUL_METRICS = ncu.TIME + ncu.DRAM + ncu.FLOPS + ncu.TENSOR + ncu.TENSOR_PCT + ncu.HIT_RATES[:1] + ncu.SOL + ncu.OCCUPANCY \
     + HIERARCHY + HIERARCHY_PEAKS + LAUNCH
-TRAIN_STEP_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.HIT_RATES[:1] + N.STALLS + LAUNCH + N.CLOCK
+TRAIN_STEP_METRICS = ncu.TIME + ncu.SOL + ncu.DRAM + ncu.OCCUPANCY + ncu.HIT_RATES[:1] + ncu.STALLS + LAUNCH + ncu.CLOCK
 STEP_TIME_STEPS, STEP_TIME_BATCHED = 40, 30
 
 
@@ -226,7 +228,7 @@ class Recorder:
         for a in self._windows(kernel, regex):
             try:
                 out = run(a)
-            except N.NcuNoKernels as exc:
+            except ncu.NcuNoKernels as exc:
                 self.log(f"[record]   {label}: no kernels with {a}; trying the next launch window")
                 err = exc
                 continue
@@ -249,7 +251,7 @@ class Recorder:
                     text = NR.run_ncu(target, metrics=metrics, timeout=240, **a)
                     self.log(f"[record]   {filename} {label}: {time.perf_counter() - t0:.1f} s (nvtx={a['nvtx']})")
                     return text, NR.command_line(target, metrics=metrics, **a)
-                except N.NcuMetricError as exc:
+                except ncu.NcuMetricError as exc:
                     self.log(f"[record]   {label}: dropping unknown metrics {exc.metrics}")
                     if not exc.metrics:
                         raise
@@ -262,16 +264,16 @@ class Recorder:
             try:
                 text, cmd = self._in_first_window(kernel, regex[0] if regex else None, label,
                                                   lambda a, target=target, label=label: profile(a, target, label))
-            except N.NcuError as err:
+            except ncu.NcuError as err:
                 failed.append(f"{label}: {err}")
                 self.log(f"[record]   {label} FAILED: {err}")
                 continue
-            got = set(N.parse_raw_csv(text)["metric"])
+            got = set(ncu.parse_raw_csv(text)["metric"])
             missing = [m for m in metrics if m not in got]  # ncu may drop a metric without an error
             if missing:
                 absent.update(missing)
                 self.log(f"[record]   {label}: requested but absent from the CSV: {missing}")
-            blocks.append(N.config_block(label, cmd, text))
+            blocks.append(ncu.config_block(label, cmd, text))
         if not blocks:
             raise RuntimeError(f"every ncu run for {filename} failed: {failed}")
         self.w.write_text(filename, "".join(blocks))
@@ -287,7 +289,7 @@ class Recorder:
         return self._ncu_file("ncu_copies.csv", self._copy_configs(), COPY_METRICS)
 
     def step_ncu_copies_stalls(self):
-        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), N.TIME + N.STALLS + N.SCHEDULER + N.CLOCK)
+        return self._ncu_file("ncu_copies_stalls.csv", self._copy_configs(), ncu.TIME + ncu.STALLS + ncu.SCHEDULER + ncu.CLOCK)
 
     def step_ncu_copies_source(self):
         """Per-SASS-instruction stall samples and executions (ncu's Source page,
@@ -306,11 +308,11 @@ class Recorder:
 
             try:
                 out, cmds = self._in_first_window(run.kind, None, label, capture)
-            except N.NcuError as err:
+            except ncu.NcuError as err:
                 failed.append(f"{label}: {err}")
                 continue
             for blocks, page in ((src, "source"), (raw, "raw"), (inst, "instances")):
-                blocks.append(N.config_block(label, cmds[page], out[page]))
+                blocks.append(ncu.config_block(label, cmds[page], out[page]))
         if not src:
             raise RuntimeError(f"every ncu source capture failed: {failed}")
         self.w.write_text("ncu_copies_source.csv", "".join(src))
@@ -334,7 +336,7 @@ class Recorder:
         ``trace_fixed`` (every kernel of a step would take minutes of replay)."""
         if not self.top_kernels:
             raise _Skip("no trace_fixed kernels to choose from (run the traces step first)")
-        rx = "|".join(N.short_name_regex(k) for k in self.top_kernels[:3])
+        rx = "|".join(ncu.short_name_regex(k) for k in self.top_kernels[:3])
         run = RunConfig("train_step", version="fixed")
         return self._ncu_file("ncu_train_step.csv", [(run.label(), "train_step", [], rx)], TRAIN_STEP_METRICS)
 
@@ -348,7 +350,7 @@ class Recorder:
             raise _Skip(str(exc)) from None
 
 
-class _Skip(Exception):
+class _Skip(InfraLensError):
     pass
 
 

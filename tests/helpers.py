@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.parse import ncu as N
+from infralens_lab.parse import ncu
 
 ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
               "Grid Size", "Device", "CC"]
@@ -32,7 +33,14 @@ def ncu_block(label: str, launches: list[tuple[str, dict]], fmt: str = "{:,}", m
     for i, (kernel, vals) in enumerate(launches):
         w.writerow([str(i), "4242", "python3", "h", kernel, "1", "7", "(256, 1, 1)", "(1, 1, 1)", "0", "9.0"]
                    + [fmt.format(vals[m]) if m in vals else str(missing) for m in metrics])
-    return N.config_block(label, f"ncu --csv --page raw --fake {label.split()[0]}", s.getvalue())
+    return ncu.config_block(label, f"ncu --csv --page raw --fake {label.split()[0]}", s.getvalue())
+
+
+def make_grade_command(*args: str) -> list[str]:
+    """The ``make grade`` command line every grading test runs: the Makefile's own recipe with this interpreter
+    (``PY=``), the install stamp taken as up to date (``-o .venv/.installed``), then ``args`` (``SUBMISSIONS=``,
+    ``SCORES=``, ``RUN=0``, ``PYTEST_ARGS=``...). The caller picks the folder it runs in."""
+    return ["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}", *args]
 
 
 def _lab_notebook(lab: str) -> dict:

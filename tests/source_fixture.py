@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 
-from infralens_lab.parse import ncu as N
+from infralens_lab.parse import ncu
 
 LABELS = ["barrier", "branch_resolving", "dispatch", "drain", "imc", "lg", "long_sb", "math", "membar", "mio",
           "misc", "no_inst", "not_selected", "selected", "short_sb", "sleep", "tex", "wait"]
@@ -58,6 +58,6 @@ def page(kernel: str, rows, base: int = 0x7F0000001000) -> str:
 
 def recorded_text() -> str:
     """Two blocks in the recorder's format (``==INFRALENS== config:`` lines), coalesced then stride 8."""
-    return (N.config_block("copy n=67108864 fp32", "ncu --import ... --page source", page("copy_coalesced", COALESCED))
-            + N.config_block("copy_strided stride=8 n=67108864 fp32", "ncu --import ... --page source",
+    return (ncu.config_block("copy n=67108864 fp32", "ncu --import ... --page source", page("copy_coalesced", COALESCED))
+            + ncu.config_block("copy_strided stride=8 n=67108864 fp32", "ncu --import ... --page source",
                              page("copy_strided", STRIDED)))

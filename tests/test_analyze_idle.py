@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import idle as I
+from infralens_lab.analysis import idle as analysis_idle
 from infralens_lab.analysis.joins import idle_budget
 from infralens_lab.analyze import (
     IDLE_TABLE,
@@ -101,7 +101,7 @@ def test_idle_rows_and_busy_time_make_the_window(values):
     tr = load_trace(values)
     tables, notes = single(tr)
     idle = tables[IDLE_TABLE]
-    a, b, n = I.window(tr)
+    a, b, n = analysis_idle.window(tr)
     win, busy = b - a, idle.attrs["busy_us"]
     total_us = float(idle["idle_ms"].sum()) * 1e3
     assert total_us + busy == pytest.approx(win, rel=REL)  # ALL idle time is in the rows
@@ -114,7 +114,7 @@ def test_idle_rows_and_busy_time_make_the_window(values):
     # the rows over the threshold are the listed gaps (Trace.idle_gaps) inside the window, to the µs
     gaps = tr.idle_gaps()
     inside = gaps[(gaps["start_us"] >= a - 1e-6) & (gaps["end_us"] <= b + 1e-6)]
-    short = idle["cause"] == I.SHORT_ROW.format(t=50)
+    short = idle["cause"] == analysis_idle.SHORT_ROW.format(t=50)
     assert short.sum() == 1
     assert idle.loc[~short, "idle_ms"].sum() * 1e3 == pytest.approx(inside["gap_us"].sum(), rel=REL, abs=1e-6)
     assert idle.loc[~short, "gaps"].sum() == len(inside)
@@ -138,8 +138,8 @@ def test_idle_rows_and_busy_time_make_the_window(values):
 @pytest.mark.parametrize("values", _all_traces())
 def test_each_streams_waits_make_its_idle_time(values):
     tr = load_trace(values)
-    a, b, _ = I.window(tr)
-    si = I.stream_idle(tr)
+    a, b, _ = analysis_idle.window(tr)
+    si = analysis_idle.stream_idle(tr)
     assert len(si) == tr.gpu_events(scope="steps")["stream"].nunique()
     parts = si["host_wait_ms"] + si["other_stream_wait_ms"] + si["other_ms"]
     assert parts.tolist() == pytest.approx(si["idle_ms"].tolist(), rel=REL, abs=1e-9)
@@ -155,7 +155,7 @@ def test_each_streams_waits_make_its_idle_time(values):
         assert si["busy_ms"].iloc[0] * 1e3 == pytest.approx(tr.summary()["gpu_busy_us"], rel=REL)
         assert si["other_stream_wait_ms"].iloc[0] == 0
     # the host-wait count, recomputed from the raw events
-    gaps = I.stream_gaps(tr)
+    gaps = analysis_idle.stream_gaps(tr)
     assert int((gaps["category"] == "host wait").sum()) == _raw_host_waits(values)
 
 
@@ -163,7 +163,7 @@ def test_each_streams_waits_make_its_idle_time(values):
 def test_launch_delay_and_short_kernels_match_a_raw_recount(values):
     tr = load_trace(values)
     raw = _raw(values)
-    ld = I.launch_delay(tr)
+    ld = analysis_idle.launch_delay(tr)
     every = ld.iloc[0]
     assert every["call"] == "all launch calls"
     assert every["gpu_events"] == len(raw) == ld["gpu_events"].iloc[1:].sum()
@@ -173,9 +173,9 @@ def test_launch_delay_and_short_kernels_match_a_raw_recount(values):
     assert every["delay_max_us"] == pytest.approx(max(delays), abs=1e-6)
     assert every["delay_median_us"] <= every["delay_p90_us"] <= every["delay_max_us"]
     assert every["call_median_us"] <= every["call_p90_us"] <= every["call_max_us"]
-    sk = I.short_kernels(tr)
+    sk = analysis_idle.short_kernels(tr)
     kernels = [(e, c) for e, c in raw if e["cat"] == "kernel"]
-    short = [(e, c) for e, c in kernels if float(e["dur"]) < I.SHORT_KERNEL_US]
+    short = [(e, c) for e, c in kernels if float(e["dur"]) < analysis_idle.SHORT_KERNEL_US]
     assert sk.attrs["kernels"] == len(kernels)
     if not short:
         assert sk.empty
@@ -191,11 +191,11 @@ def test_launch_delay_and_short_kernels_match_a_raw_recount(values):
 # ---------------------------------------------------------------- the launch kinds, named
 def test_a_graph_launch_is_one_call_for_many_kernels():
     tr = load_trace(_values("nvidia-h100-80gb-hbm3", "trace_launch_graph"))
-    ld = I.launch_delay(tr)
+    ld = analysis_idle.launch_delay(tr)
     graph = ld[ld["call"].str.startswith("cudaGraphLaunch")].iloc[0]
     assert "from the graph launch" in graph["call"]
     assert graph["gpu_events"] == 600 and graph["calls"] == 3  # 200 kernels per replay, one call per step
-    sk = I.short_kernels(tr).iloc[0]
+    sk = analysis_idle.short_kernels(tr).iloc[0]
     assert sk["count"] == 600 and sk["launch_calls"] == 3  # launch overhead: 3 calls, not 600
 
 
@@ -203,15 +203,15 @@ def test_sub_microsecond_kernels_and_cuLaunchKernel():
     tr = load_trace(_values("nvidia-h100-80gb-hbm3", "trace_launch_eager"))
     k = tr.gpu_events(scope="steps")
     assert (k["dur_us"] < 1.5).mean() > 0.5  # about a µs each: kept to the trace's sub-µs timestamps
-    sk = I.short_kernels(tr).iloc[0]
+    sk = analysis_idle.short_kernels(tr).iloc[0]
     assert sk["count"] == len(k) and sk["launch_calls"] == len(k)
-    ld = I.launch_delay(load_trace(_values("nvidia-h100-80gb-hbm3", "trace_compile_breaks")))
+    ld = analysis_idle.launch_delay(load_trace(_values("nvidia-h100-80gb-hbm3", "trace_compile_breaks")))
     assert {"cuLaunchKernel", "cudaLaunchKernelExC"} <= set(ld["call"])
 
 
 def test_ncclDevKernel_runs_on_a_stream_that_waits_on_the_others():
     tr = load_trace(_ddp_traces()[0].values[0])
-    si = I.stream_idle(tr).set_index("kind")
+    si = analysis_idle.stream_idle(tr).set_index("kind")
     assert {"nccl", "compute"} <= set(si.index)
     assert tr.gpu_events(scope="steps")["name"].str.startswith("ncclDevKernel_").any()
     assert si.loc["nccl", "other_stream_wait_ms"] > 0  # the all-reduce waits on the backward's gradients
@@ -232,7 +232,7 @@ def _synthetic():
 
 def test_the_stream_rule_on_a_trace_built_by_hand():
     tr = load_trace(_synthetic())
-    gaps = I.stream_gaps(tr)
+    gaps = analysis_idle.stream_gaps(tr)
     s7 = gaps[gaps["stream"] == 7]
     assert s7["category"].tolist() == ["other-stream wait", "host wait", "other"]
     assert s7["gap_us"].tolist() == pytest.approx([25.0, 10.0, 1.0])
@@ -267,7 +267,7 @@ def test_host_wait_matches_htas_idle_time_breakdown(name, tmp_path, monkeypatch)
     µs in effect) plus other is our other-stream wait plus other. HTA rounds its table to 0.01 µs."""
     values = _values("nvidia-h100-80gb-hbm3", name)
     theirs = _hta_breakdown(values, tmp_path, monkeypatch)
-    gaps = I.stream_gaps(load_trace(values))
+    gaps = analysis_idle.stream_gaps(load_trace(values))
     ours = gaps.groupby("category")["gap_us"].sum()
     assert ours.get("host wait", 0.0) == pytest.approx(theirs.get("host_wait", 0.0), abs=0.02)
     assert ours.get("other-stream wait", 0.0) + ours.get("other", 0.0) == pytest.approx(
@@ -282,7 +282,7 @@ def test_the_bubble_reads_as_host_wait_and_the_fix_as_short_gaps():
     bub = analyze(load_trace(_values("nvidia-h100-80gb-hbm3", "trace_bubble")))
     fix = analyze(load_trace(_values("nvidia-h100-80gb-hbm3", "trace_fixed")))
     bi, fi = bub.tables[IDLE_TABLE].set_index("cause"), fix.tables[IDLE_TABLE].set_index("cause")
-    short = I.SHORT_ROW.format(t=50)
+    short = analysis_idle.SHORT_ROW.format(t=50)
     assert bi["share_of_idle"].idxmax() == "host" and bi.loc["host", "share_of_idle"] > 0.85
     assert fi.loc[short, "share_of_idle"] == pytest.approx(1.0)
     assert bub.tables[STREAMS_TABLE]["host_wait_share"].iloc[0] > 0.9
@@ -303,7 +303,7 @@ def test_launch_delay_is_htas_plus_the_call_and_counts_what_it_leaves_out(name, 
     (tmp_path / "rank-0.json").write_text(json.dumps({**values, "distributedInfo": {"rank": 0}}))
     theirs = hta.TraceAnalysis(trace_dir=str(tmp_path), include_last_profiler_step=True) \
         .get_cuda_kernel_launch_stats(visualize=False)[0]
-    r = I.launch_records(load_trace(values))
+    r = analysis_idle.launch_records(load_trace(values))
     same = r[r["call"].isin(["cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync"])]
     from_end = np.clip(same["delay_us"] - same["call_dur_us"], 0, None)
     assert len(theirs) == len(same) < len(r)  # HTA leaves out the cuLaunchKernel launches (Triton's, cuBLASLt's)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import distributed as D
+from infralens_lab.analysis import distributed
 from infralens_lab.analysis import trace_diff as TD
 from infralens_lab.analyze import ALIGN_ROWS_SHOWN, ALIGN_TABLE, DIFF_TABLES, analyze, diff, main
 from infralens_lab.parse.trace import TraceError, load_trace, step_gpu_work
@@ -101,7 +101,7 @@ def test_the_nccl_record_names_its_planted_straggler(tmp_path, capsys):
     verdict = rep.notes[0]
     assert verdict.startswith(f"straggler: rank {rank} arrives last")
     al = rep.tables[ALIGN_TABLE]
-    st = D.stragglers(al)
+    st = distributed.stragglers(al)
     assert int(st["rank"].iloc[0]) == rank
     # two ranks: the wait the straggler causes is the other rank's whole wait, as the per-rank table has it
     per = rep.tables["per rank and step: communication, compute, exposed"]
@@ -121,7 +121,7 @@ def test_the_nccl_record_names_its_planted_straggler(tmp_path, capsys):
 
 
 def test_a_calm_nccl_config_has_a_smaller_straggler(tmp_path):
-    calm = D.stragglers(analyze(_nccl_folder(tmp_path, "cap 25 MiB")).tables[ALIGN_TABLE])
+    calm = distributed.stragglers(analyze(_nccl_folder(tmp_path, "cap 25 MiB")).tables[ALIGN_TABLE])
     _, straggle_ms = _planted()
     assert calm["caused_ms_per_step"].iloc[0] < straggle_ms
 
@@ -130,7 +130,7 @@ def test_the_gloo_folder_names_its_planted_straggler(tmp_path):
     folder, world = _gloo_folder(tmp_path, "straggler")
     rep = analyze(folder, cpu_ok=True)
     assert rep.notes[0].startswith(f"straggler: rank {world - 1} arrives last")
-    st = D.stragglers(rep.tables[ALIGN_TABLE])
+    st = distributed.stragglers(rep.tables[ALIGN_TABLE])
     assert st["caused_ms_per_step"].iloc[0] >= 10.0 and st["last_share"].iloc[0] > 0.5
     assert "rows left out" in rep.text()
 
@@ -141,14 +141,14 @@ def test_stragglers_by_hand():
     for step in (0, 1):
         for seq, starts in enumerate(([0.0, 100.0, 400.0], [1000.0, 1100.0, 1150.0])):
             rows += [{"step": step, "seq": seq, "rank": r, "start_us": s + 5000 * step} for r, s in enumerate(starts)]
-    st = D.stragglers(pd.DataFrame(rows))
+    st = distributed.stragglers(pd.DataFrame(rows))
     top = st.iloc[0]
     assert top["rank"] == 2 and top["last_at"] == 4 and top["collectives"] == 4
     assert top["caused_ms_per_step"] == pytest.approx((300 + 50) / 1e3)  # latest minus second latest, step 1
     assert top["worst_seq"] == 0 and top["worst_seq_ms"] == pytest.approx(0.3)
     assert set(st.loc[st["rank"] != 2, "caused_ms_per_step"]) == {0.0}
     with pytest.raises(ValueError, match="align"):
-        D.stragglers(pd.DataFrame({"rank": [0]}))
+        distributed.stragglers(pd.DataFrame({"rank": [0]}))
 
 
 # ---------------------------------------------------------------- analyze A B

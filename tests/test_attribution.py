@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import overlap as A
+from infralens_lab.analysis import overlap
 from infralens_lab.parse.trace import GPU_CATS, load_trace, step_gpu_work
 from infralens_lab.present.trace_tables import hot_kernel_name, hot_kernels
 
@@ -99,9 +99,9 @@ def test_busy_share_is_measured_on_the_work_the_steps_launched(cache):
 # checks without the review's values
 @pytest.mark.parametrize("gpu,copy_ms,exposed_ms", [("h200", 0.6375, 0.0428), ("h100", None, None)])
 def test_lab05_copy_per_step_counts_three_copies_not_four(cache, gpu, copy_ms, exposed_ms):
-    pinned = A.copy_overlap(_tr(cache, gpu, "trace_copy_pinned"))
+    pinned = overlap.copy_overlap(_tr(cache, gpu, "trace_copy_pinned"))
     assert pinned["copies"] == pinned["steps"] == 3  # one copy per step; the warm-up's copy is left out
-    db = A.copy_overlap(_tr(cache, gpu, "trace_copy_double_buffered"))
+    db = overlap.copy_overlap(_tr(cache, gpu, "trace_copy_double_buffered"))
     copy_ms = copy_ms or pinned["copy_us"] / pinned["steps"] / 1e3
     assert pinned["copy_us"] / pinned["steps"] / 1e3 == pytest.approx(copy_ms, abs=5e-4)
     if exposed_ms is not None:

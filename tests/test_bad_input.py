@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.analysis import ledger as L
+from infralens_lab.analysis import ledger
 from infralens_lab.evidence import EvidenceError, EvidenceWriter
-from infralens_lab.parse import ncu as N
+from infralens_lab.parse import ncu
 
 DATA = Path(__file__).parent / "data"
 
@@ -40,10 +40,10 @@ def test_record_to_an_unwritable_folder(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("params", [math.nan, math.inf, -5, 0])
 def test_model_states_refuses_non_finite_params(params):
     with pytest.raises(ValueError, match="expected a positive, finite parameter count"):
-        L.model_states(params)
+        ledger.model_states(params)
 
 
-M = L.Model.preset("gpt2-125m")
+M = ledger.Model.preset("gpt2-125m")
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -56,23 +56,23 @@ M = L.Model.preset("gpt2-125m")
 def test_activation_bytes_refuses_bad_arguments(kw, match):
     args = dict(batch=2, seq=128) | kw
     with pytest.raises(ValueError, match=match):
-        L.activation_bytes_per_layer(M, **args)
+        ledger.activation_bytes_per_layer(M, **args)
 
 
 def test_stall_breakdown_without_stall_metrics_says_so():
-    df = N.parse_raw_csv((DATA / "ncu_copies.csv").read_text())  # counters, no pc sampling
-    assert not N.has_stalls(df)
-    with pytest.raises(N.NcuCsvError, match="no stall samples") as e:
-        N.stall_breakdown(df)
+    df = ncu.parse_raw_csv((DATA / "ncu_copies.csv").read_text())  # counters, no pc sampling
+    assert not ncu.has_stalls(df)
+    with pytest.raises(ncu.NcuCsvError, match="no stall samples") as e:
+        ncu.stall_breakdown(df)
     assert "ncu_copies_stalls.csv" in e.value.fix
 
 
 def test_sectors_per_request_without_its_counters_says_so():
-    df = N.parse_raw_csv((DATA / "ncu_copies_stalls.csv").read_text())
-    with pytest.raises(N.NcuCsvError, match="sectors_per_request: the CSV has none of") as e:
-        N.sectors_per_request(df)
+    df = ncu.parse_raw_csv((DATA / "ncu_copies_stalls.csv").read_text())
+    with pytest.raises(ncu.NcuCsvError, match="sectors_per_request: the CSV has none of") as e:
+        ncu.sectors_per_request(df)
     assert "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum" in e.value.fix
-    assert "sectors_per_request" not in N.summary(df).columns  # summary shows what the CSV has
+    assert "sectors_per_request" not in ncu.summary(df).columns  # summary shows what the CSV has
 
 
 DETAILS = '''==PROF== Connected to process 4242
@@ -82,8 +82,8 @@ DETAILS = '''==PROF== Connected to process 4242
 
 
 def test_details_page_csv_asks_for_page_raw():
-    with pytest.raises(N.NcuCsvError, match="default 'details' page") as e:
-        N.parse_raw_csv(DETAILS)
+    with pytest.raises(ncu.NcuCsvError, match="default 'details' page") as e:
+        ncu.parse_raw_csv(DETAILS)
     assert "--page raw" in e.value.fix
 
 
@@ -112,12 +112,12 @@ def test_infralens_ncu_naming_no_file_is_named(monkeypatch, tmp_path):
     from infralens_lab.measure import ncu as MN
 
     monkeypatch.setenv("INFRALENS_NCU", str(tmp_path / "ncu"))
-    with pytest.raises(N.NcuNotFound, match=r"INFRALENS_NCU='.*/ncu' names no file.*\nfix: Point INFRALENS_NCU"):
+    with pytest.raises(ncu.NcuNotFound, match=r"INFRALENS_NCU='.*/ncu' names no file.*\nfix: Point INFRALENS_NCU"):
         MN.ncu_binary()
-    with pytest.raises(N.NcuNotFound, match="names no file"):
+    with pytest.raises(ncu.NcuNotFound, match="names no file"):
         MN.run_ncu(["--kernel", "copy_coalesced"], "copy_coalesced", metrics=["gpu__time_duration.sum"])
     monkeypatch.setenv("INFRALENS_NCU", str(tmp_path))
-    with pytest.raises(N.NcuNotFound, match="is a folder"):
+    with pytest.raises(ncu.NcuNotFound, match="is a folder"):
         MN.ncu_binary()
 
 

@@ -135,7 +135,7 @@ class LabServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"tools/lab.sh exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            m = re.search(r"open: http://localhost:(\d+)/lab\?token=([0-9a-f]+)", self.log.read_text())
+            m = re.search(r"open: http://localhost:(\d+)/lab/tree/00_start_here\.ipynb\?token=([0-9a-f]+)", self.log.read_text())
             if m:
                 assert int(m.group(1)) == self.port, f"lab.sh chose port {m.group(1)}, asked for {self.port}"
                 self.token = m.group(2)

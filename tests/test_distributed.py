@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from infralens_lab.analysis import distributed as A
+from infralens_lab.analysis import distributed
 from infralens_lab.parse.trace import Trace
 
 MAIN, GLOO, AUTOGRAD = 1, 2, 3
@@ -45,8 +45,8 @@ def cpu_rank(shift=0.0, pid=10, leftover=False):
 
 def test_gloo_overlap_by_hand():
     tr = cpu_rank()
-    assert A.compute_intervals(tr, "backward") == [(10.0, 28.0), (30.0, 46.0), (47.0, 50.0)]
-    t = A.overlap_table([tr]).iloc[0]
+    assert distributed.compute_intervals(tr, "backward") == [(10.0, 28.0), (30.0, 46.0), (47.0, 50.0)]
+    t = distributed.overlap_table([tr]).iloc[0]
     assert (t["allreduce_calls"], t["step_us"], t["basis"]) == (2, 100.0, "cpu range")
     assert t["comm_us"] == pytest.approx(37.0) and t["hidden_us"] == pytest.approx(17.0)
     assert t["hidden_fraction"] == pytest.approx(17 / 37) and t["hta_overlap"] == pytest.approx(17 / 37)
@@ -55,23 +55,23 @@ def test_gloo_overlap_by_hand():
 
 
 def test_gloo_ranges_pair_with_the_calls_that_enqueued_them():
-    c = A.comm_events(cpu_rank(leftover=True))  # the leftover range has no call: not this window's work
+    c = distributed.comm_events(cpu_rank(leftover=True))  # the leftover range has no call: not this window's work
     assert list(c["enqueue_us"]) == [28.0 + 5, 46.0 + 5] and list(c["step"]) == [0, 0] and list(c["seq"]) == [0, 1]
     broken = Trace({"traceEvents": [e for e in cpu_rank().data["traceEvents"] if not (e["name"] == "gloo:all_reduce"
                                                                                      and e["ts"] == 1048)]})
     with pytest.raises(ValueError, match=r"2 c10d::allreduce_ calls but 1 gloo:all_reduce ranges"):
-        A.comm_events(broken)
+        distributed.comm_events(broken)
 
 
 def test_overlap_edge_cases():
-    assert A.overlap([], [(0, 10)])["hidden_fraction"] is None
-    assert A.overlap([(0, 10)], [])["hidden_fraction"] == 0
-    assert A.overlap([(0, 10), (5, 15)], [(0, 100)]) == {"comm_us": 15, "hidden_us": 15, "exposed_us": 0,
+    assert distributed.overlap([], [(0, 10)])["hidden_fraction"] is None
+    assert distributed.overlap([(0, 10)], [])["hidden_fraction"] == 0
+    assert distributed.overlap([(0, 10), (5, 15)], [(0, 100)]) == {"comm_us": 15, "hidden_us": 15, "exposed_us": 0,
                                                        "hidden_fraction": 1.0}
     with pytest.raises(ValueError, match="phase"):
-        A.compute_intervals(cpu_rank(), "forward")
+        distributed.compute_intervals(cpu_rank(), "forward")
     with pytest.raises(ValueError, match="no ProfilerStep"):
-        A.step_windows(Trace({"traceEvents": [_x("aten::mm", "cpu_op", 0, 5)]}))
+        distributed.step_windows(Trace({"traceEvents": [_x("aten::mm", "cpu_op", 0, 5)]}))
 
 
 # ---------------------------------------------------------------- NCCL-shaped GPU ranks
@@ -129,7 +129,7 @@ def nccl_rank(late=0.0, skew=0.0, clock=0.0, steps=3, leftover=True, pid=1):
 
 def test_nccl_collectives_belong_to_the_step_that_launched_them():
     tr = nccl_rank()
-    c = A.comm_events(tr)
+    c = distributed.comm_events(tr)
     assert list(c["step"]) == [-1, 0, 0, 1, 1, 2, 2]  # the warm-up leftover belongs to no step
     assert list(c[c["step"] == 1]["start_us"]) == [100 + LAG + 32, 100 + LAG + 66]
     # a start-time rule would have put the leftover into step 0 and step 0's second all-reduce into step 1
@@ -143,59 +143,59 @@ def test_nccl_overlap_table_by_hand():
     [68, 116), all-reduce 1 [82, 107) (5 µs of wait + 20 of transfer), all-reduce 2 [116, 135), optimizer
     [137, 143). Comm 25 + 19 = 44; under backward [82, 107) = 25; exposed: all-reduce 2, 19. Windows: step 0
     from its first kernel (50) to its last end (143); later steps one period (100)."""
-    t = A.overlap_table([nccl_rank(skew=5)])
+    t = distributed.overlap_table([nccl_rank(skew=5)])
     assert list(t["basis"]) == ["gpu work"] * 3 and list(t["steady"]) == [False, True, True]
     assert list(t["step_us"]) == pytest.approx([93.0, 100.0, 100.0])
     assert set(t["allreduce_calls"]) == {2} and set(t["kernels"]) == {9}
     assert list(t["comm_us"]) == pytest.approx([44.0] * 3)
     assert list(t["hidden_us"]) == pytest.approx([25.0] * 3) and list(t["exposed_us"]) == pytest.approx([19.0] * 3)
     assert list(t["backward_us"]) == pytest.approx([48.0] * 3)
-    assert A.invariant_violations(t, buckets=2) == []
+    assert distributed.invariant_violations(t, buckets=2) == []
 
 
 def test_invariants_catch_a_part_longer_than_its_whole_and_wrong_counts():
-    t = A.overlap_table([nccl_rank()])
-    assert A.invariant_violations(t, buckets=3)[0].endswith("2 all-reduce calls; expected 3 (DDP's buckets)")
+    t = distributed.overlap_table([nccl_rank()])
+    assert distributed.invariant_violations(t, buckets=3)[0].endswith("2 all-reduce calls; expected 3 (DDP's buckets)")
     bad = t.copy()
     bad.loc[0, "exposed_us"] = bad.loc[0, "comm_us"] + 1
     bad.loc[1, "kernels"] = 10
-    msgs = A.invariant_violations(bad, buckets=2)
+    msgs = distributed.invariant_violations(bad, buckets=2)
     assert any("expected exposed <= comm <= step" in m for m in msgs)
     assert any("kernels per step [9, 9, 10]" in m for m in msgs)
 
 
 def test_align_separates_wait_from_transfer():
     early, late = nccl_rank(skew=5, pid=1), nccl_rank(late=5, skew=5, pid=2)
-    al = A.align([early, late])
+    al = distributed.align([early, late])
     first = al[(al["step"] == 0) & (al["seq"] == 0)].set_index("rank")
     assert list(first["wait_us"]) == pytest.approx([5.0, 0.0])
     assert list(first["transfer_us"]) == pytest.approx([20.0, 20.0])
-    assert al.attrs["violations"] == 0 and al.attrs["tolerance_us"] == A.CAUSALITY_TOL_US["nccl"]
-    assert A.wait_per_step(al, 0) == pytest.approx(10.0)  # both all-reduces of a step waited 5 µs
-    assert A.wait_per_step(al, 1) == 0.0
-    t = A.overlap_table([early, late])
+    assert al.attrs["violations"] == 0 and al.attrs["tolerance_us"] == distributed.CAUSALITY_TOL_US["nccl"]
+    assert distributed.wait_per_step(al, 0) == pytest.approx(10.0)  # both all-reduces of a step waited 5 µs
+    assert distributed.wait_per_step(al, 1) == 0.0
+    t = distributed.overlap_table([early, late])
     assert list(t[t["rank"] == 0]["wait_us"]) == pytest.approx([10.0] * 3)
     assert list(t[t["rank"] == 1]["exposed_us"]) == pytest.approx([14.0] * 3)  # the late rank waits for nobody
 
 
 def test_align_causality_check_has_a_stated_tolerance():
-    ok = A.align([nccl_rank(), nccl_rank(clock=4, pid=2)])  # clocks 4 µs apart: within the 5 µs allowed
+    ok = distributed.align([nccl_rank(), nccl_rank(clock=4, pid=2)])  # clocks 4 µs apart: within the 5 µs allowed
     assert ok.attrs["violations"] == 0 and ok.attrs["offset_us"][1] == pytest.approx(4.0)
-    off = A.align([nccl_rank(), nccl_rank(clock=30, pid=2)])  # 30 µs: rank 1 "starts" after rank 0 ended
+    off = distributed.align([nccl_rank(), nccl_rank(clock=30, pid=2)])  # 30 µs: rank 1 "starts" after rank 0 ended
     assert off.attrs["violations"] == 6
     assert off["causality_gap_us"].iloc[0] == pytest.approx(30 - 20)
-    assert A.align([nccl_rank(), nccl_rank(clock=30, pid=2)], tolerance_us=16).attrs["violations"] == 0  # 30 - 14
+    assert distributed.align([nccl_rank(), nccl_rank(clock=30, pid=2)], tolerance_us=16).attrs["violations"] == 0  # 30 - 14
 
 
 def test_align_refuses_ranks_that_disagree():
     with pytest.raises(ValueError, match="at least 2"):
-        A.align([nccl_rank()])
+        distributed.align([nccl_rank()])
     with pytest.raises(ValueError, match=r"different all-reduces per profiled step \[\{0: 2, 1: 2, 2: 2\}, \{0: 2, 1: 2\}\]"):
-        A.align([nccl_rank(), nccl_rank(steps=2)])
+        distributed.align([nccl_rank(), nccl_rank(steps=2)])
 
 
 def test_gloo_ranks_align_on_one_host_clock():
-    al = A.align([cpu_rank(), cpu_rank(shift=3, pid=11)])
+    al = distributed.align([cpu_rank(), cpu_rank(shift=3, pid=11)])
     assert len(al) == 4 and al.attrs["violations"] == 0 and al.attrs["tolerance_us"] == 0.01
     assert al.attrs["offset_us"][1] == pytest.approx(3.0)
     assert list(al[al["rank"] == 0]["wait_us"]) == pytest.approx([3.0, 3.0])
@@ -203,14 +203,14 @@ def test_gloo_ranks_align_on_one_host_clock():
 
 def test_exposed_share_and_phases():
     tr = nccl_rank(skew=5)
-    iv = A.step_intervals(tr)
-    assert A.exposed_share(iv) == pytest.approx(3 * 19 / (93 + 100 + 100))
-    assert A.exposed_share([iv, iv]) == A.exposed_share(iv)
-    p = A.phase_intervals(tr, 1)
+    iv = distributed.step_intervals(tr)
+    assert distributed.exposed_share(iv) == pytest.approx(3 * 19 / (93 + 100 + 100))
+    assert distributed.exposed_share([iv, iv]) == distributed.exposed_share(iv)
+    p = distributed.phase_intervals(tr, 1)
     assert p["forward"] == [(150.0, 166.0)] and p["optimizer"] == [(237.0, 243.0)]
     assert p["backward compute"] == [(168.0, 216.0)] and p["all-reduce"] == [(182.0, 207.0), (216.0, 235.0)]
     with pytest.raises(ValueError, match="no profiled step 7"):
-        A.phase_intervals(tr, 7)
+        distributed.phase_intervals(tr, 7)
 
 
 @pytest.mark.filterwarnings("ignore::Warning:hta.*")
@@ -228,7 +228,7 @@ def test_nccl_kernel_split_and_overlap_agree_with_hta(tmp_path, monkeypatch):
     ev = tr.gpu_events("steps")
     assert len(ev) == 27 and len(tr.gpu_events("all")) == 29
     nccl = ev["name"].str.contains("nccl")
-    ours = A.overlap(list(zip(ev[nccl]["start_us"], ev[nccl]["end_us"], strict=True)),
+    ours = distributed.overlap(list(zip(ev[nccl]["start_us"], ev[nccl]["end_us"], strict=True)),
                      list(zip(ev[~nccl]["start_us"], ev[~nccl]["end_us"], strict=True)))["hidden_fraction"]
     assert ours == pytest.approx(float(theirs["comp_comm_overlap_pctg"].iloc[0]) / 100, abs=5e-5)  # HTA: 0.01 %
 
@@ -267,19 +267,19 @@ def test_overlap_equals_htas_algorithm_on_random_intervals(seed, tmp_path, monke
 
     comm, comp = intervals(12), intervals(20)
     # HTA returns the percentage rounded to 2 decimals: agreement within half of its last digit
-    assert A.overlap(comm, comp)["hidden_fraction"] == pytest.approx(_hta_overlap(comm, comp, tmp_path, monkeypatch),
+    assert distributed.overlap(comm, comp)["hidden_fraction"] == pytest.approx(_hta_overlap(comm, comp, tmp_path, monkeypatch),
                                                                      abs=5e-5)
 
 
 def test_wait_at_the_first_collective_needs_only_the_starts():
-    al = A.align([nccl_rank(skew=5, pid=1), nccl_rank(late=5, skew=5, pid=2)])
+    al = distributed.align([nccl_rank(skew=5, pid=1), nccl_rank(late=5, skew=5, pid=2)])
     starts = al[["step", "seq", "rank", "start_us", "end_us"]]
-    assert A.wait_at(starts, 0) == pytest.approx(5.0) and A.wait_at(starts, 1) == 0.0
-    assert A.wait_at(starts, 0, seq=1) == pytest.approx(5.0)
+    assert distributed.wait_at(starts, 0) == pytest.approx(5.0) and distributed.wait_at(starts, 1) == 0.0
+    assert distributed.wait_at(starts, 0, seq=1) == pytest.approx(5.0)
     with pytest.raises(ValueError, match="no collective #5 of rank 0"):
-        A.wait_at(starts, 0, seq=5)
-    iv = A.steady_step_intervals([nccl_rank(skew=5)])
-    assert [s["step"] for s in iv[0]] == [1, 2] and A.exposed_share(iv) == pytest.approx(19 / 100)
+        distributed.wait_at(starts, 0, seq=5)
+    iv = distributed.steady_step_intervals([nccl_rank(skew=5)])
+    assert [s["step"] for s in iv[0]] == [1, 2] and distributed.exposed_share(iv) == pytest.approx(19 / 100)
 
 
 def test_nccl_kernels_without_a_correlated_launch_pair_with_their_c10d_calls():
@@ -288,6 +288,6 @@ def test_nccl_kernels_without_a_correlated_launch_pair_with_their_c10d_calls():
     tr = nccl_rank(leftover=False)
     data = {"traceEvents": [dict(e, args={k: v for k, v in e["args"].items() if k != "correlation"})
                             if "nccl" in e["name"] else e for e in tr.data["traceEvents"]]}
-    c = A.comm_events(Trace(data))
+    c = distributed.comm_events(Trace(data))
     assert list(c["step"]) == [0, 0, 1, 1, 2, 2] and list(c["enqueue_us"]) == [22.0, 34.0, 122.0, 134.0, 222.0, 234.0]
-    assert A.invariant_violations(A.overlap_table([Trace(data)]), buckets=2) == []
+    assert distributed.invariant_violations(distributed.overlap_table([Trace(data)]), buckets=2) == []

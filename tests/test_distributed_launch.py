@@ -6,16 +6,16 @@ import time
 
 import pytest
 
-from infralens_lab.measure import distributed as D
-from infralens_lab.workloads import ddp as W
+from infralens_lab.measure import distributed
+from infralens_lab.workloads import ddp
 
-TINY = D.RunSpec(configs=(D.DDPConfig("cap 0.25 MiB", 0.25, False, W.MLPConfig(width=256, depth=2, batch=4)),),
+TINY = distributed.RunSpec(configs=(distributed.DDPConfig("cap 0.25 MiB", 0.25, False, ddp.MLPConfig(width=256, depth=2, batch=4)),),
                  active=1, timed=1, accum=2, bench_mib=(0.25,), bench_reps=1)
 
 
 def test_two_gloo_ranks_run_ddp_end_to_end():
     t0 = time.monotonic()
-    ranks = D.run(TINY, world=2, backend="gloo", timeout_s=60)
+    ranks = distributed.run(TINY, world=2, backend="gloo", timeout_s=60)
     assert time.monotonic() - t0 < 60
     assert [r["rank"] for r in ranks] == [0, 1] and {r["backend"] for r in ranks} == {"gloo"}
     c = ranks[0]["configs"][0]
@@ -31,20 +31,20 @@ def test_two_gloo_ranks_run_ddp_end_to_end():
 
 def test_a_rank_that_dies_stops_the_others():
     t0 = time.monotonic()
-    with pytest.raises(W.RankFailed, match=r"^rank 1 exited with code 3 without a result \(it died\)"):
-        W.launch(W.job_die, world=2, args=(1, "exit"), timeout_s=60, collective_timeout_s=30)
+    with pytest.raises(ddp.RankFailed, match=r"^rank 1 exited with code 3 without a result \(it died\)"):
+        ddp.launch(ddp.job_die, world=2, args=(1, "exit"), timeout_s=60, collective_timeout_s=30)
     assert time.monotonic() - t0 < 30  # well before the collective timeout: the parent does not wait on it
 
 
 def test_a_rank_that_raises_is_named_with_its_error():
-    with pytest.raises(W.RankFailed, match=r"(?s)^rank 0 raised:.*planted failure on rank 0.*nothing is left running"):
-        W.launch(W.job_die, world=2, args=(0, "raise"), timeout_s=60, collective_timeout_s=30)
+    with pytest.raises(ddp.RankFailed, match=r"(?s)^rank 0 raised:.*planted failure on rank 0.*nothing is left running"):
+        ddp.launch(ddp.job_die, world=2, args=(0, "raise"), timeout_s=60, collective_timeout_s=30)
 
 
 def test_a_rank_that_hangs_is_stopped_at_the_job_timeout():
     t0 = time.monotonic()
-    with pytest.raises(W.RankFailed, match=r"(?s)ran past timeout_s=6 s.*had not finished and were stopped"):
-        W.launch(W.job_die, world=2, args=(1, "hang"), timeout_s=6, collective_timeout_s=120)
+    with pytest.raises(ddp.RankFailed, match=r"(?s)ran past timeout_s=6 s.*had not finished and were stopped"):
+        ddp.launch(ddp.job_die, world=2, args=(1, "hang"), timeout_s=6, collective_timeout_s=120)
     assert time.monotonic() - t0 < 30
 
 
@@ -54,36 +54,36 @@ def test_busy_port_is_refused_before_anything_starts():
         s.listen(1)
         port = s.getsockname()[1]
         with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is already in use.*port=None"):
-            W.launch(W.job_echo, world=2, port=port)
+            ddp.launch(ddp.job_echo, world=2, port=port)
 
 
 def test_free_port_and_bad_port():
-    assert W.check_port(W.free_port()) > 0
+    assert ddp.check_port(ddp.free_port()) > 0
     with pytest.raises(ValueError, match="port=70000"):
-        W.check_port(70000)
+        ddp.check_port(70000)
 
 
 def test_world_size_and_backend_checks():
-    assert W.resolve_world(2, "gloo") == 2
-    assert W.resolve_world(2, "nccl", gpus=4) == 2
+    assert ddp.resolve_world(2, "gloo") == 2
+    assert ddp.resolve_world(2, "nccl", gpus=4) == 2
     with pytest.raises(ValueError, match="world size 4 is larger than the 2 GPU"):
-        W.resolve_world(4, "nccl", gpus=2)
+        ddp.resolve_world(4, "nccl", gpus=2)
     with pytest.raises(ValueError, match=r"needs CUDA GPUs and this machine has none.*gloo"):
-        W.resolve_world(2, "nccl", gpus=0)
+        ddp.resolve_world(2, "nccl", gpus=0)
     with pytest.raises(ValueError, match="world size 0"):
-        W.resolve_world(0, "gloo")
+        ddp.resolve_world(0, "gloo")
     with pytest.raises(ValueError, match="backend='mpi'"):
-        W.launch(W.job_echo, world=2, backend="mpi")
-    if W.gpu_count() == 0:
+        ddp.launch(ddp.job_echo, world=2, backend="mpi")
+    if ddp.gpu_count() == 0:
         with pytest.raises(ValueError, match="needs CUDA GPUs"):
-            W.launch(W.job_echo, world=2, backend="nccl")
+            ddp.launch(ddp.job_echo, world=2, backend="nccl")
 
 
 def test_record_into_skips_without_two_gpus():
-    if W.gpu_count() >= 2:
+    if ddp.gpu_count() >= 2:
         pytest.skip("this machine has 2 GPUs: the recorder step would run")
-    with pytest.raises(D.NotEnoughGPUs, match=r"needs 2 GPUs .* has \d"):
-        D.record_into(writer=None, check=lambda ranks: [])
+    with pytest.raises(distributed.NotEnoughGPUs, match=r"needs 2 GPUs .* has \d"):
+        distributed.record_into(writer=None, check=lambda ranks: [])
 
 
 def test_record_into_refuses_a_run_that_breaks_an_invariant(tmp_path):
@@ -98,11 +98,11 @@ def test_record_into_refuses_a_run_that_breaks_an_invariant(tmp_path):
         return ["cap 0.25 MiB: rank 0 step 0: exposed 9.0 µs, comm 8.0 µs, step 7.0 µs; expected exposed <= comm <= step"]
 
     w = EvidenceWriter(tmp_path / "bad", "test")
-    with pytest.raises(D.InvariantBroken, match=r"1 invariant\(s\) broken, nothing written:\ncap 0.25 MiB"):
-        D.record_into(w, check=broken, gpus=2, spec=TINY, backend="gloo")
+    with pytest.raises(distributed.InvariantBroken, match=r"1 invariant\(s\) broken, nothing written:\ncap 0.25 MiB"):
+        distributed.record_into(w, check=broken, gpus=2, spec=TINY, backend="gloo")
     assert seen == [2] and not list((tmp_path / "bad").iterdir())
     w = EvidenceWriter(tmp_path / "good", "test")
-    assert "invariants hold" in D.record_into(w, check=lambda ranks: [], gpus=2, spec=TINY, backend="gloo")
+    assert "invariants hold" in distributed.record_into(w, check=lambda ranks: [], gpus=2, spec=TINY, backend="gloo")
     w.close()
     assert RecordedStore(tmp_path / "good").names() == ["ddp_meta", "ddp_rank0", "ddp_rank1"]
 
@@ -111,7 +111,7 @@ def test_recorder_step_is_skipped_with_its_reason(tmp_path):
     from infralens_lab import record
     from infralens_lab.evidence import EvidenceWriter
 
-    if W.gpu_count() >= 2:
+    if ddp.gpu_count() >= 2:
         pytest.skip("this machine has 2 GPUs: the recorder step would run")
     assert "distributed" in record.STEPS
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
@@ -122,23 +122,23 @@ def test_recorder_step_is_skipped_with_its_reason(tmp_path):
 
 def test_spec_validation():
     with pytest.raises(ValueError, match="bucket_cap_mb = 0"):
-        D.DDPConfig("x", 0)
+        distributed.DDPConfig("x", 0)
     with pytest.raises(ValueError, match="straggle_ms = -1"):
-        D.DDPConfig("x", None, straggle_ms=-1)
-    assert D.DDPConfig("default", None).bucket_cap_mb is None
-    assert D.spec_for("gloo") is D.CPU_SPEC and D.spec_for("nccl") is D.LIVE_GPU_SPEC
+        distributed.DDPConfig("x", None, straggle_ms=-1)
+    assert distributed.DDPConfig("default", None).bucket_cap_mb is None
+    assert distributed.spec_for("gloo") is distributed.CPU_SPEC and distributed.spec_for("nccl") is distributed.LIVE_GPU_SPEC
     with pytest.raises(ValueError, match="backend='mpi'"):
-        D.spec_for("mpi")
+        distributed.spec_for("mpi")
     with pytest.raises(ValueError, match=re.escape("RunSpec.active = 0")):
-        D.RunSpec(active=0)
+        distributed.RunSpec(active=0)
     with pytest.raises(ValueError, match=re.escape("MLPConfig.width = -1")):
-        W.MLPConfig(width=-1)
+        ddp.MLPConfig(width=-1)
     with pytest.raises(TypeError, match="expected a RunSpec"):
-        D.run("fast")
+        distributed.run("fast")
 
 
 def test_child_env_keeps_nvlink_multicast_off():
-    assert W.CHILD_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    assert ddp.CHILD_ENV == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                            "NVSHMEM_DISABLE_NVLS": "1"}
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab import profile_ddp as P
-from infralens_lab.analysis import distributed as A
+from infralens_lab import profile_ddp
+from infralens_lab.analysis import distributed
 from infralens_lab.analysis.buckets import bucket_plan
 from infralens_lab.analyze import analyze, ranks
 
@@ -50,10 +50,10 @@ def test_the_folder_reads_as_n_ranks_with_every_invariant(four):
     ddp = datas[0]["infralens"]["ddp"]
     ready = [ddp["param_bytes"][i] for i in ddp["grad_ready_order"]]
     assert bucket_plan(ready, 0.05) == ddp["bucket_bytes"] and len(ddp["bucket_bytes"]) == 4
-    t = A.overlap_table(traces)
+    t = distributed.overlap_table(traces)
     assert sorted(set(t["rank"])) == [0, 1, 2, 3] and len(t) == 12
-    assert A.invariant_violations(t, buckets=4) == []
-    al = A.align(traces)
+    assert distributed.invariant_violations(t, buckets=4) == []
+    al = distributed.align(traces)
     assert len(al) == 4 * 3 * 4 and al.attrs["violations"] == 0
     assert (al.groupby(["step", "seq"])["wait_us"].min() == 0).all()  # at every collective someone arrived last
     rep = analyze(out, cpu_ok=True)
@@ -74,23 +74,23 @@ def test_a_learners_model_as_module_function(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     traces, _, datas = ranks(out, cpu_ok=True)
     assert datas[1]["infralens"]["provenance"]["model"] == "mymodel:build"
-    t = A.overlap_table(traces)
+    t = distributed.overlap_table(traces)
     assert set(t["allreduce_calls"]) == {len(datas[0]["infralens"]["ddp"]["bucket_bytes"])}
 
 
 def test_outside_torchrun_it_says_how_to_start_it(monkeypatch, tmp_path):
-    for k in P.ENV:
+    for k in profile_ddp.ENV:
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(SystemExit, match=r"RANK, WORLD_SIZE, LOCAL_RANK not set.*torchrun --nproc_per_node=N"):
-        P.main(["--out", str(tmp_path)])
+        profile_ddp.main(["--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="RANK=4, WORLD_SIZE=4"):
-        P.rank_env({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"})
+        profile_ddp.rank_env({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"})
     with pytest.raises(SystemExit, match=re.escape("--model 'nocolon'; expected package.module:function")):
-        P.load_model_fn("nocolon")
+        profile_ddp.load_model_fn("nocolon")
     with pytest.raises(SystemExit, match="cannot be loaded"):
-        P.load_model_fn("no_such_module_xyz:build")
-    assert P.rank_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (1, 4, 1)
-    json.dumps(P.parser().parse_args(["--out", "x"]).__dict__)  # every default is plain data
+        profile_ddp.load_model_fn("no_such_module_xyz:build")
+    assert profile_ddp.rank_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (1, 4, 1)
+    json.dumps(profile_ddp.parser().parse_args(["--out", "x"]).__dict__)  # every default is plain data
 
 
 @pytest.mark.parametrize("requested,cuda,gpus,local_world,want", [
@@ -98,4 +98,4 @@ def test_outside_torchrun_it_says_how_to_start_it(monkeypatch, tmp_path):
     ("auto", True, 4, 4, "nccl"), ("auto", True, 8, 2, "nccl"), ("auto", False, 0, 2, "gloo"),
     ("gloo", True, 8, 2, "gloo"), ("nccl", False, 0, 2, "nccl")])
 def test_the_backend_is_one_per_node(requested, cuda, gpus, local_world, want):
-    assert P.node_backend(requested, cuda, gpus, local_world) == want
+    assert profile_ddp.node_backend(requested, cuda, gpus, local_world) == want

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.analysis import distributed as A
+from infralens_lab.analysis import distributed
 from infralens_lab.parse.ranks import recorded_run
 from infralens_lab.parse.trace import load_trace
 
@@ -44,10 +44,10 @@ def test_allreduce_calls_match_ddp_buckets(label):
     buckets = EXPECTED[label]
     for r in RUN:
         assert _cfg(r, label)["bucket_bytes"] == buckets
-    t = A.overlap_table(_traces(label))
+    t = distributed.overlap_table(_traces(label))
     assert len(t) == 2 * 4  # 2 ranks x 4 profiled steps
     assert set(t["allreduce_calls"]) == {len(buckets)}
-    assert A.invariant_violations(t, buckets=len(buckets)) == []
+    assert distributed.invariant_violations(t, buckets=len(buckets)) == []
     for r in RUN:  # the raw count: c10d calls (the enqueuing side) inside each step's CPU range
         steps, calls, _ = _raw(_cfg(r, label)["trace"])
         assert [sum(a <= c < b for c in calls) for a, b in steps] == [len(buckets)] * 4
@@ -55,7 +55,7 @@ def test_allreduce_calls_match_ddp_buckets(label):
 
 def test_comm_time_is_the_raw_union_clipped_to_the_step():
     trs = _traces("cap 0.25 MiB")
-    t = A.overlap_table(trs)
+    t = distributed.overlap_table(trs)
     for rank, r in enumerate(RUN):
         steps, calls, comm = _raw(_cfg(r, "cap 0.25 MiB")["trace"])
         comm = comm[len(comm) - len(calls):]  # ranges of work enqueued before the profiler have no call
@@ -75,22 +75,22 @@ def test_comm_time_is_the_raw_union_clipped_to_the_step():
 
 def test_fractions_are_fractions_and_hta_counts_at_least_backward():
     for label in EXPECTED:
-        t = A.overlap_table(_traces(label))
+        t = distributed.overlap_table(_traces(label))
         assert t["hidden_fraction"].between(0, 1).all()
         assert (t["hta_overlap"] >= t["hidden_fraction"] - 1e-9).all()  # 'all compute' contains backward
         assert (t["exposed_us"] <= t["comm_us"] + 1e-9).all()
 
 
 def test_ranks_share_one_host_clock():
-    al = A.align(_traces("cap 0.25 MiB"))
+    al = distributed.align(_traces("cap 0.25 MiB"))
     assert len(al) == 2 * 4 * 8 and al.attrs["violations"] == 0  # no collective ends before the other rank entered it
     assert (al.groupby(["step", "seq"])["wait_us"].min() == 0).all()
 
 
 def test_no_sync_sends_once_per_optimizer_step():
     accum = RUN[0]["no_sync"]["accum"]
-    plain = A.overlap_table([load_trace(r["no_sync"]["plain"]["trace"]) for r in RUN])
-    nosync = A.overlap_table([load_trace(r["no_sync"]["no_sync"]["trace"]) for r in RUN])
+    plain = distributed.overlap_table([load_trace(r["no_sync"]["plain"]["trace"]) for r in RUN])
+    nosync = distributed.overlap_table([load_trace(r["no_sync"]["no_sync"]["trace"]) for r in RUN])
     assert set(plain["allreduce_calls"]) == {accum * 8}
     assert set(nosync["allreduce_calls"]) == {8}
 
@@ -105,16 +105,16 @@ def test_the_recorded_nccl_set_keeps_every_invariant():
     """The committed NCCL set (recorder step `distributed`, written only when these hold): exposed <= comm <= step on
     every rank, calls per step = DDP's buckets, kernels per step whole and equal, speedup within its bound, and
     no collective ending before every GPU entered it (beyond the stated tolerance for GPU timers)."""
-    from infralens_lab.analysis import ddp_run as R
+    from infralens_lab.analysis import ddp_run
 
     run = recorded_run()
     if run is None:
         pytest.skip("no recorded NCCL set in this checkout (python -m infralens_lab record --only device,distributed)")
     assert run.backend == "nccl" and run.world >= 2
-    assert R.run_violations(run) == []
+    assert ddp_run.run_violations(run) == []
     for label in run.labels():
-        t = R.table(run, label)
+        t = ddp_run.table(run, label)
         assert set(t["allreduce_calls"]) == {len(run.config(label)["bucket_bytes"])}
         assert t["kernels"].notna().all() and t.groupby("rank")["kernels"].nunique().eq(1).all()
-        al = A.align(run.traces(label))
+        al = distributed.align(run.traces(label))
         assert al.attrs["violations"] == 0, (label, al.attrs)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from infralens_lab import gates_cli as A
+from infralens_lab import gates_cli
 from infralens_lab.device import is_gpu
-from infralens_lab.measure import gates as G
+from infralens_lab.measure import gates
 from infralens_lab.measure import gates_record as GR
 from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated
 
@@ -19,14 +19,14 @@ CPU_ONLY = "thresholds were measured on a CPU (aten ops and bytes differ on a GP
 
 @pytest.fixture(scope="module")
 def thresholds():
-    return G.load_thresholds()
+    return gates.load_thresholds()
 
 
 @pytest.mark.parametrize("workload", ["tinygpt_step", "copies", "attention_naive", "attention_tiled"])
 def test_project_count_gates_pass(thresholds, workload):
     if is_gpu():
         pytest.skip(CPU_ONLY)
-    verdicts = A.check_counts(thresholds, [workload])
+    verdicts = gates_cli.check_counts(thresholds, [workload])
     assert verdicts, f"no gates for {workload} in {thresholds['path']}"
     failed = [v.message for v in verdicts if not v.passed]
     assert not failed, failed
@@ -36,14 +36,14 @@ def test_broken_workload_fails_the_sync_gate(thresholds):
     """The bubble pipeline reads loss.item() every step: held to the fixed step's gates, it fails."""
     rules = thresholds["counts"]["tinygpt_step"]
     broken = {"path": "test", "counts": {"tinygpt_step_bubble": {"syncs_per_step": rules["syncs_per_step"]}}}
-    (v,) = A.check_counts(broken)
+    (v,) = gates_cli.check_counts(broken)
     assert not v.passed and v.measured == 1 and v.metric == "syncs_per_step"
 
 
 def test_triton_launch_counter_names_kernels():
     step = make_gated("attention_naive")
     step()
-    with G.triton_launches() as got:
+    with gates.triton_launches() as got:
         step()
         step()
     assert dict(got) == {"naive_qk": 2, "naive_softmax": 2, "naive_pv": 2}
@@ -53,8 +53,8 @@ def test_regressions_caught_and_missed():
     """Each injected regression against the intended step, counted on this machine."""
     def counts(reg):
         s = MLPStep(reg, device="cpu")
-        c = G.count_step(s)
-        return c, G.graph_breaks(s.chain, *s.chain_args()).breaks
+        c = gates.count_step(s)
+        return c, gates.graph_breaks(s.chain, *s.chain_args()).breaks
 
     base, base_breaks = counts(None)
     assert (base.syncs_per_step, base_breaks) == (0, 0)
@@ -72,7 +72,7 @@ def test_regressions_caught_and_missed():
 
 def test_optimizer_step_counter_is_not_a_sync():
     """AdamW reads its host-resident step counter with .item(): not a device sync, not counted."""
-    c = G.count_step(make_gated("tinygpt_step"), peak=False)
+    c = gates.count_step(make_gated("tinygpt_step"), peak=False)
     assert c.ops.get("aten::_local_scalar_dense", 0) > 0 and c.syncs_per_step == 0
 
 
@@ -94,20 +94,20 @@ def _write(tmp_path, data) -> str:
     ({"schema": 1, "ratios": {"coalesced / copy_ (float32)": {"tolerance": 5, "k": 5}}}, "fraction in"),
 ])
 def test_bad_threshold_files(tmp_path, data, match):
-    with pytest.raises(G.ThresholdError, match=match):
-        G.load_thresholds(_write(tmp_path, data))
+    with pytest.raises(gates.ThresholdError, match=match):
+        gates.load_thresholds(_write(tmp_path, data))
 
 
 def test_missing_threshold_file_and_cli(tmp_path, capsys):
-    with pytest.raises(G.ThresholdError, match="no threshold file at"):
-        G.load_thresholds(tmp_path / "nope.json")
-    assert A.main(["--thresholds", str(tmp_path / "nope.json")]) == 2
+    with pytest.raises(gates.ThresholdError, match="no threshold file at"):
+        gates.load_thresholds(tmp_path / "nope.json")
+    assert gates_cli.main(["--thresholds", str(tmp_path / "nope.json")]) == 2
     assert "no threshold file" in capsys.readouterr().err
 
 
 def test_unknown_metric_when_measuring():
-    with pytest.raises(G.ThresholdError, match="unknown metric"):
-        G.measure_counts("copies", ["kernels_per_step"])
+    with pytest.raises(gates.ThresholdError, match="unknown metric"):
+        gates.measure_counts("copies", ["kernels_per_step"])
     with pytest.raises(ValueError, match="unknown gated workload"):
         make_gated("resnet")
     assert "tinygpt_step_bubble" in GATED and set(REGRESSIONS) == {"item", "noncontig", "lost_fusion", "fp32_matmul"}
@@ -117,20 +117,20 @@ def test_cli_counts_pass_and_fail(tmp_path, capsys):
     if is_gpu():
         pytest.skip(CPU_ONLY)
     ok = {"schema": 1, "counts": {"copies": {"launches_per_step": {"equals": 2}}}}
-    assert A.main(["--thresholds", _write(tmp_path, ok), "--json", str(tmp_path / "v.json")]) == 0
+    assert gates_cli.main(["--thresholds", _write(tmp_path, ok), "--json", str(tmp_path / "v.json")]) == 0
     assert json.loads((tmp_path / "v.json").read_text())[0]["passed"] is True
     bad = {"schema": 1, "counts": {"copies": {"launches_per_step": {"equals": 1}}}}
-    assert A.main(["--thresholds", _write(tmp_path, bad)]) == 1
+    assert gates_cli.main(["--thresholds", _write(tmp_path, bad)]) == 1
     assert "FAIL" in capsys.readouterr().out
 
 
 def test_ratio_gates_refuse_without_gpu(capsys):
     if is_gpu():
         pytest.skip("this test is about interpreter mode")
-    assert A.main(["--ratios"]) == 2
+    assert gates_cli.main(["--ratios"]) == 2
     assert "interpreter mode" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="need a GPU"):
-        G.ratio_samples(lambda: None, lambda: None, 1)
+        gates.ratio_samples(lambda: None, lambda: None, 1)
 
 
 def test_recorder_regressions_dry_run_on_cpu():

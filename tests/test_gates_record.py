@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infralens_lab.measure import gates as G
+from infralens_lab.measure import gates
 from infralens_lab.measure import gates_record as GR
 from infralens_lab.parse.trace import Trace
 
@@ -51,19 +51,19 @@ def test_variant_summary_counts_each_forward_by_the_attribution_rule():
 
 def test_aa_timings_injects_a_shared_slowdown():
     calls = []
-    t = G.aa_timings(lambda: calls.append("a"), lambda: calls.append("b"), rounds=4, steps=2, slow_every=2, stall_ms=2.0)
+    t = gates.aa_timings(lambda: calls.append("a"), lambda: calls.append("b"), rounds=4, steps=2, slow_every=2, stall_ms=2.0)
     assert list(t["state"]) == ["as is", "as is", "slowed", "slowed"] and len(calls) == 2 * 2 * (4 + 1)
     slowed, quiet = t[t["state"] == "slowed"], t[t["state"] == "as is"]
     assert (slowed["a_ms"] >= 4.0).all() and (slowed["b_ms"] >= 4.0).all()  # two 2 ms stalls per timing, both sides
     assert (t["ratio"] == t["a_ms"] / t["b_ms"]).all() and len(quiet) == 2
     with pytest.raises(ValueError, match="positive"):
-        G.aa_timings(lambda: None, lambda: None, rounds=0)
+        gates.aa_timings(lambda: None, lambda: None, rounds=0)
     with pytest.raises(ValueError, match="stall"):
-        G.aa_timings(lambda: None, lambda: None, rounds=2, slow_every=1, stall_ms=0.0)
+        gates.aa_timings(lambda: None, lambda: None, rounds=2, slow_every=1, stall_ms=0.0)
 
 
 def test_regression_counts_on_this_machine():
-    t = G.regression_counts(device="cpu", **TINY).set_index("regression")
+    t = gates.regression_counts(device="cpu", **TINY).set_index("regression")
     assert list(t.index) == ["intended", "item", "noncontig", "lost_fusion", "fp32_matmul"]
     assert t.loc["item", "syncs_per_step"] == 1 and t.loc["lost_fusion", "graph_breaks"] == 1
     assert t.loc["noncontig", "peak_bytes"] > t.loc["intended", "peak_bytes"]

@@ -14,14 +14,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import make_grade_command
 
-from infralens_lab.quiz import grader as G
-from infralens_lab.quiz import labs, load_bank, question
+from infralens_lab.quiz import grader, labs, load_bank, question
 from infralens_lab.quiz import pytest_plugin as plugin
 from infralens_lab.quiz.check import GRADE_ENV
 from infralens_lab.quiz.keys import lab00 as lab00_key
@@ -80,7 +79,7 @@ def _after(nb, startswith: str, source: str):
 
 RIGHT_Q1 = question("lab00.q1").answer
 WRONG_Q1 = next(k for k in question("lab00.q1").options if k != RIGHT_Q1)
-RIGHT_Q3 = int(G.expected_for_grading(question("lab00.q3")))
+RIGHT_Q3 = int(grader.expected_for_grading(question("lab00.q3")))
 
 
 def _class_folder(subs: Path, scores: Path) -> None:
@@ -162,8 +161,7 @@ def graded(tmp_path_factory):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     args = f"--infralens-score-junit={junit} --junitxml={cells} --nbval-cell-timeout=120"
-    cmd = ["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}",
-           f"SUBMISSIONS={subs}", f"SCORES={scores}", f"PYTEST_ARGS={args}"]
+    cmd = make_grade_command(f"SUBMISSIONS={subs}", f"SCORES={scores}", f"PYTEST_ARGS={args}")
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     rows = list(csv.DictReader(scores.open())) if scores.exists() else []
     return dict(proc=proc, rows=rows, junit=junit, cells=cells, subs=subs)
@@ -251,7 +249,7 @@ def _nb(*sources, metadata=None):
     (["ANSWER_Q1 = 1 + " + " + ".join(["1"] * 890) + " + n"], (None, False)),  # deep, and code
 ])
 def test_final_answer_is_the_last_literal_assignment(sources, want):
-    answers, notes = G.final_answers(_nb(*sources))
+    answers, notes = grader.final_answers(_nb(*sources))
     a = answers["ANSWER_Q1"]
     assert (a.value, a.literal) == want and notes == []
 
@@ -261,22 +259,22 @@ def test_final_answer_is_the_last_literal_assignment(sources, want):
                                       ("ANSWER_Q1 = (-8) ** 0.5", "not a finite real number"),
                                       ("ANSWER_Q1 = 1e308 * 10.0", "not a finite real number")])
 def test_arithmetic_that_cannot_be_evaluated_is_invalid_with_the_reason(src, why):
-    (a,), _ = G.final_answers(_nb(src))[0].values(), None
+    (a,), _ = grader.final_answers(_nb(src))[0].values(), None
     assert not a.literal and why in a.source
-    status, points, feedback = G.judge_question(question("lab00.q3"), a)
+    status, points, feedback = grader.judge_question(question("lab00.q3"), a)
     assert (status, points) == ("invalid", 0) and why in feedback
 
 
 @pytest.mark.parametrize("magic", ["bash", "timeit", "writefile x.py", "html"])
 def test_a_cell_magic_that_does_not_run_python_in_the_namespace_sets_nothing(magic):
-    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', f'%%{magic}\nANSWER_Q1 = "C"'))
+    answers, notes = grader.final_answers(_nb('ANSWER_Q1 = "B"', f'%%{magic}\nANSWER_Q1 = "C"'))
     assert answers["ANSWER_Q1"].value == "B" and len(notes) == 1 and f"%%{magic.split()[0]} cell" in notes[0]
 
 
 def test_a_cell_python_cannot_compile_sets_nothing_as_in_the_kernel():
     """5000 terms: Python's own parser gives up (RecursionError), so the kernel never sets the variable."""
     deep = "ANSWER_Q1 = " + " + ".join(["1"] * 5000)
-    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', deep))
+    answers, notes = grader.final_answers(_nb('ANSWER_Q1 = "B"', deep))
     assert answers["ANSWER_Q1"].value == "B" and "cannot be compiled by Python" in notes[0]
 
 
@@ -286,7 +284,7 @@ def test_an_error_while_grading_one_notebook_stays_in_its_rows(tmp_path, monkeyp
     for p in (good, bad):
         p.parent.mkdir()
         nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)
-    real = G.final_answers
+    real = grader.final_answers
 
     def flaky(nb):
         if any("poison" in c.source for c in nb.cells):
@@ -294,14 +292,14 @@ def test_an_error_while_grading_one_notebook_stays_in_its_rows(tmp_path, monkeyp
         return real(nb)
 
     nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}", "# poison"), bad)
-    monkeypatch.setattr(G, "final_answers", flaky)
-    rows = G.grade_notebook(bad, "bad") + G.grade_notebook(good, "good")
+    monkeypatch.setattr(grader, "final_answers", flaky)
+    rows = grader.grade_notebook(bad, "bad") + grader.grade_notebook(good, "good")
     assert {(r.notebook, r.status) for r in rows} == {("bad", "unreadable"), ("good", "correct"), ("good", "unanswered")}
     assert all(type(boom).__name__ in r.feedback and r.flags == "grader error" for r in rows if r.notebook == "bad")
 
 
 def test_a_cell_that_is_not_python_is_noted_not_fatal():
-    answers, notes = G.final_answers(_nb('ANSWER_Q1 = "B"', "ANSWER_Q2 = (", 'ANSWER_Q3 = 4'))
+    answers, notes = grader.final_answers(_nb('ANSWER_Q1 = "B"', "ANSWER_Q2 = (", 'ANSWER_Q3 = 4'))
     assert answers["ANSWER_Q1"].value == "B" and "ANSWER_Q2" not in answers and answers["ANSWER_Q3"].value == 4
     assert len(notes) == 1 and "code cell 1 is not valid Python" in notes[0]
 
@@ -309,7 +307,7 @@ def test_a_cell_that_is_not_python_is_noted_not_fatal():
 def test_grade_notebook_questions_come_from_the_bank(tmp_path):
     p = tmp_path / "00_start_here.ipynb"
     nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}"), p)  # no check cells at all, no q2/q3 cells
-    rows = G.grade_notebook(p, "x.ipynb")
+    rows = grader.grade_notebook(p, "x.ipynb")
     assert [(r.question, r.status, r.points) for r in rows] == [
         ("lab00.q1", "correct", 1), ("lab00.q2", "unanswered", 0), ("lab00.ex1", "unanswered", 0),
         ("lab00.q3", "unanswered", 0)]
@@ -325,14 +323,14 @@ def test_grade_notebook_questions_come_from_the_bank(tmp_path):
     ({"infralens": {"lab": "lab99"}}, "00_a.ipynb", "lab00", True),   # metadata names a lab with no bank
 ])
 def test_lab_identity_from_metadata_then_file_name(metadata, name, lab, flagged):
-    got, flag = G.identify_lab(_nb(metadata=metadata), Path(name))
+    got, flag = grader.identify_lab(_nb(metadata=metadata), Path(name))
     assert got == lab and bool(flag) == flagged
 
 
 def test_metadata_naming_a_lab_without_a_bank_is_flagged_and_graded_by_file_name(tmp_path):
     p = tmp_path / "00_start_here.ipynb"
     nbformat.write(_nb(f"ANSWER_Q1 = {RIGHT_Q1!r}", metadata={"infralens": {"lab": "lab99"}}), p)
-    rows = G.grade_notebook(p, "x.ipynb")
+    rows = grader.grade_notebook(p, "x.ipynb")
     assert [r.question for r in rows] == list(load_bank("lab00")) and rows[0].status == "correct"
     assert all(r.flags == "unknown lab in metadata" and "says lab99" in r.feedback for r in rows)
 
@@ -340,10 +338,10 @@ def test_metadata_naming_a_lab_without_a_bank_is_flagged_and_graded_by_file_name
 def test_notebook_of_unknown_lab_gets_a_row(tmp_path):
     p = tmp_path / "homework.ipynb"
     nbformat.write(_nb('ANSWER_Q1 = "B"', metadata={}), p)
-    (row,) = G.grade_notebook(p, "homework.ipynb")
+    (row,) = grader.grade_notebook(p, "homework.ipynb")
     assert row.status == "unknown lab" and "cannot tell which lab" in row.feedback
     nbformat.write(_nb('ANSWER_Q1 = "B"', metadata={"infralens": {"lab": "lab97"}}), p)
-    (row,) = G.grade_notebook(p, "homework.ipynb")
+    (row,) = grader.grade_notebook(p, "homework.ipynb")
     assert row.status == "unknown lab" and "lab97" in row.feedback
 
 
@@ -359,8 +357,8 @@ def test_lab00_launch_length_matches_the_grader():
 def test_every_derived_question_can_be_marked_by_the_grader(q):
     assert q.evidence, f"{q.id}: a derived question needs 'evidence': 'infralens_lab.module:function' in its bank"
     try:
-        G.expected_for_grading(q)
-    except G.EvidenceUnavailable as exc:
+        grader.expected_for_grading(q)
+    except grader.EvidenceUnavailable as exc:
         if "found no evidence" in str(exc):
             pytest.skip(str(exc))  # no recording in this checkout: the row would say 'no evidence'
         raise
@@ -369,11 +367,11 @@ def test_every_derived_question_can_be_marked_by_the_grader(q):
 def test_missing_evidence_is_a_row_not_a_crash(monkeypatch):
     q = question("lab00.q3")
     monkeypatch.setattr(lab00_key, "vector_add", lambda: None)
-    G.grader_evidence.cache_clear()
+    grader.grader_evidence.cache_clear()
     try:
-        status, points, feedback = G.judge_question(q, G.Answer(value=5))
+        status, points, feedback = grader.judge_question(q, grader.Answer(value=5))
     finally:
-        G.grader_evidence.cache_clear()
+        grader.grader_evidence.cache_clear()
     assert (status, points) == ("no evidence", 0) and "found no evidence" in feedback
 
 
@@ -465,7 +463,7 @@ def test_summary_lines_add_up_per_lab_and_notebook():
 
 
 def test_rows_are_json_serialisable():
-    row = G.Row("a.ipynb", "lab00", "lab00.q1", "correct", 1, 1, "")
+    row = grader.Row("a.ipynb", "lab00", "lab00.q1", "correct", 1, 1, "")
     assert json.loads(json.dumps(row.as_dict()))["status"] == "correct"
 
 
@@ -479,8 +477,7 @@ def test_make_grade_run0_scores_without_executing_anything(tmp_path):
     (tmp_path / "class" / "zoe").mkdir(parents=True)
     nbformat.write(nb, tmp_path / "class" / "zoe" / "00_start_here.ipynb")
     scores = tmp_path / "scores.csv"
-    proc = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", "RUN=0",
-                           f"PY={sys.executable}", f"SUBMISSIONS={tmp_path / 'class'}", f"SCORES={scores}"],
+    proc = subprocess.run(make_grade_command("RUN=0", f"SUBMISSIONS={tmp_path / 'class'}", f"SCORES={scores}"),
                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader(scores.open()))
@@ -495,6 +492,6 @@ def test_make_grade_run0_scores_without_executing_anything(tmp_path):
 def test_files_that_are_not_notebooks_get_unreadable_rows(tmp_path, text):
     p = tmp_path / "01_nsight_workflow.ipynb"
     p.write_text(text)
-    rows = G.grade_notebook(p, "x.ipynb")
+    rows = grader.grade_notebook(p, "x.ipynb")
     assert [r.question for r in rows] == list(load_bank("lab01"))  # the lab from the file name
     assert all(r.status == "unreadable" and r.points == 0 and "could not be read" in r.feedback for r in rows)

@@ -11,16 +11,15 @@ import csv
 import os
 import shutil
 import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from helpers import question_sections_of
+from helpers import make_grade_command, question_sections_of
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
-import hostile_class as H  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
+import hostile_class  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 DELAY_S = 0.0          # attack 4 waits this long, then for the score file (20 s in the issue: run that by hand)
@@ -34,8 +33,7 @@ def _env(repo: Path, banks: Path) -> dict:
 
 
 def _make(repo: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}",
-                           *args], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(make_grade_command(*args), cwd=repo, env=env, capture_output=True, text=True, timeout=900)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -52,11 +50,11 @@ def graded(tmp_path_factory):
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(ROOT / name, repo / name)
     (repo / "labs").mkdir()
-    shutil.copy(H.LAB00, repo / "labs" / H.LAB00.name)
+    shutil.copy(hostile_class.LAB00, repo / "labs" / hostile_class.LAB00.name)
     subs, banks, scores, scores0 = tmp / "class", tmp / "banks", tmp / "out" / "scores.csv", tmp / "out0" / "scores.csv"
     scores.parent.mkdir()
     scores0.parent.mkdir()
-    H.build(subs, banks, scores, DELAY_S)
+    hostile_class.build(subs, banks, scores, DELAY_S)
     env = _env(repo, banks)
     start = time.monotonic()
     run1 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores}", "TIMEOUT=90")
@@ -91,15 +89,15 @@ def test_every_student_scores_what_their_final_answers_earn(graded, run):
     proc = graded["run1" if run == "rows1" else "run0"]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     got = {k: (r["status"], float(r["points"])) for k, r in _by(graded[run]).items()}
-    want = H.expected(graded["ids"])
+    want = hostile_class.expected(graded["ids"])
     assert got == want, {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
 
 
 def test_run1_finishes_in_time_and_executed_the_exercises(graded):
     assert graded["run1_s"] < RUN_LIMIT_S
     by = _by(graded["rows1"])
-    assert by[("alice", H.EX)]["answer"] == "891" or float(by[("alice", H.EX)]["answer"]) > 0
-    assert "saved in the file" in by[("eve", H.EX)]["feedback"] or by[("eve", H.EX)]["status"] == "correct"
+    assert by[("alice", hostile_class.EX)]["answer"] == "891" or float(by[("alice", hostile_class.EX)]["answer"]) > 0
+    assert "saved in the file" in by[("eve", hostile_class.EX)]["feedback"] or by[("eve", hostile_class.EX)]["status"] == "correct"
 
 
 @pytest.mark.parametrize("run, idx", [("rows1", 0), ("rows0", 1)])
@@ -107,7 +105,7 @@ def test_flags(graded, run, idx):
     flags = {}
     for r in graded[run]:
         flags.setdefault(_who(r), set()).update(f for f in r["flags"].split("; ") if f)
-    want = {who: f[idx] for who, f in H.FLAGS.items()}
+    want = {who: f[idx] for who, f in hostile_class.FLAGS.items()}
     assert {who: flags.get(who, set()) for who in flags} == {who: want.get(who, set()) for who in flags}
 
 
@@ -138,7 +136,7 @@ def test_duplicates_name_each_other(graded):
     by = _by(graded["rows0"])
     assert "the same file as" in by[("kim", "lab00.q1")]["feedback"] and "lea" in by[("kim", "lab00.q1")]["feedback"]
     assert "the same answer cells as" in by[("hal", "lab00.q1")]["feedback"] and "alice" in by[("hal", "lab00.q1")]["feedback"]
-    assert [float(by[(w, q)]["points"]) for w in ("hal", "alice") for q in ("lab00.q1", H.EX)] == [1.0] * 4
+    assert [float(by[(w, q)]["points"]) for w in ("hal", "alice") for q in ("lab00.q1", hostile_class.EX)] == [1.0] * 4
 
 
 class _Page(HTMLParser):

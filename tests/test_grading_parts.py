@@ -14,20 +14,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from helpers import question_sections_of
+from helpers import make_grade_command, question_sections_of
 
-from infralens_lab.quiz import answers as A
+from infralens_lab.quiz import answers, grader, manifest, report, scores
 from infralens_lab.quiz import bank as bank_mod
-from infralens_lab.quiz import grader as G
-from infralens_lab.quiz import manifest as M
 from infralens_lab.quiz import pytest_plugin as plugin
-from infralens_lab.quiz import report as R
-from infralens_lab.quiz import scores as S
 from infralens_lab.quiz.check import ANSWER_MIME, answer_record, check
 from infralens_lab.quiz.isolation import RunOutcome
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it)")
-import hostile_class as H  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
+import hostile_class  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +33,7 @@ def ex_bank(tmp_path, monkeypatch):
     """Lab 00's bank plus the exercise lab00.ex9 (masked lanes computed by code), via $INFRALENS_QUIZ_BANKS."""
     d = tmp_path / "banks"
     d.mkdir()
-    (d / "lab00.json").write_text(json.dumps(H._bank()))
+    (d / "lab00.json").write_text(json.dumps(hostile_class._bank()))
     monkeypatch.setenv(bank_mod.BANKS_ENV, str(d))
     return d
 
@@ -45,7 +41,7 @@ def ex_bank(tmp_path, monkeypatch):
 LANES = 891.0  # lab 00's masked lanes (the grader computes it: asserted in test_exercise_right_from_saved_record)
 
 
-def _nb_file(tmp_path, outputs=None, source=H.EX_CODE):
+def _nb_file(tmp_path, outputs=None, source=hostile_class.EX_CODE):
     nb = nbformat.v4.new_notebook(metadata={"infralens": {"lab": "lab00"}})
     cell = nbformat.v4.new_code_cell(source)
     cell.outputs = [nbformat.v4.new_output("display_data", data={ANSWER_MIME: o, "text/plain": ""})
@@ -57,26 +53,26 @@ def _nb_file(tmp_path, outputs=None, source=H.EX_CODE):
 
 
 def _ex_row(path, run=None):
-    return next(r for r in G.grade_notebook(path, "x", run=run) if r.question == H.EX)
+    return next(r for r in grader.grade_notebook(path, "x", run=run) if r.question == hostile_class.EX)
 
 
 # ---------------------------------------------------------------- exercises
 def test_exercise_right_from_saved_record(ex_bank, tmp_path):
-    assert G.expected_for_grading(bank_mod.question(H.EX)) == LANES
-    row = _ex_row(_nb_file(tmp_path, [answer_record(H.EX, LANES)]))
+    assert grader.expected_for_grading(bank_mod.question(hostile_class.EX)) == LANES
+    row = _ex_row(_nb_file(tmp_path, [answer_record(hostile_class.EX, LANES)]))
     assert (row.status, row.points, row.answer) == ("correct", 1, "891")
 
 
 @pytest.mark.parametrize("payload, status, why", [
-    ({"question": H.EX, "value": LANES + 1}, "wrong", "too high"),
+    ({"question": hostile_class.EX, "value": LANES + 1}, "wrong", "too high"),
     ({"question": "lab00.q3", "value": LANES}, "unanswered", "no value for lab00.ex9 was recorded"),
-    ({"question": H.EX, "value": [LANES]}, "invalid", "is a list"),
-    ({"question": H.EX, "value": True}, "invalid", "is a bool"),
-    ({"question": H.EX, "value": {"v": 1}}, "invalid", "is an object"),
-    ({"question": H.EX, "value": LANES, "points": 1}, "invalid", "exactly 'question' and 'value'"),
-    ({"question": H.EX, "value": "x" * 1001}, "invalid", "over 1000 characters"),
-    ({"question": H.EX, "value": None}, "unanswered", "not answered"),
-    (json.dumps({"question": H.EX, "value": LANES}), "correct", ""),  # a front end that stored it as text
+    ({"question": hostile_class.EX, "value": [LANES]}, "invalid", "is a list"),
+    ({"question": hostile_class.EX, "value": True}, "invalid", "is a bool"),
+    ({"question": hostile_class.EX, "value": {"v": 1}}, "invalid", "is an object"),
+    ({"question": hostile_class.EX, "value": LANES, "points": 1}, "invalid", "exactly 'question' and 'value'"),
+    ({"question": hostile_class.EX, "value": "x" * 1001}, "invalid", "over 1000 characters"),
+    ({"question": hostile_class.EX, "value": None}, "unanswered", "not answered"),
+    (json.dumps({"question": hostile_class.EX, "value": LANES}), "correct", ""),  # a front end that stored it as text
 ])
 def test_exercise_record_is_parsed_strictly(ex_bank, tmp_path, payload, status, why):
     row = _ex_row(_nb_file(tmp_path, [payload]))
@@ -89,14 +85,14 @@ def test_exercise_without_output_says_to_run_the_cell(ex_bank, tmp_path):
 
 
 def test_exercise_written_as_a_literal_is_read_as_one(ex_bank, tmp_path):
-    row = _ex_row(_nb_file(tmp_path, [answer_record(H.EX, 5.0)], source=f"ANSWER_EX9 = {int(LANES)}"))
+    row = _ex_row(_nb_file(tmp_path, [answer_record(hostile_class.EX, 5.0)], source=f"ANSWER_EX9 = {int(LANES)}"))
     assert row.status == "correct"  # the literal, not the (stale) record
 
 
 def test_exercise_in_a_run_reads_the_executed_cell_else_the_saved_one(ex_bank, tmp_path):
-    path = _nb_file(tmp_path, [answer_record(H.EX, 1.0)])            # the saved output is wrong
+    path = _nb_file(tmp_path, [answer_record(hostile_class.EX, 1.0)])            # the saved output is wrong
     ran = RunOutcome("ok", cells={0: {"state": "ok"}, 1: {"state": "ok"}},
-                     records={1: [answer_record(H.EX, LANES)]})
+                     records={1: [answer_record(hostile_class.EX, LANES)]})
     assert _ex_row(path, ran).status == "correct"                         # the run's value wins
     died = RunOutcome("kernel died", "the kernel died in code cell 0", cells={})
     row = _ex_row(path, died)
@@ -130,14 +126,14 @@ def test_check_publishes_nothing_outside_a_kernel(capsys, monkeypatch):
 
 
 def test_record_parser_rejects_non_finite_and_huge():
-    assert A.parse_record({"question": "q", "value": math.inf}, "q")[0] is False
-    assert A.parse_record({"question": "q", "value": 2 ** 2000}, "q")[0] is False
-    assert A.parse_record({"question": "q", "value": 7}, "q") == (True, 7.0, "")
+    assert answers.parse_record({"question": "q", "value": math.inf}, "q")[0] is False
+    assert answers.parse_record({"question": "q", "value": 2 ** 2000}, "q")[0] is False
+    assert answers.parse_record({"question": "q", "value": 7}, "q") == (True, 7.0, "")
 
 
 # ---------------------------------------------------------------- nbval never compares the record
 def test_plugin_constants_match_the_package():
-    assert plugin.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == G.COLUMNS == S.COLUMNS
+    assert plugin.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == grader.COLUMNS == scores.COLUMNS
 
 
 def test_nbval_compares_outputs_without_answer_records():
@@ -162,28 +158,28 @@ def quiz_copy(tmp_path):
     """A copy of the package's quiz folder with its manifest, inside a fake checkout (pyproject.toml)."""
     (tmp_path / "pyproject.toml").write_text("")
     dest = tmp_path / "infralens_lab" / "quiz"
-    shutil.copytree(M.QUIZ_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(manifest.QUIZ_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 
 def test_committed_manifest_matches_the_grader_files():
     try:
-        M.verify()
-    except M.ManifestError as exc:
-        pytest.fail(f"{exc}\n(after changing infralens_lab/quiz on purpose, run `{M.REGENERATE}` and commit the manifest)")
+        manifest.verify()
+    except manifest.ManifestError as exc:
+        pytest.fail(f"{exc}\n(after changing infralens_lab/quiz on purpose, run `{manifest.REGENERATE}` and commit the manifest)")
 
 
 def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
-    M.verify(quiz_copy)
+    manifest.verify(quiz_copy)
     with (quiz_copy / "check.py").open("a") as f:
         f.write("\ndef _judge(q, answer, expected):\n    return 'correct', ''\n")
-    with pytest.raises(M.ManifestError) as exc:
-        M.verify(quiz_copy)
+    with pytest.raises(manifest.ManifestError) as exc:
+        manifest.verify(quiz_copy)
     msg = str(exc.value)
     assert "changed: infralens_lab/quiz/check.py" in msg and "git checkout -- infralens_lab/quiz/check.py" in msg
-    assert M.REGENERATE in msg
-    M.write(quiz_copy)  # a deliberate change, recorded
-    M.verify(quiz_copy)
+    assert manifest.REGENERATE in msg
+    manifest.write(quiz_copy)  # a deliberate change, recorded
+    manifest.verify(quiz_copy)
 
 
 @pytest.mark.parametrize("damage, words", [
@@ -195,14 +191,14 @@ def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
 ])
 def test_manifest_problems_are_named(quiz_copy, damage, words):
     damage(quiz_copy)
-    with pytest.raises(M.ManifestError, match=None) as exc:
-        M.verify(quiz_copy)
+    with pytest.raises(manifest.ManifestError, match=None) as exc:
+        manifest.verify(quiz_copy)
     assert words in str(exc.value)
 
 
 def test_snapshot_sees_a_changed_and_an_added_file(tmp_path):
     (tmp_path / "a.py").write_text("x = 1")
-    snap = M.Snapshot([tmp_path])
+    snap = manifest.Snapshot([tmp_path])
     assert snap.changes() == []
     (tmp_path / "a.py").write_text("x = 2")
     (tmp_path / "b.json").write_text("{}")
@@ -224,9 +220,9 @@ def _rows():
 def test_score_files_are_written_atomically(tmp_path):
     path = tmp_path / "scores.csv"
     path.write_text("old")
-    S.write_csv(_rows(), path)
-    S.write_junit(_rows(), tmp_path / "scores.xml")
-    assert path.read_text().splitlines()[0] == ",".join(S.COLUMNS)
+    scores.write_csv(_rows(), path)
+    scores.write_junit(_rows(), tmp_path / "scores.xml")
+    assert path.read_text().splitlines()[0] == ",".join(scores.COLUMNS)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.csv", "scores.xml"]  # no temporary left
     mask = os.umask(0)
     os.umask(mask)
@@ -235,7 +231,7 @@ def test_score_files_are_written_atomically(tmp_path):
 
 def test_duplicates_are_flagged_without_changing_scores():
     rows = _rows()
-    groups = S.flag_duplicates(rows, {"a.ipynb": "f1", "b.ipynb": "f1", "c.ipynb": None},
+    groups = scores.flag_duplicates(rows, {"a.ipynb": "f1", "b.ipynb": "f1", "c.ipynb": None},
                                {"a.ipynb": "s1", "b.ipynb": "s2", "c.ipynb": "s3"})
     assert groups == [["a.ipynb", "b.ipynb"]]
     assert [r["flags"] for r in rows] == ["duplicate", "duplicate", "duplicate", "timed out; duplicate", "", ""]
@@ -258,7 +254,7 @@ class _Page(HTMLParser):
 
 
 def test_report_structure_shares_wrong_answers_histogram_and_escaping():
-    page_html = R.render(_rows(), {"a.ipynb": "alice", "b.ipynb": "bob", "c.ipynb": "carol"})
+    page_html = report.render(_rows(), {"a.ipynb": "alice", "b.ipynb": "bob", "c.ipynb": "carol"})
     page = _Page()
     page.feed(page_html)
     text = " ".join(page.text)
@@ -272,9 +268,9 @@ def test_report_structure_shares_wrong_answers_histogram_and_escaping():
 
 
 def test_histogram_bins():
-    svg = R.histogram_svg([0, 1, 1, 2, 4], 4, "t")
+    svg = report.histogram_svg([0, 1, 1, 2, 4], 4, "t")
     assert svg.count("<rect") == 5 and ">2</text>" in svg
-    assert R.histogram_svg([3.5, 40], 40, "t").count("<rect") == 10
+    assert report.histogram_svg([3.5, 40], 40, "t").count("<rect") == 10
 
 
 # ---------------------------------------------------------------- isolation (in a child: it kills descendants)
@@ -307,8 +303,7 @@ def test_a_hung_notebook_times_out_and_leaves_nothing():
 
 # ---------------------------------------------------------------- bad inputs to make grade and the plugin
 def _make(*args, env=None):
-    return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "grade", f"PY={sys.executable}", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+    return subprocess.run(make_grade_command(*args), cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in (env or os.environ).items() if k != "INFRALENS_GRADE"})
 
 
@@ -357,7 +352,7 @@ def test_quiz_banks_folder_that_is_not_there_is_named(monkeypatch, tmp_path):
 def test_exercise_ids_are_accepted_by_the_bank():
     assert bank_mod.is_exercise("lab01.ex1") and not bank_mod.is_exercise("lab01.q1")
     assert bank_mod.answer_variable("lab01.ex1") == "ANSWER_EX1"
-    q = bank_mod.question_from_plain(dict(H.EXERCISE, id="lab01.ex1"), "lab01")
+    q = bank_mod.question_from_plain(dict(hostile_class.EXERCISE, id="lab01.ex1"), "lab01")
     assert q.derive == "masked_lanes" and q.kind == "number"
 
 
@@ -379,7 +374,7 @@ def test_grade_session_hands_kernels_absolute_bank_folders(monkeypatch, tmp_path
     """A relative $INFRALENS_QUIZ_BANKS would name another folder in a kernel's scratch folder."""
     d = tmp_path / "banks"
     d.mkdir()
-    (d / "lab00.json").write_text(json.dumps(H._bank()))
+    (d / "lab00.json").write_text(json.dumps(hostile_class._bank()))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(bank_mod.BANKS_ENV, "banks")
     monkeypatch.delenv(plugin.GRADE_ENV, raising=False)

@@ -6,25 +6,24 @@ from __future__ import annotations
 import helpers
 import pandas as pd
 
-from infralens_lab.analysis import counters as C
-from infralens_lab.analysis import launches
+from infralens_lab.analysis import counters, launches
 from infralens_lab.analysis import roofline as rl
 from infralens_lab.analysis import roofline_notes as NT
 from infralens_lab.parse.ncu import parse_raw_csv
 
 
 def test_the_lever_says_how_much_of_the_gpu_the_grid_fills():
-    assert "fills 73% of the GPU's block slots" in C.what_moves_it("latency", 0.07, "matmul", "latency not hidden", 0.73)
-    assert "though the grid fills the GPU" in C.what_moves_it("latency", 0.07, "matmul", "latency not hidden", 1.0)
-    assert "fills the GPU" not in C.what_moves_it("latency", 0.07, "matmul", "latency not hidden", None)
-    assert "more blocks" in C.what_moves_it("latency", 0.02, "matmul", "grid below one wave", 0.36)
+    assert "fills 73% of the GPU's block slots" in counters.what_moves_it("latency", 0.07, "matmul", "latency not hidden", 0.73)
+    assert "though the grid fills the GPU" in counters.what_moves_it("latency", 0.07, "matmul", "latency not hidden", 1.0)
+    assert "fills the GPU" not in counters.what_moves_it("latency", 0.07, "matmul", "latency not hidden", None)
+    assert "more blocks" in counters.what_moves_it("latency", 0.02, "matmul", "grid below one wave", 0.36)
 
 
 def _recorded():
     st = helpers.recorded_set("ceilings", files=("ncu_matmul.csv", "ncu_attention.csv"))
-    kt = C.store_kernel_table(st)
+    kt = counters.store_kernel_table(st)
     mm = parse_raw_csv(st.text("ncu_matmul.csv"))
-    factor = C.tensor_flops_per_op(C.tensor_op_check(mm)) or 1.0
+    factor = counters.tensor_flops_per_op(counters.tensor_op_check(mm)) or 1.0
     mt = launches.matmul_launches(mm, st.load("ceilings").values.get("sweep"),
                                   launches.tensor_peak_per_sm_cycle(mm, factor), factor)
     return kt, mt

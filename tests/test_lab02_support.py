@@ -10,7 +10,7 @@ import helpers
 import pandas as pd
 import pytest
 
-from infralens_lab.analysis import counters as C
+from infralens_lab.analysis import counters
 from infralens_lab.analysis import roofline_notes as NT
 from infralens_lab.analysis import traffic as tr
 from infralens_lab.analysis.hardware import Ceilings
@@ -29,12 +29,12 @@ def ncu_block(label: str, launches: list[tuple[str, dict]], units: dict | None =
 
 
 def _launch(time_ns, read, write, tensor=0, ffma=0, fadd=0, fmul=0, grid=None, l1=None, l2=None):
-    d = {C.TIME: time_ns, C.DRAM_READ: read, C.DRAM_WRITE: write, C.TENSOR_OPS_NAMES[0]: tensor,
-         C.FLOP_METRICS["ffma"]: ffma, C.FLOP_METRICS["fadd"]: fadd, C.FLOP_METRICS["fmul"]: fmul}
+    d = {counters.TIME: time_ns, counters.DRAM_READ: read, counters.DRAM_WRITE: write, counters.TENSOR_OPS_NAMES[0]: tensor,
+         counters.FLOP_METRICS["ffma"]: ffma, counters.FLOP_METRICS["fadd"]: fadd, counters.FLOP_METRICS["fmul"]: fmul}
     if grid is not None:
-        d[C.GRID] = grid
+        d[counters.GRID] = grid
     if l1 is not None:
-        d[C.L1_BYTES], d[C.L2_BYTES] = l1, l2
+        d[counters.L1_BYTES], d[counters.L2_BYTES] = l1, l2
     return d
 
 
@@ -98,53 +98,53 @@ class FakeStore:
 
 # ---------------------------------------------------------------- tests
 def test_parse_config_labels_the_recorder_writes():
-    m = C.parse_config("matmul size=1024,512,256 fp16")
+    m = counters.parse_config("matmul size=1024,512,256 fp16")
     assert {k: m[k] for k in ("family", "M", "N", "K", "dtype", "elem_bytes")} == {
         "family": "matmul", "M": 1024, "N": 512, "K": 256, "dtype": "fp16", "elem_bytes": 2}
-    c = C.parse_config("copy_strided stride=8 n=16777216 fp32")
+    c = counters.parse_config("copy_strided stride=8 n=16777216 fp32")
     assert (c["family"], c["stride"], c["n"], c["elem_bytes"]) == ("copy_strided", 8, 16777216, 4)
-    a = C.parse_config("tiled_fast shape=1,8,2048,64 fp16")
+    a = counters.parse_config("tiled_fast shape=1,8,2048,64 fp16")
     assert (a["variant"], a["N"], a["D"]) == ("tiled_fast", 2048, 64)
     with pytest.raises(ValueError, match="'conv shape=1' is not one"):
-        C.parse_config("conv shape=1")
+        counters.parse_config("conv shape=1")
     with pytest.raises(TypeError, match="int"):
-        C.parse_config(3)
+        counters.parse_config(3)
 
 
 def test_counter_flops_counts_fma_twice():
-    w = pd.DataFrame({C.FLOP_METRICS["ffma"]: [10.0], C.FLOP_METRICS["fadd"]: [3.0],
-                      C.FLOP_METRICS["hfma"]: [5.0], C.FLOP_METRICS["hmul"]: [1.0],
-                      C.TENSOR_OPS_NAMES[0]: [100.0]})
-    out = C.counter_flops(w, 2.0)
+    w = pd.DataFrame({counters.FLOP_METRICS["ffma"]: [10.0], counters.FLOP_METRICS["fadd"]: [3.0],
+                      counters.FLOP_METRICS["hfma"]: [5.0], counters.FLOP_METRICS["hmul"]: [1.0],
+                      counters.TENSOR_OPS_NAMES[0]: [100.0]})
+    out = counters.counter_flops(w, 2.0)
     assert out["cuda_core_flops"].iloc[0] == 2 * 10 + 3 + 2 * 5 + 1
     assert out["tensor_flops"].iloc[0] == 200 and out["flops"].iloc[0] == 234
-    unknown = C.counter_flops(w, None)
+    unknown = counters.counter_flops(w, None)
     assert math.isnan(unknown["tensor_flops"].iloc[0]) and unknown["flops"].iloc[0] == 34
 
 
 @pytest.mark.parametrize("ops_per_flop, factor", [(1.0, 1.0), (0.5, 2.0), (0.0, None), (0.8, 1.25)])
 def test_tensor_counter_unit_is_read_off_the_matmuls(ops_per_flop, factor):
-    check = C.tensor_op_check(parse_raw_csv(matmul_csv(ops_per_flop)))
+    check = counters.tensor_op_check(parse_raw_csv(matmul_csv(ops_per_flop)))
     assert list(check["M"]) == [256, 1024, 4096]
     assert list(check["nominal_2MNK"]) == [2 * n ** 3 for n in (256, 1024, 4096)]
-    got = C.tensor_flops_per_op(check)
+    got = counters.tensor_flops_per_op(check)
     assert got == (None if factor is None else pytest.approx(factor))
 
 
 def test_predicted_reads_block_m_from_the_grid():
-    cfg = C.parse_config("tiled shape=1,8,2048,64 fp16")
-    t = C.predicted(cfg, "attn_fwd", grid_size=16 * 8)
+    cfg = counters.parse_config("tiled shape=1,8,2048,64 fp16")
+    t = counters.predicted(cfg, "attn_fwd", grid_size=16 * 8)
     assert t == tr.attention_tiled_traffic(1, 8, 2048, 64, 2, block_m=128)
-    assert C.predicted(cfg, "attn_fwd", grid_size=None) is None
-    naive = C.parse_config("naive shape=1,8,2048,64 fp16")
-    assert C.predicted(naive, "naive_pv").kernel == "naive_pv"
-    strided = C.parse_config("copy_strided stride=4 n=1024 fp32")
-    assert C.predicted(strided, "copy_strided") == tr.copy_traffic(1024, 4, 4)
+    assert counters.predicted(cfg, "attn_fwd", grid_size=None) is None
+    naive = counters.parse_config("naive shape=1,8,2048,64 fp16")
+    assert counters.predicted(naive, "naive_pv").kernel == "naive_pv"
+    strided = counters.parse_config("copy_strided stride=4 n=1024 fp32")
+    assert counters.predicted(strided, "copy_strided") == tr.copy_traffic(1024, 4, 4)
 
 
 def test_kernel_table_places_and_classifies_kernels():
     frames = [parse_raw_csv(attention_csv()), parse_raw_csv(matmul_csv(1.0))]
-    kt = C.kernel_table(frames, CEIL, 1.0).set_index("label")
+    kt = counters.kernel_table(frames, CEIL, 1.0).set_index("label")
     assert list(kt.index) == ["naive_qk", "naive_softmax", "naive_pv", "attn_fwd", "matmul 256³", "matmul 1024³",
                               "matmul 4096³"]
     # the naive kernels were built at their predicted bytes: measured intensity equals predicted
@@ -164,13 +164,13 @@ def test_kernel_table_places_and_classifies_kernels():
 
 
 def test_kernel_table_falls_back_to_nominal_flops_when_the_counter_unit_is_unknown():
-    kt = C.kernel_table([parse_raw_csv(matmul_csv(0.0))], CEIL, None).set_index("label")
+    kt = counters.kernel_table([parse_raw_csv(matmul_csv(0.0))], CEIL, None).set_index("label")
     assert kt.loc["matmul 1024³", "flops"] == 2 * 1024 ** 3
     assert kt.loc["matmul 1024³", "flops_source"].startswith("nominal")
 
 
 def test_copy_table_amplification_and_bound():
-    ct = C.copy_table(parse_raw_csv(copies_csv()), CEIL).set_index("stride")
+    ct = counters.copy_table(parse_raw_csv(copies_csv()), CEIL).set_index("stride")
     assert ct.loc[1, "read_amplification"] == pytest.approx(1.0)
     assert ct.loc[8, "read_amplification"] == pytest.approx(8.0)
     assert ct.loc[8, "predicted_read_amplification"] == 8.0
@@ -180,12 +180,12 @@ def test_copy_table_amplification_and_bound():
 
 
 def test_hierarchy_points_need_l1_and_l2_counters():
-    pts = C.hierarchy_points([parse_raw_csv(attention_csv(l1=True))], 1.0)
+    pts = counters.hierarchy_points([parse_raw_csv(attention_csv(l1=True))], 1.0)
     qk = pts[pts["series"] == "naive_qk"].set_index("group")
     assert list(qk.index) == ["L1", "L2", "DRAM"]
     assert qk.loc["L1", "intensity"] < qk.loc["L2", "intensity"] < qk.loc["DRAM", "intensity"]
     assert qk["flops_per_s"].nunique() == 1
-    assert C.hierarchy_points([parse_raw_csv(attention_csv(l1=False))], 1.0) is None
+    assert counters.hierarchy_points([parse_raw_csv(attention_csv(l1=False))], 1.0) is None
 
 
 def test_load_counters_degrades_with_a_note(capsys):
@@ -209,11 +209,11 @@ def test_no_live_ceilings_in_interpreter_mode():
 
 
 def test_what_moves_it_by_bound():
-    assert "tiling" in C.what_moves_it("memory", 0.9, "k")
-    assert "coalescing" in C.what_moves_it("memory", 0.3, "k")
-    assert "tensor" in C.what_moves_it("compute", 0.3, "k")
-    assert "hide latency" in C.what_moves_it("latency", 0.05, "k")
-    assert "more blocks" in C.what_moves_it("latency", 0.05, "k", "grid below one wave")
+    assert "tiling" in counters.what_moves_it("memory", 0.9, "k")
+    assert "coalescing" in counters.what_moves_it("memory", 0.3, "k")
+    assert "tensor" in counters.what_moves_it("compute", 0.3, "k")
+    assert "hide latency" in counters.what_moves_it("latency", 0.05, "k")
+    assert "more blocks" in counters.what_moves_it("latency", 0.05, "k", "grid below one wave")
 
 
 def test_check_kernels_passes_and_the_checker_catches_nan():
@@ -238,13 +238,13 @@ def _real(name):
 
 
 def test_real_matmul_counters_tensor_instructions_are_not_flops():
-    check = C.tensor_op_check(_real("ncu_matmul.csv"))
+    check = counters.tensor_op_check(_real("ncu_matmul.csv"))
     assert list(check["M"]) == [256, 512, 1024, 2048, 4096, 8192]
     assert (check["kernels"] == 1).all()
     # this recording has the tensor-path op counter: one unit per FLOP at the large sizes (cuBLAS pads
     # the small ones to its tile, 512³ reads 1.125), so the factor read off the evidence is 1
     big = check[check["M"] >= 1024]
-    assert big["ops_over_2mnk"].median() == pytest.approx(1.0, rel=0.05) and C.tensor_flops_per_op(check) == 1.0
+    assert big["ops_over_2mnk"].median() == pytest.approx(1.0, rel=0.05) and counters.tensor_flops_per_op(check) == 1.0
     fpi = check.set_index("M")["flops_per_inst"]
     assert (check["flops_per_inst"] == 2.0 * check["M"] ** 3 / check["tensor_inst"]).all()
     assert fpi.max() / fpi.min() > 10  # FLOPs per instruction vary with the MMA shape
@@ -252,7 +252,7 @@ def test_real_matmul_counters_tensor_instructions_are_not_flops():
 
 
 def test_real_attention_and_matmul_kernel_table():
-    kt = C.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, None).set_index("label")
+    kt = counters.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, None).set_index("label")
     assert list(kt.index[:5]) == ["naive_qk", "naive_softmax", "naive_pv", "attn_fwd", "attn_fwd_fast"]
     # softmax runs on CUDA cores, so its FLOPs come from the counters; tensor kernels fall back to the model
     assert kt.loc["naive_softmax", "flops_source"] == "counters" and kt.loc["naive_softmax", "roof"] == "fp32 CUDA core"
@@ -271,7 +271,7 @@ def test_real_attention_and_matmul_kernel_table():
 
 
 def test_real_copies_read_amplification():
-    ct = C.copy_table(_real("ncu_copies.csv"), CEIL)
+    ct = counters.copy_table(_real("ncu_copies.csv"), CEIL)
     assert list(ct["label"]) == ["copy_coalesced"] + [f"copy_strided ×{s}" for s in (1, 2, 4, 8, 16, 32)]
     amp = dict(zip(ct["stride"].where(ct["kernel"] == "copy_strided"), ct["read_amplification"], strict=True))
     for s in (1, 2, 4, 8):  # rel 10%: the model ignores part-used sectors at block edges and other DRAM traffic
@@ -283,15 +283,15 @@ def test_real_copies_read_amplification():
     two = NT.with_dram_model(ct).set_index("label")
     assert list(two["predicted_dram_read_amplification"]) == [1, 1, 2, 4, 8, 16, 16]
     assert two.loc["copy_strided ×32", "predicted_read_amplification"] == 8
-    assert ct.equals(C.copy_table(_real("ncu_copies.csv"), CEIL))  # the input frame is not modified
+    assert ct.equals(counters.copy_table(_real("ncu_copies.csv"), CEIL))  # the input frame is not modified
 
 
 def test_notes_are_read_off_the_evidence():
-    kt = C.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, None)
+    kt = counters.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, None)
     notes = NT.kernel_notes(kt)
     assert any(n.startswith("attn_fwd: measured intensity") and "served by L2" in n for n in notes)
     assert notes[-1].startswith("Matmuls: 256³ latency (")
-    cn = NT.copy_notes(NT.with_dram_model(C.copy_table(_real("ncu_copies.csv"), CEIL)))
+    cn = NT.copy_notes(NT.with_dram_model(counters.copy_table(_real("ncu_copies.csv"), CEIL)))
     # the 32-byte sector model misses strides 16 and 32; the 64-byte fetch model predicts all seven
     assert cn[0].startswith("The 32-byte sector (L1-L2) model predicts the DRAM bytes read within 25% for 5 of 7")
     assert "copy_strided ×16 (16x measured vs 8x)" in cn[0]
@@ -303,15 +303,15 @@ def test_notes_are_read_off_the_evidence():
     (1.98, "cycle/nsecond", 1.98e9), (1.98e9, "cycle/second", 1.98e9), (1.98, "GHz", 1.98e9),
     (1980, "MHz", 1.98e9), (3.0, "Tbyte/second", 3e12), (1.98e6, "cycle/msecond", 1.98e9)])
 def test_per_second_units(value, unit, expected):
-    assert C.per_second(value, unit) == pytest.approx(expected)
+    assert counters.per_second(value, unit) == pytest.approx(expected)
 
 
 def test_per_cycle_units_and_errors():
-    assert C.per_cycle(5120, "byte/cycle") == 5120 and C.per_cycle(5, "Kbyte/cycle") == 5000
+    assert counters.per_cycle(5120, "byte/cycle") == 5120 and counters.per_cycle(5, "Kbyte/cycle") == 5000
     with pytest.raises(ValueError, match="'furlong/fortnight'"):
-        C.per_second(1, "furlong/fortnight")
+        counters.per_second(1, "furlong/fortnight")
     with pytest.raises(ValueError, match="'byte'"):
-        C.per_cycle(1, "byte")
+        counters.per_cycle(1, "byte")
 
 
 def test_hierarchy_roofs_from_ncu_peaks():
@@ -331,14 +331,14 @@ def test_hierarchy_roofs_from_ncu_peaks():
 def test_hierarchy_drops_l1_for_kernels_that_bypass_it():
     text = ncu_block("matmul size=1024,1024,1024 fp16", [("gemm", _launch(7000, 4e6, 1e5, tensor=2 * 1024 ** 3,
                                                                           l1=1e3, l2=3e7))])
-    pts = C.hierarchy_points([parse_raw_csv(text)], 1.0)
+    pts = counters.hierarchy_points([parse_raw_csv(text)], 1.0)
     assert list(pts["group"]) == ["L2", "DRAM"] and pts.attrs["l1_bypass"] == ["matmul 1024³"]
 
 
 def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
     from infralens_lab.quiz import judge, question
 
-    kt = C.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, 1.0)
+    kt = counters.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, 1.0)
     row = kt.set_index("label").loc["attn_fwd"]
     assert judge(question("lab02.ex1"), row["intensity"], evidence=kt)[0] == "correct"
     assert judge(question("lab02.ex2"), row["fraction_of_roof"], evidence=kt)[0] == "correct"
@@ -357,18 +357,18 @@ def test_kernel_source_is_the_triton_function():
 
 
 def test_hierarchy_notes():
-    pts = C.hierarchy_points([parse_raw_csv(attention_csv(l1=True))], 1.0)
+    pts = counters.hierarchy_points([parse_raw_csv(attention_csv(l1=True))], 1.0)
     notes = NT.hierarchy_notes(pts)
     assert notes[0] == "naive_qk: bytes per DRAM byte: L2 1.5x, L1 3x"
     assert NT.hierarchy_notes(None) == []
 
 
 def test_flop_split_on_the_recorded_attention():
-    split = C.flop_split(_real("ncu_attention.csv"), 1.0).set_index("kernel")
+    split = counters.flop_split(_real("ncu_attention.csv"), 1.0).set_index("kernel")
     assert split.loc["naive_softmax", "cuda_core_pct"] == 100  # no tensor work in the softmax
     assert split.loc["naive_pv", "cuda_core_pct"] == 0  # P @ V: all tl.dot
     # the flash kernels: softmax arithmetic on CUDA cores is a few percent of the FLOPs
     assert 0 < split.loc["attn_fwd_fast", "cuda_core_pct"] < split.loc["attn_fwd", "cuda_core_pct"] < 5
     assert (split["flops"] == split["cuda_core_flops"] + split["tensor_flops"]).all()
-    unknown = C.flop_split(_real("ncu_attention.csv"), None).set_index("kernel")
+    unknown = counters.flop_split(_real("ncu_attention.csv"), None).set_index("kernel")
     assert unknown["cuda_core_pct"].isna().all()  # tensor unit unknown: no share claimed

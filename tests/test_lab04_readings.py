@@ -5,14 +5,14 @@ from __future__ import annotations
 import helpers
 import pytest
 
-from infralens_lab.analysis import counters as C
+from infralens_lab.analysis import counters
 
 
 def test_the_rate_lab_04_prints_is_the_verdicts():
     cell = next(c for c in helpers.code_cells_of("04") if "instructions issued" in c)
     assert 'rate = k.loc[name, "flops_per_s"]' in cell
     st = helpers.recorded_set("ceilings", files=("ncu_matmul.csv", "ncu_attention.csv"))
-    k = C.store_kernel_table(st).set_index("label")
+    k = counters.store_kernel_table(st).set_index("label")
     for name in ("attn_fwd", "attn_fwd_fast"):
         r = k.loc[name]
         # lab 04's cell prints the table's own rate (the verdict's), which is counter FLOPs over the ncu time

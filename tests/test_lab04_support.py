@@ -16,10 +16,10 @@ from infralens_lab.analysis import copies as copy_info
 from infralens_lab.analysis import joins, traffic
 from infralens_lab.analysis import roofline as rl
 from infralens_lab.labs_support import lab04
-from infralens_lab.parse import ncu as N
-from infralens_lab.present import attention as A
-from infralens_lab.present import stalls as S
-from infralens_lab.present import tables as T
+from infralens_lab.parse import ncu
+from infralens_lab.present import attention as present_attention
+from infralens_lab.present import stalls as present_stalls
+from infralens_lab.present import tables
 
 
 def _block(label: str, rows: list[tuple[str, dict]]) -> str:
@@ -43,9 +43,9 @@ def _copy_csvs():
     counters, stalls = [], []
     for label, (k, rd, sec, req, t, occ) in COUNTERS.items():
         counters.append(_block(label, [(k, {"dram__bytes_read.sum": rd, "dram__bytes_write.sum": N_OUT * 4,
-                                            N.SECTORS[0]: sec, N.SECTORS[1]: req, "gpu__time_duration.sum": t,
-                                            N.OCCUPANCY[0]: occ, N.OCCUPANCY[1]: 100.0, N.SOL[0]: 10.0,
-                                            N.SOL[1]: 90.0})]))
+                                            ncu.SECTORS[0]: sec, ncu.SECTORS[1]: req, "gpu__time_duration.sum": t,
+                                            ncu.OCCUPANCY[0]: occ, ncu.OCCUPANCY[1]: 100.0, ncu.SOL[0]: 10.0,
+                                            ncu.SOL[1]: 90.0})]))
         stalls.append(_block(label, [(k, {"gpu__time_duration.sum": t, **{
             f"smsp__pcsamp_warps_issue_stalled_{r}": v for r, v in STALL_SAMPLES[label].items()}})]))
     return "".join(counters), "".join(stalls)
@@ -92,7 +92,7 @@ def test_attention_correctness_runs_every_variant_and_flags_wrong_output(monkeyp
 # ------------------------------------------------------------------ tables on hand-computed CSVs
 def test_copy_family_hand_computed():
     counters, stalls = _copy_csvs()
-    t = T.copy_family(N.parse_raw_csv(counters), N.parse_raw_csv(stalls), BENCH).set_index("label")
+    t = tables.copy_family(ncu.parse_raw_csv(counters), ncu.parse_raw_csv(stalls), BENCH).set_index("label")
     assert list(t.index) == ["coalesced", "stride 8"]
     assert t.loc["coalesced", "sectors_per_req"] == 16.0 and t.loc["stride 8", "sectors_per_req"] == 32.0
     assert t.loc["stride 8", "read_x"] == pytest.approx(33_000_000 / 4_000_000)
@@ -132,13 +132,13 @@ def test_copy_family_object_and_quiz_evidence(capsys):
 
 def _attention_csv(block_grid: int):
     shape = "1,2,256,64"
-    base = {N.SOL[0]: 20.0, N.SOL[1]: 70.0, N.HIT_RATES[0]: 50.0, N.OCCUPANCY[0]: 40.0, N.OCCUPANCY[1]: 50.0}
+    base = {ncu.SOL[0]: 20.0, ncu.SOL[1]: 70.0, ncu.HIT_RATES[0]: 50.0, ncu.OCCUPANCY[0]: 40.0, ncu.OCCUPANCY[1]: 50.0}
     naive = [(k, {**base, "gpu__time_duration.sum": t, "dram__bytes_read.sum": r, "dram__bytes_write.sum": w,
                   "launch__grid_size": 64, "smsp__pcsamp_warps_issue_stalled_long_scoreboard": ls,
                   "smsp__pcsamp_warps_issue_stalled_selected": 10})
              for k, t, r, w, ls in (("naive_qk", 3000, 1e5, 5e5, 70), ("naive_softmax", 2000, 5e5, 2.6e5, 80),
                                     ("naive_pv", 1000, 3e5, 6e4, 40))]
-    tiled = [("attn_fwd", {**base, N.SOL[0]: 60.0, "gpu__time_duration.sum": 2000, "dram__bytes_read.sum": 2e5,
+    tiled = [("attn_fwd", {**base, ncu.SOL[0]: 60.0, "gpu__time_duration.sum": 2000, "dram__bytes_read.sum": 2e5,
                            "dram__bytes_write.sum": 6e4, "launch__grid_size": block_grid,
                            "smsp__pcsamp_warps_issue_stalled_long_scoreboard": 5,
                            "smsp__pcsamp_warps_issue_stalled_math_pipe_throttle": 30,
@@ -147,20 +147,20 @@ def _attention_csv(block_grid: int):
 
 
 def test_attention_tables_against_the_traffic_model():
-    df = N.parse_raw_csv(_attention_csv(block_grid=2 * 2))  # ceil(256 / 128) * B * H
-    k = T.attention_kernels(df).set_index("kernel")
+    df = ncu.parse_raw_csv(_attention_csv(block_grid=2 * 2))  # ceil(256 / 128) * B * H
+    k = tables.attention_kernels(df).set_index("kernel")
     naive = {t.kernel: t for t in traffic.attention_naive_traffic(1, 2, 256, 64, 2)}
     assert k.loc["naive_qk", "pred_dram_write_mb"] == pytest.approx(naive["naive_qk"].bytes_written / 1e6)
     assert k.loc["attn_fwd", "block_m"] == 128
     tiled = traffic.attention_tiled_traffic(1, 2, 256, 64, 2, 128)
     assert k.loc["attn_fwd", "pred_dram_mb"] == pytest.approx(tiled.bytes / 1e6)
     assert k.loc["attn_fwd", "dominant_stall"] == "math_pipe_throttle"
-    v = T.attention_variants(k.reset_index(), df).set_index("variant")
+    v = tables.attention_variants(k.reset_index(), df).set_index("variant")
     assert v.loc["naive", "time_us"] == 6.0 and v.loc["naive", "kernels"] == 3
     assert v.loc["naive", "dram_mb"] == pytest.approx((9e5 + 8.2e5) / 1e6)
     assert v.loc["naive", "long_scoreboard_pct"] == pytest.approx(100 * 190 / 220)  # samples summed over kernels
-    att = attn.AttentionProfile(k.reset_index(), v.reset_index(), (1, 2, 256, 64), "fp16", N.stall_breakdown(df), df)
-    ba = A.attention_before_after(att.variants, att.shape).set_index("metric")
+    att = attn.AttentionProfile(k.reset_index(), v.reset_index(), (1, 2, 256, 64), "fp16", ncu.stall_breakdown(df), df)
+    ba = present_attention.attention_before_after(att.variants, att.shape).set_index("metric")
     assert ba.loc["kernel time (ncu, sum over kernels)", "tiled / naive"] == pytest.approx(2000 / 6000)
     assert ba.loc["kernel time (ncu, sum over kernels)", "why"].startswith("3.0x faster")
     assert ba.loc["SM throughput, % of peak (SOL)", "tiled"] == 60.0
@@ -171,46 +171,46 @@ def test_attention_tables_against_the_traffic_model():
 
 
 def test_block_m_from_grid_and_bad_grids():
-    assert T.block_m_from_grid(16 * 8, 1, 8, 2048) == 128
-    assert T.block_m_from_grid(3 * 2, 1, 2, 37) == 16  # ceil(37 / 16) = 3
+    assert tables.block_m_from_grid(16 * 8, 1, 8, 2048) == 128
+    assert tables.block_m_from_grid(3 * 2, 1, 2, 37) == 16  # ceil(37 / 16) = 3
     with pytest.raises(ValueError, match="not ceil"):
-        T.block_m_from_grid(7, 1, 2, 256)
+        tables.block_m_from_grid(7, 1, 2, 256)
     with pytest.raises(ValueError, match="positive number of blocks"):
-        T.block_m_from_grid(float("nan"), 1, 1, 64)
+        tables.block_m_from_grid(float("nan"), 1, 1, 64)
 
 
 def test_config_fields_and_errors():
-    f = T.config_fields("copy_strided stride=8 n=16777216 fp32")
+    f = tables.config_fields("copy_strided stride=8 n=16777216 fp32")
     assert {k: f[k] for k in ("family", "stride", "n", "dtype", "elem_bytes")} == {
         "family": "copy_strided", "stride": 8, "n": 16777216, "dtype": "fp32", "elem_bytes": 4}
-    assert T.config_fields("naive shape=1,8,2048,64 fp16 causal")["shape"] == (1, 8, 2048, 64)
-    assert T.config_fields("naive shape=1,8,2048,64 fp16 causal")["causal"] is True
+    assert tables.config_fields("naive shape=1,8,2048,64 fp16 causal")["shape"] == (1, 8, 2048, 64)
+    assert tables.config_fields("naive shape=1,8,2048,64 fp16 causal")["causal"] is True
     with pytest.raises(ValueError, match="config label"):
-        T.config_fields("  ")
+        tables.config_fields("  ")
     with pytest.raises(TypeError, match="expected the DataFrame"):
-        T.copy_family([1, 2])
+        tables.copy_family([1, 2])
     with pytest.raises(ValueError, match="no copy_coalesced/copy_strided launches"):
-        T.copy_family(N.parse_raw_csv(_attention_csv(4)))
+        tables.copy_family(ncu.parse_raw_csv(_attention_csv(4)))
     with pytest.raises(ValueError, match="lacks \\['shape'\\]"):
-        T.attention_kernels(N.parse_raw_csv(_block("naive fp16", [("naive_qk", {"gpu__time_duration.sum": 1})])))
+        tables.attention_kernels(ncu.parse_raw_csv(_block("naive fp16", [("naive_qk", {"gpu__time_duration.sum": 1})])))
 
 
 def test_stall_mix_sums_to_one_and_folds_small_reasons():
     b = pd.DataFrame({"config": ["a"] * 4 + ["b"] * 2, "reason": ["x", "y", "z", "w", "x", "y"],
                       "samples": [50, 30, 15, 5, 1, 3]})
-    m = S.stall_mix(b, top=2)
+    m = present_stalls.stall_mix(b, top=2)
     assert list(m.columns) == ["x", "y", "other"] and list(m.index) == ["a", "b"]
     assert m.loc["a", "other"] == pytest.approx(0.2) and m.loc["b", "y"] == pytest.approx(0.75)
     assert m.sum(axis=1).tolist() == pytest.approx([1.0, 1.0])
-    assert list(S.stall_mix(b, order=["b", "a"]).index) == ["b", "a"]
+    assert list(present_stalls.stall_mix(b, order=["b", "a"]).index) == ["b", "a"]
     with pytest.raises(ValueError, match="lacks columns"):
-        S.stall_mix(b.drop(columns="samples"))
+        present_stalls.stall_mix(b.drop(columns="samples"))
     with pytest.raises(ValueError, match="no stall samples"):
-        S.stall_mix(b.assign(samples=0))
+        present_stalls.stall_mix(b.assign(samples=0))
     with pytest.raises(ValueError, match="top=0"):
-        S.stall_mix(b, top=0)
+        present_stalls.stall_mix(b, top=0)
     with pytest.raises(TypeError, match="expected a pandas DataFrame"):
-        S.stall_mix({"reason": 1})
+        present_stalls.stall_mix({"reason": 1})
 
 
 def test_figures_build_without_ipython():
@@ -219,21 +219,21 @@ def test_figures_build_without_ipython():
     matplotlib.use("Agg")
     counters, stalls = _copy_csvs()
     fam = copy_info.family(counters, stalls, BENCH)
-    f1 = S.copy_family_figure(fam.table)
+    f1 = present_stalls.copy_family_figure(fam.table)
     assert len(f1.axes) == 3  # bench present: the useful-bandwidth panel is drawn
-    f2 = S.stall_bars(fam.breakdown, order=fam.order(), labels=fam.labels())
+    f2 = present_stalls.stall_bars(fam.breakdown, order=fam.order(), labels=fam.labels())
     assert [t.get_text() for t in f2.axes[0].get_yticklabels()] == ["coalesced", "stride 8"]
     with pytest.raises(ValueError, match="empty"):
-        S.copy_family_figure(fam.table.iloc[:0])
+        present_stalls.copy_family_figure(fam.table.iloc[:0])
 
 
 def test_before_after_ratio_text_and_bad_metric():
-    t = T.before_after({"t": 10.0, "s": "a"}, {"t": 4.0, "s": "b"},
+    t = tables.before_after({"t": 10.0, "s": "a"}, {"t": 4.0, "s": "b"},
                        [("t", "time", "µs", lambda b, a: f"{b / a:.1f}x"), ("s", "stall", "", "text")])
     assert t["after / before"].iloc[0] == pytest.approx(0.4) and t["why"].tolist() == ["2.5x", "text"]
     assert math.isnan(t["after / before"].iloc[1])
     with pytest.raises(ValueError, match="expected \\(key, label, unit, why\\)"):
-        T.before_after({}, {}, [("t", "time")])
+        tables.before_after({}, {}, [("t", "time")])
 
 
 def test_missing_record_prints_a_note(capsys):
@@ -247,11 +247,11 @@ def test_missing_record_prints_a_note(capsys):
 def test_recorded_copy_family_matches_raw_counters():
     st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv"))
     fam = lab04.recorded_copy_family(st)
-    raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
+    raw = ncu.parse_raw_csv(st.text("ncu_copies.csv"))
     t = fam.table
     assert set(t["stride"]) >= {1, 8, 32} and "coalesced" in set(t["label"])
     for r in t.itertuples():
-        f = T.config_fields(r.config)
+        f = tables.config_fields(r.config)
         rd = raw[(raw["config"] == r.config) & (raw["metric"] == "dram__bytes_read.sum")]["value"].mean()
         assert r.read_x == pytest.approx(rd / (f["n"] * 4))  # recomputed from the raw CSV
         m = traffic.sector_model(r.stride, 4)
@@ -269,7 +269,7 @@ def test_recorded_attention_before_after():
     assert "ncu_attention.csv" in cap and att.shape == (4, 16, 4096, 64) and att.dtype == "fp16"
     assert {"naive", "tiled"} <= set(att.variants["variant"])
     assert set(att.kernels[att.kernels["variant"] == "naive"]["kernel"]) == {"naive_qk", "naive_softmax", "naive_pv"}
-    ba = A.attention_before_after(att.variants, att.shape, st.load("bench").values["attention"])
+    ba = present_attention.attention_before_after(att.variants, att.shape, st.load("bench").values["attention"])
     assert ba["why"].map(len).min() > 0
     # the bench row is the profiled shape itself (issue 26 item 8: no "larger shape" that is not there)
     assert ba["why"].iloc[-1].startswith("the profiled shape, timed without a profiler")
@@ -287,12 +287,12 @@ DATA = __import__("pathlib").Path(__file__).parent / "data"
 def test_tables_on_real_h200_csvs():
     counters, stalls = (DATA / "ncu_copies.csv").read_text(), (DATA / "ncu_copies_stalls.csv").read_text()
     fam = copy_info.family(counters, stalls)
-    raw = N.parse_raw_csv(counters)
+    raw = ncu.parse_raw_csv(counters)
     t = fam.table
     assert t["label"].tolist() == ["coalesced"] + [f"stride {s}" for s in (1, 2, 4, 8, 16, 32)]
     for r in t.itertuples():
         sel = raw[raw["config"] == r.config].set_index("metric")["value"]
-        assert r.sectors_per_req == sel[N.SECTORS[0]] / sel[N.SECTORS[1]]
+        assert r.sectors_per_req == sel[ncu.SECTORS[0]] / sel[ncu.SECTORS[1]]
         n_useful = int(__import__("re").search(r"n=(\d+)", r.config).group(1))  # the label's n: useful fp32 elements
         assert r.read_x == pytest.approx(sel["dram__bytes_read.sum"] / (n_useful * 4))
         assert r.time_us == pytest.approx(sel["gpu__time_duration.sum"] / 1e3)
@@ -315,15 +315,15 @@ def test_tables_on_real_h200_csvs():
     assert gaps[0] == "sectors per request: every row matches the model"
     assert any(g.startswith("DRAM read per useful byte: twice the 32-byte model (within 0.2) at stride 16, stride 32")
                for g in gaps)
-    df = N.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
-    k = T.attention_kernels(df)
+    df = ncu.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
+    k = tables.attention_kernels(df)
     assert sorted(k["kernel"]) == ["attn_fwd", "attn_fwd_fast", "naive_pv", "naive_qk", "naive_softmax"]
     # (4, 16, 4096, 64): grid = ceil(4096 / BLOCK_M) x 64 heads, so BLOCK_M = 4096 / (grid / 64)
     assert k.set_index("kernel").loc["attn_fwd", "block_m"] == 4096 // (k.set_index("kernel").loc["attn_fwd", "grid_blocks"] / 64)
-    v = T.attention_variants(k, df)
-    att = attn.AttentionProfile(k, v, (1, 8, 2048, 64), "fp16", N.stall_breakdown(df), df)
-    assert len(attn.sol_lines(att)) == 3 and len(A.traffic_notes(att.kernels)) == 5
-    ba = A.attention_before_after(att.variants, att.shape).set_index("metric")
+    v = tables.attention_variants(k, df)
+    att = attn.AttentionProfile(k, v, (1, 8, 2048, 64), "fp16", ncu.stall_breakdown(df), df)
+    assert len(attn.sol_lines(att)) == 3 and len(present_attention.traffic_notes(att.kernels)) == 5
+    ba = present_attention.attention_before_after(att.variants, att.shape).set_index("metric")
     assert ba.loc["DRAM bytes measured (read + write)", "naive"] == pytest.approx(v.set_index("variant").loc["naive", "dram_mb"])
 
 
@@ -349,29 +349,29 @@ def test_stall_shift_when_the_top_reason_changes():
 
 # ------------------------------------------------------------------ analysis.copies and present.attention
 def test_share_shift_hand_computed_and_absent_reasons_count_zero():
-    from infralens_lab.analysis import copies as C
+    from infralens_lab.analysis import copies as analysis_copies
 
     bd = pd.DataFrame([("a", "k", "long_scoreboard", 90), ("a", "k", "drain", 10),
                        ("b", "k", "long_scoreboard", 40), ("b", "k", "drain", 30), ("b", "k", "mio_throttle", 30)],
                       columns=["config", "kernel", "reason", "samples"])
-    first, last = C.reason_shares(bd, "a"), C.reason_shares(bd, "b")
+    first, last = analysis_copies.reason_shares(bd, "a"), analysis_copies.reason_shares(bd, "b")
     assert first["share"].tolist() == [0.9, 0.1] and last["reason"].tolist() == ["long_scoreboard", "drain", "mio_throttle"]
-    sh = C.share_shift(first, last).set_index("reason")
+    sh = analysis_copies.share_shift(first, last).set_index("reason")
     assert sh.index[0] == "mio_throttle"  # 0 -> 0.3 grew more than drain (0.1 -> 0.3)
     assert sh.loc["mio_throttle", "first"] == 0.0 and sh.loc["mio_throttle", "change"] == pytest.approx(0.3)
     assert sh.loc["drain", "change"] == pytest.approx(0.2) and sh.loc["long_scoreboard", "change"] == pytest.approx(-0.5)
     with pytest.raises(ValueError, match="no stall samples for config 'c'"):
-        C.reason_shares(bd, "c")
+        analysis_copies.reason_shares(bd, "c")
 
 
 def test_model_agreement_sorts_rows_into_near_doubled_and_other():
-    from infralens_lab.analysis import copies as C
+    from infralens_lab.analysis import copies as analysis_copies
 
     t = pd.DataFrame({"label": ["coalesced", "stride 2", "stride 16", "stride 32"],
                       "sectors_per_req": [16, 32, 32, 30], "pred_sectors_per_req": [16, 32, 32, 32],
                       "read_x": [1.0, 2.1, 16.0, 12.0], "pred_read_x": [1.0, 2.0, 8.0, 8.0],
                       "useful_fraction": [1.0, 0.5, 0.1, None], "pred_useful_fraction": [1.0, 0.67, 0.22, 0.22]})
-    g = C.model_agreement(t)
+    g = analysis_copies.model_agreement(t)
     assert g["sectors_off"] == ["stride 32"] and g["near"] == ["stride 2"] and g["doubled"] == ["stride 16"]
     assert g["other"] == ["stride 32"] and g["below_fraction"] == ["stride 2", "stride 16"] and g["with_fraction"] == 2
 
@@ -380,9 +380,9 @@ def test_recorded_sectors_per_request_by_hand_and_the_lab_questions_evidence():
     """The notebook's by-hand division of the raw counters equals the table; q10/q11 evidence on the recording."""
     st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv"))
     fam = lab04.recorded_copy_family(st)
-    raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
-    per = raw[raw["metric"].isin(N.SECTORS)].pivot_table(index="config", columns="metric", values="value", aggfunc="sum")
-    by_hand = per[N.SECTORS[0]] / per[N.SECTORS[1]]
+    raw = ncu.parse_raw_csv(st.text("ncu_copies.csv"))
+    per = raw[raw["metric"].isin(ncu.SECTORS)].pivot_table(index="config", columns="metric", values="value", aggfunc="sum")
+    by_hand = per[ncu.SECTORS[0]] / per[ncu.SECTORS[1]]
     assert (by_hand.reindex(fam.table["config"]).to_numpy() == fam.table["sectors_per_req"].to_numpy()).all()
     sh = copy_info.shift_table(fam)
     assert sh["change"].is_monotonic_decreasing and sh["change"].sum() == pytest.approx(0.0, abs=1e-9)  # shares sum to 1
@@ -396,17 +396,17 @@ def test_recorded_sectors_per_request_by_hand_and_the_lab_questions_evidence():
 
 
 def test_attention_before_after_dram_rate_row_and_bad_variants():
-    from infralens_lab.present import attention as A
+    from infralens_lab.present import attention as present_attention
 
-    df = N.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
-    v = T.attention_variants(T.attention_kernels(df), df)
-    ba = A.attention_before_after(v, (1, 8, 2048, 64)).set_index("metric")
+    df = ncu.parse_raw_csv((DATA / "ncu_attention.csv").read_text())
+    v = tables.attention_variants(tables.attention_kernels(df), df)
+    ba = present_attention.attention_before_after(v, (1, 8, 2048, 64)).set_index("metric")
     row = ba.loc["DRAM throughput (bytes / kernel time)"]
     vv = v.set_index("variant")
     assert row["naive"] == pytest.approx(vv.loc["naive", "dram_mb"] / vv.loc["naive", "time_us"])  # MB/µs = TB/s
     with pytest.raises(ValueError, match="variants 'naive' and 'flash' needed"):
-        A.attention_before_after(v, (1, 8, 2048, 64), after="flash")
-    voc = A.vocabulary_table()
+        present_attention.attention_before_after(v, (1, 8, 2048, 64), after="flash")
+    voc = present_attention.vocabulary_table()
     assert {"drain", "short_scoreboard", "mio_throttle"} <= set(voc["reason"]) and voc["meaning"].map(len).min() > 10
 
 
@@ -422,9 +422,9 @@ def test_recorded_source_absent_prints_a_note_and_synthetic_tables_render(tmp_pa
     w = evidence.EvidenceWriter(tmp_path / "rec", "test")
     w.write_text(lab04.SOURCE_FILE, source_fixture.recorded_text())
     cell = "12,000 (S2R: 1,000; S2UR: 1,000; IMAD: 2,000; LOP3: 1,000; LDG: 4,000; STG: 1,000; EXIT: 1,000; BRA: 0)"
-    w.write_text("ncu_copies_source_instances.csv", N.config_block(
+    w.write_text("ncu_copies_source_instances.csv", ncu.config_block(
         "copy_strided stride=8 n=67108864 fp32", "ncu --import R --page raw --print-metric-instances details",
-        f'"ID","Kernel Name","{N.OPCODE_MIX}"\n"","","inst"\n"0","copy_strided","{cell}"\n'))
+        f'"ID","Kernel Name","{ncu.OPCODE_MIX}"\n"","","inst"\n"0","copy_strided","{cell}"\n'))
     w.close()
     st = evidence.RecordedStore(tmp_path / "rec")
     src = lab04.recorded_source(st)
@@ -433,7 +433,7 @@ def test_recorded_source_absent_prints_a_note_and_synthetic_tables_render(tmp_pa
     for cfg in src["config"].unique():  # what the notebook cell does
         present.show(sass_info.top_instructions(src, cfg, n=6), caption=cap, title=cfg)
     present.show(sass_info.instruction_mix(src), caption=cap, title="mix")
-    census = N.opcode_census(N.parse_raw_csv(st.text("ncu_copies_source_instances.csv")))
+    census = ncu.opcode_census(ncu.parse_raw_csv(st.text("ncu_copies_source_instances.csv")))
     agree = sass_info.census_agreement(src[src["config"] == census["config"].iloc[0]], census)
     assert agree["agree"].all() and len(agree) == 8  # the fixture's per-opcode sums, BRA's 0 included
     out = capsys.readouterr().out
@@ -447,15 +447,15 @@ def test_launch_table_on_the_recorded_attention_and_a_clear_error_without_counte
     from infralens_lab.analysis import launches, roofline
 
     st = evidence.reference()
-    df = N.parse_raw_csv(st.text(lab04.ATTN_FILE))
+    df = ncu.parse_raw_csv(st.text(lab04.ATTN_FILE))
     t = launches.launch_table(df, launch_floor_s=20e-6).set_index("kernel")
-    w = N.wide(df).groupby("kernel").first()
+    w = ncu.wide(df).groupby("kernel").first()
     for k, r in t.iterrows():  # every column is the raw counter it names, or one division of them
         assert r["blocks"] == w.loc[k, "launch__grid_size"] and r["warps_per_block"] * 32 == w.loc[k, "launch__block_size"]
         # resident blocks × SMs × waves gives back the grid (1%: ncu prints waves to two decimals)
         assert abs(r["blocks_per_sm"] * r["sms"] * r["waves"] / r["blocks"] - 1) < 0.01
-        assert r["issue_active_pct"] == w.loc[k, N.SCHEDULER[0]] and r["eligible_warps"] == w.loc[k, N.SCHEDULER[1]]
-        assert r["verdict"] == roofline.sol_verdict(w.loc[k, N.SOL[0]], w.loc[k, N.SOL[1]], waves=r["waves"],
+        assert r["issue_active_pct"] == w.loc[k, ncu.SCHEDULER[0]] and r["eligible_warps"] == w.loc[k, ncu.SCHEDULER[1]]
+        assert r["verdict"] == roofline.sol_verdict(w.loc[k, ncu.SOL[0]], w.loc[k, ncu.SOL[1]], waves=r["waves"],
                                                      time_s=r["time_us"] * 1e-6, launch_floor_s=20e-6)
         assert r["below_one_wave"] == (r["waves"] < 1) and r["under_launch_floor"] == (r["time_us"] < 20)
     assert launches.launch_table(df)["under_launch_floor"].isna().all()  # no floor given: not judged
@@ -477,7 +477,7 @@ def test_kv_passes_hand_computed_and_errors():
 def test_recorded_profile_clocks_kv_reads_and_sol_pairs():
     st = helpers.recorded_set(files=("ncu_attention.csv",))
     att = attn.profile(st.text("ncu_attention.csv"))
-    raw = N.parse_raw_csv(st.text("ncu_attention.csv"))
+    raw = ncu.parse_raw_csv(st.text("ncu_attention.csv"))
     k = att.kernels.set_index("kernel")
     for name in k.index:  # the clock column is the raw counter, in GHz
         hz = raw[(raw["kernel"] == name) & (raw["metric"] == "sm__cycles_elapsed.avg.per_second")]["value"].mean()
@@ -530,12 +530,12 @@ def test_exercise_keys_are_the_by_hand_arithmetic_of_the_notebook():
     from infralens_lab.quiz.keys import lab04 as keys
 
     st = helpers.recorded_set(files=("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv"))
-    raw = N.parse_raw_csv(st.text("ncu_copies.csv"))
+    raw = ncu.parse_raw_csv(st.text("ncu_copies.csv"))
     fam = lab04.recorded_copy_family(st)
-    w = N.wide(raw, [*N.SECTORS, "dram__bytes_read.sum"]).assign(label=lambda d: d["config"].map(fam.labels()))
+    w = ncu.wide(raw, [*ncu.SECTORS, "dram__bytes_read.sum"]).assign(label=lambda d: d["config"].map(fam.labels()))
     w = w.set_index("label")
     assert expected_answer(question("lab04.ex1"), keys.copy_family()) == pytest.approx(
-        w.loc["stride 8", N.SECTORS[0]] / w.loc["stride 8", N.SECTORS[1]])
+        w.loc["stride 8", ncu.SECTORS[0]] / w.loc["stride 8", ncu.SECTORS[1]])
     n16 = joins.config_fields(fam.table.set_index("label").loc["stride 16", "config"])["n"]
     assert expected_answer(question("lab04.ex2"), keys.copy_family()) == pytest.approx(
         w.loc["stride 16", "dram__bytes_read.sum"] / (n16 * 4))
@@ -546,7 +546,7 @@ def test_exercise_keys_are_the_by_hand_arithmetic_of_the_notebook():
     att, _ = lab04.recorded_attention(st)
     B, H, n_ctx, D = att.shape
     one = B * H * n_ctx * D * 2
-    dram = N.wide(att.raw, ["dram__bytes_read.sum"]).set_index("kernel").loc["attn_fwd", "dram__bytes_read.sum"]
+    dram = ncu.wide(att.raw, ["dram__bytes_read.sum"]).set_index("kernel").loc["attn_fwd", "dram__bytes_read.sum"]
     assert expected_answer(question("lab04.ex4"), keys.kv_reads()) == pytest.approx((dram - one) / (2 * one))
 
 
@@ -566,10 +566,10 @@ def test_dominant_stall_share_derivation_hand_computed_and_errors():
 
 
 def test_bench_shape_words():
-    assert A.bench_shape_words((4, 16, 4096, 64), (4, 16, 4096, 64)) == "the profiled shape"
-    assert A.bench_shape_words((1, 16, 16384, 128), (4, 16, 4096, 64)) == "a larger shape"
-    assert A.bench_shape_words((1, 8, 1024, 64), (4, 16, 4096, 64)) == "a smaller shape"
-    assert A.bench_shape_words((2, 16, 4096, 128), (4, 16, 4096, 64)) == "another shape"
+    assert present_attention.bench_shape_words((4, 16, 4096, 64), (4, 16, 4096, 64)) == "the profiled shape"
+    assert present_attention.bench_shape_words((1, 16, 16384, 128), (4, 16, 4096, 64)) == "a larger shape"
+    assert present_attention.bench_shape_words((1, 8, 1024, 64), (4, 16, 4096, 64)) == "a smaller shape"
+    assert present_attention.bench_shape_words((2, 16, 4096, 128), (4, 16, 4096, 64)) == "another shape"
 
 
 def test_live_copy_family_on_a_gpu_path_with_ncu_stubbed(monkeypatch, capsys):
@@ -585,13 +585,13 @@ def test_live_copy_family_on_a_gpu_path_with_ncu_stubbed(monkeypatch, capsys):
     monkeypatch.setattr(lab04, "is_gpu", lambda: True)
     monkeypatch.setattr(lab04.NR, "profile_runs", fake_profile_runs)
     fam = lab04.live_copy_family()
-    assert N.CLOCK[0] in asked["counters"] and "smsp__pcsamp_sample_count" in asked["stalls"]
+    assert ncu.CLOCK[0] in asked["counters"] and "smsp__pcsamp_sample_count" in asked["stalls"]
     assert fam.caption.startswith("Evidence: live") and fam.breakdown is not None
     shown = lab04.columns(fam.table, lab04.COPY_COLUMNS)
     assert {"sectors/req", "read x", "SM clock (GHz)"} <= set(shown.columns) and "useful fraction" not in shown.columns
 
     def failing(runs, parts):
-        raise N.NcuError("ncu not found", "install Nsight Compute")
+        raise ncu.NcuError("ncu not found", "install Nsight Compute")
 
     monkeypatch.setattr(lab04.NR, "profile_runs", failing)
     assert lab04.live_copy_family() is None

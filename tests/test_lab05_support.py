@@ -4,11 +4,11 @@ recorder step refusing without a GPU, and the compile study's counts with a code
 import pandas as pd
 import pytest
 
-from infralens_lab.analysis import overlap_tables as T
+from infralens_lab.analysis import overlap_tables
 from infralens_lab.analysis.joins import idle_budget
 from infralens_lab.device import is_gpu
 from infralens_lab.labs_support import lab05
-from infralens_lab.measure import overlap as M
+from infralens_lab.measure import overlap
 from infralens_lab.parse.trace import Trace
 from infralens_lab.workloads.overlap import COPY_BATCH_MIB, NeedsGpu
 
@@ -33,7 +33,7 @@ def _copy_steps(hidden: bool):
 
 
 def test_copy_table_by_hand():
-    t = T.copy_table({"exposed": _copy_steps(False), "hidden": _copy_steps(True)}, copy_bytes=2e6).set_index("mode")
+    t = overlap_tables.copy_table({"exposed": _copy_steps(False), "hidden": _copy_steps(True)}, copy_bytes=2e6).set_index("mode")
     assert t.loc["exposed", "hidden_fraction"] == 0.0
     assert t.loc["exposed", "exposed_copy_ms"] == pytest.approx(0.2)
     assert t.loc["hidden", "hidden_fraction"] == 1.0
@@ -48,26 +48,26 @@ def test_copy_table_by_hand():
 
 def test_memcpy_call_share_reads_the_copy_calls():
     # every copy call in _copy_steps lasts 1 µs against a 200 µs copy: the call only queued it
-    assert T.memcpy_call_share(_copy_steps(False)) == pytest.approx(2 / 400)
+    assert overlap_tables.memcpy_call_share(_copy_steps(False)) == pytest.approx(2 / 400)
 
 
 def test_pageable_rates_old_and_new_records():
     copies = pd.DataFrame({"mode": ["pageable"], "copy_gb_per_s": [8.0]})
     old = [{"memory": "pageable", "mib": 256, "gb_per_s": 18.0}, {"memory": "pinned", "mib": 256, "gb_per_s": 55.0}]
-    r = T.pageable_rates(copies, old, 32)
+    r = overlap_tables.pageable_rates(copies, old, 32)
     assert (r["trace_gb_per_s"], r["table_gb_per_s"]) == (8.0, 18.0)
     assert r["written_gb_per_s"] is r["written_matches_trace"] is r["written_large_gb_per_s"] is r["size_explains_gap"] is None
     new = [*old[:1], {"memory": "pageable", "written": True, "mib": 32, "gb_per_s": 9.0, "median_ms": 3.7, "cpu_ms": 3.5},
            {"memory": "pageable", "written": False, "mib": 32, "gb_per_s": 17.0}]
-    r = T.pageable_rates(copies, new, 32)
+    r = overlap_tables.pageable_rates(copies, new, 32)
     assert r["table_gb_per_s"] == 18.0 and r["written_gb_per_s"] == 9.0 and r["written_matches_trace"]  # 12% apart
     assert (r["written_ms"], r["written_cpu_ms"]) == (3.7, 3.5) and r["size_explains_gap"] is None  # no larger written
-    assert not T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0)], 32)["written_matches_trace"]
+    assert not overlap_tables.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0)], 32)["written_matches_trace"]
     # the step's size copied again and again is fast, a larger written source matches the trace: size explains it
     big = dict(new[1], mib=256, gb_per_s=8.5)
-    r = T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0), big], 32)
+    r = overlap_tables.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0), big], 32)
     assert r["written_large_mib"] == 256 and r["written_large_matches_trace"] and r["size_explains_gap"] is True
-    r = T.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0), dict(big, gb_per_s=16.0)], 32)
+    r = overlap_tables.pageable_rates(copies, [*new[:1], dict(new[1], gb_per_s=16.0), dict(big, gb_per_s=16.0)], 32)
     assert r["size_explains_gap"] is False  # both written sizes far from the trace: not the source's size
 
 
@@ -78,13 +78,13 @@ def test_pageable_rates_on_the_recorded_set():
         if not {"overlap_h2d", "trace_copy_pageable"} <= set(st.names()):
             continue
         rows = st.load("overlap_h2d").values["rows"]
-        copies = T.copy_table({"pageable": lab05.recorded_traces(st, {"pageable": "trace_copy_pageable"})["pageable"][0]},
+        copies = overlap_tables.copy_table({"pageable": lab05.recorded_traces(st, {"pageable": "trace_copy_pageable"})["pageable"][0]},
                               lab05.COPY_BYTES)
-        r = T.pageable_rates(copies, rows, COPY_BATCH_MIB)
+        r = overlap_tables.pageable_rates(copies, rows, COPY_BATCH_MIB)
         assert r["trace_gb_per_s"] > 0 and r["table_gb_per_s"] > 0
         if r["size_explains_gap"]:
-            assert abs(r["written_large_gb_per_s"] / r["trace_gb_per_s"] - 1) <= T.RATE_AGREEMENT
-            assert abs(r["written_gb_per_s"] / r["trace_gb_per_s"] - 1) > T.RATE_AGREEMENT
+            assert abs(r["written_large_gb_per_s"] / r["trace_gb_per_s"] - 1) <= overlap_tables.RATE_AGREEMENT
+            assert abs(r["written_gb_per_s"] / r["trace_gb_per_s"] - 1) > overlap_tables.RATE_AGREEMENT
 
 
 def _pipe_trace(s0, s1, period, n=5):
@@ -97,7 +97,7 @@ def _pipe_trace(s0, s1, period, n=5):
 
 
 def test_pipeline_table_by_hand():
-    t = T.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3000)}).set_index("depth")
+    t = overlap_tables.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3000)}).set_index("depth")
     assert t.loc[1, "period_ms"] == pytest.approx(5.0) and t.loc[1, "verdict"] == "serialised"
     assert t.loc[2, "period_ms"] == pytest.approx(3.0) and t.loc[2, "overlap_score"] == 1.0
     assert (t["sum_ms"] == 5.0).all() and (t["max_ms"] == 3.0).all()
@@ -109,7 +109,7 @@ def test_fix_table_by_hand():
     pipe = pd.DataFrame({"depth": [1, 2], "stage0_ms": [2.0, 2.0], "stage1_ms": [3.0, 3.0], "period_ms": [5.0, 2.0]})
     launches = pd.DataFrame({"variant": ["eager", "graph"], "step_ms": [4.0, 1.0], "gpu_busy_ms": [1.0, 0.9],
                              "cpu_issue_ms": [3.9, 0.05]})
-    t = T.fix_table(copies, pipe, launches).set_index("fix")
+    t = overlap_tables.fix_table(copies, pipe, launches).set_index("fix")
     side = t.loc["side stream + 2nd buffer"]
     assert side["amdahl"] == pytest.approx(2.0 / 1.5) and side["floor"] == pytest.approx(2.0 / 1.4)
     assert side["binds"] == "amdahl" and side["measured"] == pytest.approx(2.0 / 1.5) and bool(side["within_bound"])
@@ -120,23 +120,23 @@ def test_fix_table_by_hand():
     g = t.loc["CUDA graph"]
     assert g["f"] == pytest.approx(0.75) and g["amdahl"] == pytest.approx(4.0) and g["floor"] == pytest.approx(4 / 0.9)
     assert g["binds"] == "amdahl"
-    said = {r["fix"]: T.bound_sentence(r) for r in T.fix_table(copies, pipe, launches).to_dict("records")}
+    said = {r["fix"]: overlap_tables.bound_sentence(r) for r in overlap_tables.fix_table(copies, pipe, launches).to_dict("records")}
     assert p["part"] is None and "not established" in said["second pipeline buffer"]  # stages kept their times
     assert said["side stream + 2nd buffer"].endswith("the bound holds") and "BEATEN" not in said["side stream + 2nd buffer"]
     # the same pipeline whose stage 1 ran 2.4 ms at depth 2: that premise of the bound failed, and is named
-    faster = T.fix_table(pipe=pipe.assign(stage1_ms=[3.0, 2.4])).to_dict("records")[0]
+    faster = overlap_tables.fix_table(pipe=pipe.assign(stage1_ms=[3.0, 2.4])).to_dict("records")[0]
     assert not faster["within_bound"] and faster["part"] == "stage 1"
     assert (faster["part_before_ms"], faster["part_after_ms"]) == (3.0, 2.4)
-    assert "stage 1 did not: 3.000 ms before the fix, 2.400 ms after (20% shorter" in T.bound_sentence(faster)
-    assert T.fix_table().empty
+    assert "stage 1 did not: 3.000 ms before the fix, 2.400 ms after (20% shorter" in overlap_tables.bound_sentence(faster)
+    assert overlap_tables.fix_table().empty
 
 
 def test_shrunk_part_rule():
-    assert T.shrunk_part({"a": (1.0, 0.96), "b": (2.0, 2.1)}) is None  # 4% shorter: within PART_CHANGED
-    assert T.shrunk_part({"a": (1.0, 0.94), "b": (2.0, 1.0)})["part"] == "b"  # the one that shrank most
-    assert T.shrunk_part(None) is None
+    assert overlap_tables.shrunk_part({"a": (1.0, 0.96), "b": (2.0, 2.1)}) is None  # 4% shorter: within PART_CHANGED
+    assert overlap_tables.shrunk_part({"a": (1.0, 0.94), "b": (2.0, 1.0)})["part"] == "b"  # the one that shrank most
+    assert overlap_tables.shrunk_part(None) is None
     with pytest.raises(ValueError, match="expected a positive time before"):
-        T.shrunk_part({"a": (0.0, 1.0)})
+        overlap_tables.shrunk_part({"a": (0.0, 1.0)})
 
 
 def test_fix_table_on_the_recorded_set_never_calls_a_beaten_bound_held():
@@ -147,18 +147,18 @@ def test_fix_table_on_the_recorded_set_never_calls_a_beaten_bound_held():
     for st in evidence.load_all_sets():
         if not set(need) <= set(st.names()):
             continue
-        pipe = T.pipeline_table({d: tr for d, (tr, _) in lab05.recorded_traces(st, {d: f"trace_pipeline_d{d}" for d in (1, 2)}).items()})
+        pipe = overlap_tables.pipeline_table({d: tr for d, (tr, _) in lab05.recorded_traces(st, {d: f"trace_pipeline_d{d}" for d in (1, 2)}).items()})
         ctr = {k: tr for k, (tr, _) in lab05.recorded_traces(st, {"whole": "trace_compile_whole", "breaks": "trace_compile_breaks"}).items()}
-        fixes = T.fix_table(pipe=pipe, comp=T.compile_times(st.load("compile_study").values), compile_traces=ctr)
+        fixes = overlap_tables.fix_table(pipe=pipe, comp=overlap_tables.compile_times(st.load("compile_study").values), compile_traces=ctr)
         for r in fixes.to_dict("records"):
-            text = T.bound_sentence(r)
-            assert r["within_bound"] == (r["measured"] <= r["bound"] * T.BOUND_SLACK)
+            text = overlap_tables.bound_sentence(r)
+            assert r["within_bound"] == (r["measured"] <= r["bound"] * overlap_tables.BOUND_SLACK)
             if r["within_bound"]:
                 assert "holds" in text and "BEATEN" not in text
             else:
                 assert "BEATEN" in text and "holds" not in text, text
                 if r["part"] is not None:
-                    assert r["part_after_ms"] < r["part_before_ms"] * (1 - T.PART_CHANGED)
+                    assert r["part_after_ms"] < r["part_before_ms"] * (1 - overlap_tables.PART_CHANGED)
 
 
 def test_fix_table_remove_breaks_counts_only_the_idle_the_breaks_add():
@@ -173,8 +173,8 @@ def test_fix_table_remove_breaks_counts_only_the_idle_the_breaks_add():
         return Trace({"traceEvents": ev})
 
     comp = pd.DataFrame({"variant": ["compiled", "compiled_breaks"], "median_ms": [0.5, 1.0]})
-    assert T.breaks_idle_ms(idle_budget(steps(1000)), idle_budget(steps(400))) == pytest.approx((1.0, 0.6))
-    r = T.fix_table(comp=comp, compile_traces={"breaks": steps(1000), "whole": steps(400)}).iloc[0]
+    assert overlap_tables.breaks_idle_ms(idle_budget(steps(1000)), idle_budget(steps(400))) == pytest.approx((1.0, 0.6))
+    r = overlap_tables.fix_table(comp=comp, compile_traces={"breaks": steps(1000), "whole": steps(400)}).iloc[0]
     assert r["fix"] == "remove graph breaks" and r["f"] == pytest.approx(0.6) and r["amdahl"] == pytest.approx(2.5)
     assert r["floor"] == pytest.approx(10.0) and r["binds"] == "amdahl" and r["measured"] == pytest.approx(2.0)
 
@@ -186,7 +186,7 @@ def test_issue_split_by_hand():
     for i, t0 in enumerate((10, 60)):
         ev += [X("aten::mul", "cpu_op", t0, 30), X("cudaLaunchKernel", "cuda_runtime", t0 + 5, 10, correlation=i + 1),
                X("k", "kernel", t0 + 20, 1, pid=0, tid=7, correlation=i + 1)]
-    s = T.issue_split(Trace({"traceEvents": ev}))
+    s = overlap_tables.issue_split(Trace({"traceEvents": ev}))
     assert s == {"ops": 2.0, "launch_us": 10.0, "dispatch_us": 20.0, "python_us": 20.0, "total_us": 50.0}
 
 
@@ -237,8 +237,8 @@ def test_live_cpu_paths():
 
 
 def test_compile_study_counts_with_eager_backend():
-    v = M.compile_study("cpu", width=8, blocks=3, batch=2, repeats=2, backend="eager")
-    c = T.compile_counts(v).set_index("variant")
+    v = overlap.compile_study("cpu", width=8, blocks=3, batch=2, repeats=2, backend="eager")
+    c = overlap_tables.compile_counts(v).set_index("variant")
     assert c.loc["compiled", "graph_calls_per_forward"] == 1
     assert c.loc["compiled_breaks", "graph_calls_per_forward"] == 3  # one graph per block
     # explain counts graphs compiled, less one: the block's graph is compiled once and reused for every block
@@ -246,12 +246,12 @@ def test_compile_study_counts_with_eager_backend():
     assert v["explain_breaks"].get("break_reasons")
     assert v["new_shape"]["batch"] == 3
     with pytest.raises(ValueError, match="inner backend"):
-        M.CountingBackend("cudagraphs")
+        overlap.CountingBackend("cudagraphs")
 
 
 def test_wall_rejects_bad_counts():
     with pytest.raises(ValueError, match="positive ints"):
-        M.wall(lambda: None, repeats=0)
+        overlap.wall(lambda: None, repeats=0)
 
 
 @pytest.mark.skipif(is_gpu(), reason="checks the refusal on a machine without a GPU")
@@ -264,33 +264,33 @@ def test_record_into_without_gpu_fails_every_part_and_writes_nothing():
 
     logs = []
     with pytest.raises(RuntimeError, match="every overlap part failed"):
-        M.record_into(W(), quick=True, log=logs.append)
+        overlap.record_into(W(), quick=True, log=logs.append)
     assert written == []
     assert any("NeedsGpu" in line for line in logs)
     with pytest.raises(NeedsGpu):
-        M.h2d_bandwidth()
+        overlap.h2d_bandwidth()
     with pytest.raises(NeedsGpu):
-        M.launch_study()
+        overlap.launch_study()
 
 
 def test_recorder_knows_the_overlap_step():
     from infralens_lab import record
 
     assert "overlap" in record.STEPS and hasattr(record.Recorder, "step_overlap")
-    assert set(M.RECORDS) >= {"overlap_h2d", "trace_pipeline_d2", "compile_study", "fusion", "trace_launch_reduce_overhead"}
+    assert set(overlap.RECORDS) >= {"overlap_h2d", "trace_pipeline_d2", "compile_study", "fusion", "trace_launch_reduce_overhead"}
 
 
 def test_derived_questions_mark_against_the_notebooks_evidence():
     from infralens_lab.quiz import check
 
-    copies = T.copy_table({"pinned": _copy_steps(False), "double_buffered": _copy_steps(True)}, 1e6)
+    copies = overlap_tables.copy_table({"pinned": _copy_steps(False), "double_buffered": _copy_steps(True)}, 1e6)
     assert check("lab05.ex1", 1.0, evidence=copies).correct
     assert not check("lab05.ex1", 0.5, evidence=copies).correct
-    pipe = T.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3500)})
+    pipe = overlap_tables.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3500)})
     assert check("lab05.q4", 0.75, evidence=pipe).correct  # (5 - 3.5) / 2
     assert not check("lab05.q4", 0.2, evidence=pipe).correct
     # q7: pinned period 1 ms, exposed copy 0.2 ms -> 1 / (1 - 0.2) = 1.25
-    fixes = T.fix_table(copies=copies)
+    fixes = overlap_tables.fix_table(copies=copies)
     assert check("lab05.q7", 1.25, evidence=fixes).correct and not check("lab05.q7", 1.6, evidence=fixes).correct
     # ex2 on a pageable row: period 5, exposed 4, copy 4, kernels 0.7 -> Amdahl 5x, overlap floor 1.25x
     pg = pd.DataFrame({"mode": ["pageable"], "period_ms": [5.0], "exposed_copy_ms": [4.0], "copy_ms": [4.0],
@@ -304,23 +304,22 @@ def test_grader_keys_use_the_recorded_set(monkeypatch):
     """quiz.keys.lab05 builds the notebook's tables from the recorded set by the same functions (here the
     committed default set): the grader's key for ex1/ex2/q7/ex3 is what the notebook's cells compute."""
     from infralens_lab.parse.trace import load_trace
-    from infralens_lab.quiz import grader as G
-    from infralens_lab.quiz import question
-    from infralens_lab.quiz.keys import lab05 as K
+    from infralens_lab.quiz import grader, question
+    from infralens_lab.quiz.keys import lab05 as keys_lab05
 
     st = lab05.store()
     if st is None or "trace_copy_pinned" not in st.names():
         pytest.skip("no recorded copy traces")
-    copies = T.copy_table({m: load_trace(st.load(f"trace_copy_{m}")) for m in ("pageable", "pinned", "double_buffered")},
+    copies = overlap_tables.copy_table({m: load_trace(st.load(f"trace_copy_{m}")) for m in ("pageable", "pinned", "double_buffered")},
                           lab05.COPY_BYTES)
-    pd.testing.assert_frame_equal(K.copies(), copies)
-    G.grader_evidence.cache_clear()
+    pd.testing.assert_frame_equal(keys_lab05.copies(), copies)
+    grader.grader_evidence.cache_clear()
     try:
         db = copies.set_index("mode").loc["double_buffered", "hidden_fraction"]
-        assert G.expected_for_grading(question("lab05.ex1")) == pytest.approx(db)
+        assert grader.expected_for_grading(question("lab05.ex1")) == pytest.approx(db)
         p = copies.set_index("mode").loc["pinned"]
-        assert G.expected_for_grading(question("lab05.q7")) == pytest.approx(1 / (1 - p["exposed_copy_ms"] / p["period_ms"]))
-        assert 1 < G.expected_for_grading(question("lab05.ex2")) < G.expected_for_grading(question("lab05.q7")) * 10
-        assert G.expected_for_grading(question("lab05.ex3")) > 1  # launch-bound: the CPU takes longer
+        assert grader.expected_for_grading(question("lab05.q7")) == pytest.approx(1 / (1 - p["exposed_copy_ms"] / p["period_ms"]))
+        assert 1 < grader.expected_for_grading(question("lab05.ex2")) < grader.expected_for_grading(question("lab05.q7")) * 10
+        assert grader.expected_for_grading(question("lab05.ex3")) > 1  # launch-bound: the CPU takes longer
     finally:
-        G.grader_evidence.cache_clear()
+        grader.grader_evidence.cache_clear()

@@ -11,24 +11,22 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import buckets as B
-from infralens_lab.analysis import ddp_run as R
-from infralens_lab.analysis import distributed as A
-from infralens_lab.analysis import scaling as S
+from infralens_lab.analysis import buckets, ddp_run, scaling
+from infralens_lab.analysis import distributed as analysis_distributed
 from infralens_lab.labs_support import lab06
-from infralens_lab.measure import distributed as D
+from infralens_lab.measure import distributed as measure_distributed
 from infralens_lab.parse.ranks import RankRun, recorded_run
-from infralens_lab.present import distributed as F
+from infralens_lab.present import distributed as present_distributed
 from infralens_lab.quiz import check
 from infralens_lab.quiz.derive import DerivationError, derive
-from infralens_lab.quiz.keys import lab06 as K
+from infralens_lab.quiz.keys import lab06 as keys_lab06
 
 RANKS = json.loads((Path(__file__).parent / "data" / "ddp_gloo_run.json").read_text())
 RUN = RankRun(RANKS, evidence.live("ddp_test", {}, command="tests"))
 
 
 def test_sweep_counts_are_the_buckets_ddp_built():
-    c = R.sweep_counts(RUN).set_index("config")
+    c = ddp_run.sweep_counts(RUN).set_index("config")
     assert (c["calls_per_step"] == c["buckets"]).all()
     assert c.loc["cap 0.25 MiB", "buckets"] == 8 and c.loc["cap 25 MiB", "buckets"] == 1
     assert c.loc["default cap", "buckets"] == 2  # the 1 MiB first bucket, only with the default cap
@@ -38,7 +36,7 @@ def test_sweep_counts_are_the_buckets_ddp_built():
 
 
 def test_bucket_table_the_rule_against_ddp_and_the_ledger():
-    b = R.bucket_table(RUN).set_index("config")
+    b = ddp_run.bucket_table(RUN).set_index("config")
     assert (b["ddp_buckets"] == b["rule_buckets"]).all() and (b["ddp_MiB"] == b["rule_MiB"]).all()
     assert (b["ledger_copy_MiB"] == b["measured_copy_MiB"]).all()
     assert b.loc["cap 25 MiB, bucket view", "ledger_copy_MiB"] == 0
@@ -46,24 +44,24 @@ def test_bucket_table_the_rule_against_ddp_and_the_ledger():
 
 
 def test_the_run_keeps_every_invariant_the_recorder_checks():
-    assert R.run_violations(RUN) == []
-    assert R.run_violations(RANKS) == []
+    assert ddp_run.run_violations(RUN) == []
+    assert ddp_run.run_violations(RANKS) == []
     for label in RUN.labels():
-        t = R.table(RUN, label)
+        t = ddp_run.table(RUN, label)
         assert (t["exposed_us"] <= t["comm_us"] + 1e-6).all() and (t["comm_us"] <= t["step_us"] + 1e-6).all()
 
 
 def test_no_sync_bench_and_scaling_tables():
-    ns = R.no_sync_counts(RUN).set_index("accumulation")
+    ns = ddp_run.no_sync_counts(RUN).set_index("accumulation")
     assert ns.loc["plain", "allreduce_calls_per_optimizer_step"] == 2 * 8
     assert ns.loc["no_sync", "allreduce_calls_per_optimizer_step"] == 8
-    bench = R.bench(RUN)
+    bench = ddp_run.bench(RUN)
     assert list(bench["MiB"]) == [0.25, 1.0] and (bench["busbw_GBps"] == bench["algbw_GBps"]).all()  # n = 2
-    s = R.scaling_table(RUN).set_index("basis")
+    s = ddp_run.scaling_table(RUN).set_index("basis")
     assert s.loc["profiled", "weak_scaling_bound"] == pytest.approx(2 * (1 - s.loc["profiled", "exposed_fraction"]))
-    assert s.loc["profiled", "speedup"] <= s.loc["profiled", "weak_scaling_bound"] * R.BOUND_SLACK
-    iv = A.steady_step_intervals(RUN.traces(R.SCALING_CONFIG))
-    assert A.exposed_share(iv) == pytest.approx(s.loc["profiled", "exposed_fraction"])  # f and step from the same steps
+    assert s.loc["profiled", "speedup"] <= s.loc["profiled", "weak_scaling_bound"] * ddp_run.BOUND_SLACK
+    iv = analysis_distributed.steady_step_intervals(RUN.traces(ddp_run.SCALING_CONFIG))
+    assert analysis_distributed.exposed_share(iv) == pytest.approx(s.loc["profiled", "exposed_fraction"])  # f and step from the same steps
     assert pd.isna(s.loc["timed", "exposed_fraction"])
     p = s.loc["profiled"]
     rest = p["ddp_step_ms"] * (1 - p["exposed_fraction"])  # the DDP step less its exposed all-reduce
@@ -73,7 +71,7 @@ def test_no_sync_bench_and_scaling_tables():
 
 
 def test_times_are_fractions_and_parts_of_their_wholes():
-    t = R.sweep_times(RUN)
+    t = ddp_run.sweep_times(RUN)
     for col in ("hidden_under_backward", "hta_overlap", "ddp_reducer_overlap"):
         assert t[col].between(0, 1).all(), col
     assert (t["exposed_ms"] <= t["comm_ms"] + 1e-9).all() and (t["comm_ms"] <= t["step_ms"] + 1e-9).all()
@@ -82,22 +80,22 @@ def test_times_are_fractions_and_parts_of_their_wholes():
 
 
 def test_the_straggler_is_seen_as_wait():
-    starts = R.straggler_starts(RUN)
+    starts = ddp_run.straggler_starts(RUN)
     assert list(starts.columns) == ["step", "seq", "rank", "start_us", "end_us"]
     slept = RUN.config("straggler")["straggle_ms"] * 1e3
-    assert A.wait_at(starts, 0) > 0.5 * slept and A.wait_at(starts, 1) < 0.5 * slept  # rank 1 sleeps: rank 0 waits
-    w = A.overlap_table(RUN.traces("straggler")).groupby("rank")["wait_us"].mean()
+    assert analysis_distributed.wait_at(starts, 0) > 0.5 * slept and analysis_distributed.wait_at(starts, 1) < 0.5 * slept  # rank 1 sleeps: rank 0 waits
+    w = analysis_distributed.overlap_table(RUN.traces("straggler")).groupby("rank")["wait_us"].mean()
     assert w[0] > w[1]
 
 
 def test_timeline_and_busbw_figures():
     trs = RUN.traces("cap 0.25 MiB")
-    p = A.phase_intervals(trs[0], step=1)
+    p = analysis_distributed.phase_intervals(trs[0], step=1)
     assert len(p["forward"]) == 1 and len(p["optimizer"]) == 1 and len(p["all-reduce"]) >= 1
     assert p["forward"][0][1] <= p["backward compute"][0][0]  # forward ends before backward starts
-    fig = F.timeline_figure(trs)
+    fig = present_distributed.timeline_figure(trs)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
-    fig = F.busbw_figure(R.bench(RUN), 450.0, "NVLink 4")
+    fig = present_distributed.busbw_figure(ddp_run.bench(RUN), 450.0, "NVLink 4")
     assert fig.axes[0].get_ylabel() == "busbw (GB/s)" and len(fig.axes[0].lines) == 2
 
 
@@ -106,7 +104,7 @@ def test_words_follow_the_backend():
     assert "NCCL" in lab06.WORDS["nccl"]["comm"] and "gloo" not in lab06.WORDS["nccl"]["note"]
     assert lab06.link_peak(RUN) == (None, "")
     nccl = RankRun([dict(r, backend="nccl") for r in RANKS])
-    assert lab06.link_peak(nccl)[0] == S.NVLINK4_GBS
+    assert lab06.link_peak(nccl)[0] == scaling.NVLINK4_GBS
     run, why = lab06.exercise_run(RUN, None)
     assert run is RUN and "live gloo run" in why
     assert lab06.exercise_run(RUN, nccl) == (nccl, "Evidence: the recorded NCCL run (2 ranks).")
@@ -126,32 +124,32 @@ def test_recorded_run_is_found_in_any_recorded_set(tmp_path, monkeypatch):
     (root / "DEFAULT").write_text("nvidia-h200\n")
     monkeypatch.setenv("INFRALENS_DATA", str(root))
     rec = lab06.recorded_run()
-    assert rec is not None and rec.world == 2 and R.sweep_counts(rec).equals(R.sweep_counts(RUN))
+    assert rec is not None and rec.world == 2 and ddp_run.sweep_counts(rec).equals(ddp_run.sweep_counts(RUN))
     assert lab06.recorded_status(rec).startswith("Recorded NCCL run: present, 2 ranks")
-    K._recorded.cache_clear()
+    keys_lab06._recorded.cache_clear()
     try:
-        assert K.recorded_bench()["bytes"].tolist() == R.bench_inputs(RUN)["bytes"].tolist()
-        assert K.recorded_intervals() is not None and K.recorded_straggler() is not None
+        assert keys_lab06.recorded_bench()["bytes"].tolist() == ddp_run.bench_inputs(RUN)["bytes"].tolist()
+        assert keys_lab06.recorded_intervals() is not None and keys_lab06.recorded_straggler() is not None
     finally:
-        K._recorded.cache_clear()
+        keys_lab06._recorded.cache_clear()
 
 
 def test_missing_recording_is_said_plainly(monkeypatch, tmp_path):
     monkeypatch.setenv("INFRALENS_DATA", str(tmp_path / "none"))
     assert lab06.recorded_run() is None
     assert "not in this checkout yet" in lab06.recorded_status(None) and "--only device,distributed" in lab06.recorded_status(None)
-    K._recorded.cache_clear()
+    keys_lab06._recorded.cache_clear()
     try:
-        assert K.recorded_bench() is None and K.recorded_intervals() is None and K.recorded_straggler() is None
+        assert keys_lab06.recorded_bench() is None and keys_lab06.recorded_intervals() is None and keys_lab06.recorded_straggler() is None
     finally:
-        K._recorded.cache_clear()
+        keys_lab06._recorded.cache_clear()
 
 
 def test_model_inputs_without_a_recording_are_labelled_assumptions():
     mi = lab06.model_inputs(None)
     assert mi["grad_bytes"] == 4 * mi["params"] and mi["backward_s"] == pytest.approx(mi["compute_s"] * 2 / 3)
     assert mi["intra_busbw_gbs"] is None and mi["source"].startswith("assumed")
-    df = S.multinode_model(mi["compute_s"], mi["backward_s"], mi["grad_bytes"], mi["hidden_fraction"])
+    df = scaling.multinode_model(mi["compute_s"], mi["backward_s"], mi["grad_bytes"], mi["hidden_fraction"])
     assert df["efficiency"].is_monotonic_decreasing and (df["step_ms"] >= df["comm_ms"]).all()
     assert mi["ddp_overhead_s"] == 0 and "not modelled" in df.attrs["label"]
     measured = lab06.model_inputs(RUN)  # any run with the tables the model reads
@@ -166,47 +164,47 @@ def test_the_model_on_the_recorded_nccl_run_meets_its_own_two_gpu_measurement():
     if rec is None or rec.backend != "nccl":
         pytest.skip("no recorded NCCL set in this checkout")
     mi = lab06.model_inputs(rec)
-    df = S.multinode_model(mi["compute_s"], mi["backward_s"], mi["grad_bytes"], mi["hidden_fraction"],
+    df = scaling.multinode_model(mi["compute_s"], mi["backward_s"], mi["grad_bytes"], mi["hidden_fraction"],
                            intra_busbw_gbs=mi["intra_busbw_gbs"], ddp_overhead_s=mi["ddp_overhead_s"])
-    row = R.scaling_table(rec).iloc[0]
+    row = ddp_run.scaling_table(rec).iloc[0]
     assert df["step_ms"].iloc[0] == pytest.approx(row["one_rank_step_ms"])
     assert df.set_index("gpus").loc[2, "step_ms"] == pytest.approx(row["ddp_step_ms"], rel=0.15)
     assert mi["ddp_overhead_s"] > 0  # on GPUs a DDP rank computes longer than one GPU alone
 
 
 def test_derived_questions_mark_against_the_tables():
-    counts = R.sweep_counts(RUN)
+    counts = ddp_run.sweep_counts(RUN)
     assert check("lab06.q3", 8, evidence=counts.assign(config=counts["config"].replace("cap 0.25 MiB", "cap 1 MiB"))).correct
-    ns = R.no_sync_counts(RUN)
+    ns = ddp_run.no_sync_counts(RUN)
     assert check("lab06.q5", 8, evidence=ns).correct and not check("lab06.q5", 16, evidence=ns).correct
 
 
 def test_exercises_are_marked_by_the_formulas_the_tables_use():
-    bench = R.bench_inputs(RUN)
-    right = S.busbw(S.algbw(float(bench["bytes"].iloc[-1]), float(bench["seconds"].iloc[-1])), 2)
+    bench = ddp_run.bench_inputs(RUN)
+    right = scaling.busbw(scaling.algbw(float(bench["bytes"].iloc[-1]), float(bench["seconds"].iloc[-1])), 2)
     assert check("lab06.ex1", right, evidence=bench).correct and not check("lab06.ex1", right * 1.1, evidence=bench).correct
-    plan = K.gpu_model_plan()
-    assert plan == R.plan_inputs(D.GPU_MODEL, 100)
+    plan = keys_lab06.gpu_model_plan()
+    assert plan == ddp_run.plan_inputs(measure_distributed.GPU_MODEL, 100)
     assert check("lab06.ex2", 8, evidence=plan).correct and not check("lab06.ex2", 11, evidence=plan).correct
-    iv = A.steady_step_intervals(RUN.traces(R.SCALING_CONFIG))
-    assert check("lab06.ex3", A.exposed_share(iv), evidence=iv).correct
-    starts = R.straggler_starts(RUN)
-    assert check("lab06.ex4", A.wait_at(starts, 0) / 1e3, evidence=starts).correct
-    assert not check("lab06.ex4", A.wait_at(starts, 0), evidence=starts).correct  # µs, not ms
+    iv = analysis_distributed.steady_step_intervals(RUN.traces(ddp_run.SCALING_CONFIG))
+    assert check("lab06.ex3", analysis_distributed.exposed_share(iv), evidence=iv).correct
+    starts = ddp_run.straggler_starts(RUN)
+    assert check("lab06.ex4", analysis_distributed.wait_at(starts, 0) / 1e3, evidence=starts).correct
+    assert not check("lab06.ex4", analysis_distributed.wait_at(starts, 0), evidence=starts).correct  # µs, not ms
 
 
 def test_unanswered_exercises_say_so(capsys):
-    assert check("lab06.ex2", ..., evidence=K.gpu_model_plan()).status == "unanswered"
+    assert check("lab06.ex2", ..., evidence=keys_lab06.gpu_model_plan()).status == "unanswered"
     assert "not answered yet" in capsys.readouterr().out
 
 
 def test_worked_questions_agree_with_the_package_arithmetic():
     """q2, q6 and q9 give their numbers in the prompt: their stored answers are the package's own arithmetic."""
-    o = A.overlap([(0.0, 4.0), (6.0, 10.0)], [(2.0, 7.0)])
+    o = analysis_distributed.overlap([(0.0, 4.0), (6.0, 10.0)], [(2.0, 7.0)])
     assert check("lab06.q2", o["hidden_fraction"]).correct and o["hidden_fraction"] == pytest.approx(0.375)
-    assert check("lab06.q6", S.weak_scaling_bound(0.30, 2)).correct and not check("lab06.q6", 0.7).correct
+    assert check("lab06.q6", scaling.weak_scaling_bound(0.30, 2)).correct and not check("lab06.q6", 0.7).correct
     assert check("lab06.q9", 3.0 + 1.0).correct and not check("lab06.q9", 1.0).correct
-    assert B.bucket_count(**K.gpu_model_plan()) == 8
+    assert buckets.bucket_count(**keys_lab06.gpu_model_plan()) == 8
 
 
 def test_the_formula_derivation_refuses_what_it_cannot_call():
@@ -220,16 +218,16 @@ def test_the_formula_derivation_refuses_what_it_cannot_call():
 
 
 def test_reducer_spans_mark_averages_no_steady_step_could_hold():
-    sp = R.reducer_spans(RUN)
+    sp = ddp_run.reducer_spans(RUN)
     assert list(sp.columns) == ["config", "rank", "comm_ms", "compute_ms", "step_ms", "longer_than_step"]
     assert len(sp) == RUN.world * len(RUN.ranks[0]["configs"])  # every config on every rank (gloo has the timers)
     assert (sp["longer_than_step"] == (sp[["comm_ms", "compute_ms"]].max(axis=1) > sp["step_ms"])).all()
-    t = R.sweep_times(RUN)
+    t = ddp_run.sweep_times(RUN)
     assert lab06.reducer_sentence(t, sp.assign(longer_than_step=False)) == lab06.reducer_sentence(t)
     rec = recorded_run()
     if rec is None:
         return
-    rs = R.reducer_spans(rec)
+    rs = ddp_run.reducer_spans(rec)
     for r in rs.itertuples():  # the averages are DDP's own numbers, in ms
         tm = rec.ranks[r.rank]["configs"][[c["label"] for c in rec.ranks[r.rank]["configs"]].index(r.config)]["ddp_timers_ns"]
         assert r.comm_ms == pytest.approx(tm["avg_backward_comm_time"] / 1e6)
@@ -238,6 +236,6 @@ def test_reducer_spans_mark_averages_no_steady_step_could_hold():
     assert set(rs.loc[rs["longer_than_step"], "config"]) == {"cap 1 MiB"}
     assert rec.ranks[0]["configs"][0]["label"] == "cap 1 MiB"
     r0 = rs[(rs["config"] == "cap 1 MiB") & (rs["rank"] == 0)].iloc[0]
-    said = lab06.reducer_sentence(R.sweep_times(rec), rs)
+    said = lab06.reducer_sentence(ddp_run.sweep_times(rec), rs)
     assert (f"cap 1 MiB: rank 0's average communication span is {r0.comm_ms:.1f} ms against a steady step of "
             f"{r0.step_ms:.1f} ms") in said and said.count("No steady iteration spans more than its step") == 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import gates as A
+from infralens_lab.analysis import gates
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
 from infralens_lab.labs_support import lab07
 from infralens_lab.quiz import check
@@ -144,7 +144,7 @@ def test_derived_questions_mark_against_the_notebooks_evidence(store):
     assert check("lab07.ex1", 0.08, evidence=ot).correct and not check("lab07.ex1", 0.09, evidence=ot).correct
     g = format_gain({"channels_first": 4.0, "channels_last": 2.0}, {"channels_first": 10.0, "channels_last": 9.0})
     assert check("lab07.q5", 0.5, evidence=g).correct and not check("lab07.q5", 2.0, evidence=g).correct
-    kt = A.k_table(lab07.recorded_gates(store).values["aa_ratios"], 0.05)
+    kt = gates.k_table(lab07.recorded_gates(store).values["aa_ratios"], 0.05)
     assert check("lab07.ex2", 1, evidence=kt).correct and not check("lab07.ex2", 3, evidence=kt).correct
     import pandas as pd
 
@@ -159,25 +159,24 @@ def test_grader_keys_use_the_recorded_set():
     """quiz.keys.lab07 builds the notebook's evidence from the committed default set by the same functions:
     the grader's keys for ex1, q5, ex2 and q6 are what the notebook's cells compute."""
     from infralens_lab.measure.top_ops import format_gain, forward_busy, op_times
-    from infralens_lab.quiz import grader as G
-    from infralens_lab.quiz import question
+    from infralens_lab.quiz import grader, question
 
     st = lab07.store()
     rec, gev = lab07.recorded_resnet(st), lab07.recorded_gates(st)
     if rec is None or gev is None:
         pytest.skip("no recorded lab 07 evidence")
-    G.grader_evidence.cache_clear()
+    grader.grader_evidence.cache_clear()
     try:
         top = op_times(rec["channels_first"][0]).iloc[0]["self_ms"]
-        assert G.expected_for_grading(question("lab07.ex1")) == pytest.approx(top)
+        assert grader.expected_for_grading(question("lab07.ex1")) == pytest.approx(top)
         k = {f: forward_busy(tr)["kernel_ms"] for f, (tr, _) in rec.items()}
         share = format_gain(k, {f: gev.values["resnet"][f]["median_ms"] for f in rec})["share"]
-        assert G.expected_for_grading(question("lab07.q5")) == pytest.approx(share)
-        assert G.expected_for_grading(question("lab07.ex2")) == A.smallest_k(A.k_table(gev.values["aa_ratios"], A.LAB_TOLERANCE))
+        assert grader.expected_for_grading(question("lab07.q5")) == pytest.approx(share)
+        assert grader.expected_for_grading(question("lab07.ex2")) == gates.smallest_k(gates.k_table(gev.values["aa_ratios"], gates.LAB_TOLERANCE))
         procs = gev.values.get("aa_processes")
         if procs:  # q6: the median over processes of ratio spread / a's spread, from the table the notebook shows
-            t = A.drift_table({i: (p["a_ms"], p["b_ms"]) for i, p in enumerate(procs)}).iloc[:-1]
+            t = gates.drift_table({i: (p["a_ms"], p["b_ms"]) for i, p in enumerate(procs)}).iloc[:-1]
             by_table = sorted(t["ratio_spread_pct"] / t["a_spread_pct"])[len(procs) // 2]
-            assert G.expected_for_grading(question("lab07.q6")) == pytest.approx(by_table)
+            assert grader.expected_for_grading(question("lab07.q6")) == pytest.approx(by_table)
     finally:
-        G.grader_evidence.cache_clear()
+        grader.grader_evidence.cache_clear()

@@ -28,6 +28,11 @@ def lab_sh(work: Path, port: int, **env) -> subprocess.CompletedProcess:
     return r
 
 
+def _command(out: str) -> str:
+    """The JupyterLab command line a dry run names (it is printed before the banner)."""
+    return next(line for line in out.splitlines() if line.startswith("would run: "))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -53,8 +58,8 @@ def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
 def test_url_root_flag_settings_and_no_tunnel_locally(tmp_path):
     port = _free_port()
     out = lab_sh(tmp_path / "w", port).stdout
-    assert re.search(rf"open: http://localhost:{port}/lab\?token=[0-9a-f]{{48}}", out)
-    cmd = out.strip().splitlines()[-1]
+    assert re.search(rf"open: http://localhost:{port}/lab/tree/00_start_here\.ipynb\?token=[0-9a-f]{{48}}", out)
+    cmd = _command(out)
     assert f"--ServerApp.port={port}" in cmd and f"--ServerApp.root_dir={tmp_path / 'w'}" in cmd
     assert f"--LabApp.app_settings_dir={ROOT}/tools/jupyter/settings" in cmd
     assert ("--allow-root" in cmd) == (os.geteuid() == 0)
@@ -97,8 +102,8 @@ def test_kernels_start_with_the_notebook_guard_and_custom_css_is_served(tmp_path
     out = lab_sh(work, _free_port()).stdout
     spec = json.loads((work / ".infralens" / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())
     assert spec["argv"][:3] == [str(VENV / "bin" / "python"), "-m", "ipykernel_launcher"]
-    assert "--ext=infralens_lab.notebook_guard" in spec["argv"] and "{connection_file}" in spec["argv"]
-    cmd = out.strip().splitlines()[-1]
+    assert "--ext=infralens_lab.quiz" in spec["argv"] and "{connection_file}" in spec["argv"]
+    cmd = _command(out)
     assert "--LabApp.custom_css=True" in cmd
     assert f"--ServerApp.tornado_settings=static_custom_path={ROOT}/tools/jupyter/custom" in cmd
     css = (ROOT / "tools" / "jupyter" / "custom" / "custom.css").read_text()
@@ -114,3 +119,23 @@ def test_shipped_settings_save_widget_state():
               / "@jupyter-widgets" / "jupyterlab-manager" / "plugin.json")
     if schema.exists():  # the setting exists under that name in this widget manager
         assert "saveState" in json.loads(schema.read_text())["properties"]
+
+
+def test_the_url_is_printed_last_and_opens_lab_00(tmp_path):
+    """The URL is the last line (the server's own log goes to a file, so nothing follows it), and it opens
+    00_start_here.ipynb, which the working copy has, rather than the Launcher; the server log is named."""
+    assert (ROOT / "labs" / "00_start_here.ipynb").is_file()
+    port = _free_port()
+    work = tmp_path / "w"
+    lines = lab_sh(work, port).stdout.strip().splitlines()
+    assert re.fullmatch(rf"  open: http://localhost:{port}/lab/tree/00_start_here\.ipynb\?token=[0-9a-f]{{48}}", lines[-1])
+    assert (work / "00_start_here.ipynb").is_file()
+    assert f"  server log: {work}/.infralens/jupyter.log" in lines and "  stop: Ctrl-C" in lines
+    assert lines[0].startswith("would run: ")  # the server starts first; the banner follows once it answers
+
+
+def test_remote_machine_gets_the_tunnel_just_above_the_url(tmp_path):
+    port = _free_port()
+    lines = lab_sh(tmp_path / "w", port, SSH_CONNECTION="203.0.113.9 50022 198.51.100.7 22").stdout.strip().splitlines()
+    assert "ssh -N -L" in lines[-3] and "then open the URL below there" in lines[-2]
+    assert lines[-1].startswith(f"  open: http://localhost:{port}/lab/tree/00_start_here.ipynb?token=")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,14 @@ PKG = Path(__file__).resolve().parents[1] / "infralens_lab"
 
 # lowest first; a module may import its own layer and any layer before it
 LAYERS = [
-    ("ground", ["device", "evidence", "annotate", "units", "stats", "__init__"]),
+    ("ground", ["device", "evidence", "annotate", "units", "stats", "errors", "notebook_guard", "__init__"]),
     ("kernels", ["kernels"]),
     ("workloads", ["workloads"]),
     ("parse", ["parse"]),
     ("measure", ["measure"]),
     ("analysis", ["analysis"]),
     ("present", ["present"]),
-    ("quiz", ["quiz", "notebook_guard"]),
+    ("quiz", ["quiz"]),
     ("labs", ["labs_support"]),
     ("apps", ["bench", "record", "doctor", "site", "site_assets", "gates_cli", "analyze", "profile_ddp", "__main__"]),
 ]
@@ -101,6 +102,67 @@ def test_forbidden_pairs(path):
     assert not bad, "\n".join(bad)
 
 
+def _import_graph() -> dict[str, dict[str, int]]:
+    """Module -> {package module it imports: first line}, module-level and lazy imports alike; ``from . import x``
+    and ``import a.b`` resolve to the module itself, and a package's ``__init__`` stands for the package."""
+    names = {_module_name(p).removesuffix(".__init__"): p for p in FILES}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in names.items():
+        edges = graph.setdefault(name, {})
+        for line, target in _imports(path):
+            target = target.removesuffix(".__init__")
+            while target not in names and "." in target:  # ``from .ncu import X``: X is a name, not a module
+                target = target.rsplit(".", 1)[0]
+            if target in names and target != name:
+                edges.setdefault(target, line)
+    return graph
+
+
+def _cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """One import circle of ``graph`` as ``[a, b, ..., a]``, or None (depth-first search, white/grey/black)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_no_import_circles():
+    """No module reaches itself through the imports of others (lazy imports count: a lazy import only hides a
+    circle until the function runs). A low module that needs a higher one is handed a hook instead (the guard asks
+    the quiz through ``notebook_guard.register_restore_hook``). The package root's lazy ``doctor()`` call is the
+    one allowed upward import (UPWARD_ALLOWED) and is left out of the graph with it. Submodules of a package are
+    not counted as importing the package they sit in: Python loads the package first in any case."""
+    graph = _import_graph()
+    for src, dst in UPWARD_ALLOWED:
+        graph[src.removesuffix(".__init__") or src].pop(dst, None)
+    for name, edges in graph.items():  # a package's own __init__ importing its submodules is no circle
+        for parent in [t for t in edges if name.startswith(t + ".")]:
+            edges.pop(parent)
+    found = _cycle(graph)
+    where = " -> ".join(f"{a} (line {graph[a][b]})" for a, b in pairwise(found)) + f" -> {found[-1]}" if found else ""
+    assert found is None, f"import circle: {where}; expected none (hand the lower module a hook)"
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _cycle({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b": 1}, "b": {}, "c": {"b": 1}}) is None
+
+
 def test_nothing_below_the_apps_imports_the_grader_providers():
     for path in FILES:
         if RANK[_top(_module_name(path))] < RANK["__main__"] and _module_name(path) not in LAYER_OF_FILE:
@@ -155,6 +217,21 @@ def test_units_have_one_owner():
                     if isinstance(t, ast.Name) and (t.id in names or (t.id in ("ELEM_BYTES", "DTYPE_BYTES") and isinstance(node.value, ast.Dict))):
                         bad.append(f"{p.relative_to(PKG)}:{node.lineno} {t.id}")
     assert not bad, f"unit constants defined outside infralens_lab/units.py: {bad}"
+
+
+def test_no_binary_size_is_written_by_hand():
+    """``2**20``, ``1 << 30`` and the like are ``units.MiB`` / ``units.GiB`` (issue 41); docstrings and comments may
+    still say what a MiB is."""
+    def by_hand(node) -> bool:
+        if not (isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant)
+                and isinstance(node.right, ast.Constant)):
+            return False
+        pair = (node.left.value, node.right.value)
+        return (isinstance(node.op, ast.Pow) and pair in {(2, 10), (2, 20), (2, 30), (2, 40)}) or \
+            (isinstance(node.op, ast.LShift) and pair in {(1, 10), (1, 20), (1, 30), (1, 40)})
+    bad = [f"{p.relative_to(PKG)}:{n.lineno}" for p in FILES if p.name != "units.py"
+           for n in ast.walk(ast.parse(p.read_text())) if by_hand(n)]
+    assert not bad, f"binary sizes written by hand: {bad}; expected infralens_lab.units (KiB, MiB, GiB)"
 
 
 def test_dtype_bytes_reads_names_and_dtypes():

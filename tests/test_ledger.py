@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infralens_lab.analysis import ledger as L
+from infralens_lab.analysis import ledger
 from infralens_lab.workloads.tiny_gpt import GPTConfig, TinyGPT
 
 
@@ -18,7 +18,7 @@ from infralens_lab.workloads.tiny_gpt import GPTConfig, TinyGPT
     (3, 16 * 7_500_000_000 // 64, 1.88),                              # 16Ψ/64 = 1.875
 ])
 def test_zero_paper_example(stage, expected_bytes, paper_gb):
-    states = L.model_states(7_500_000_000, "fp16_mixed", "adam", dp=64, zero_stage=stage)
+    states = ledger.model_states(7_500_000_000, "fp16_mixed", "adam", dp=64, zero_stage=stage)
     got = sum(b for b, _ in states.values())
     assert got == expected_bytes
     assert round(got / 1e9, 2 if paper_gb < 2 else 1) == paper_gb  # the paper prints GB = 1e9 B
@@ -26,17 +26,17 @@ def test_zero_paper_example(stage, expected_bytes, paper_gb):
 
 def test_zero_fp32_and_sgd_have_no_master_copy():
     psi = 1000
-    assert L.model_states(psi, "fp32", "sgd")["optimizer states"][0] == 0
-    assert L.model_states(psi, "fp32", "sgd_momentum")["optimizer states"][0] == 4 * psi
-    assert L.model_states(psi, "bf16_mixed", "sgd")["optimizer states"][0] == 4 * psi      # master only
-    assert L.model_states(psi, "fp32", "adamw")["weights"][0] == 4 * psi
-    amp = L.model_states(psi, "amp_bf16", "adamw", matmul_params=600)
+    assert ledger.model_states(psi, "fp32", "sgd")["optimizer states"][0] == 0
+    assert ledger.model_states(psi, "fp32", "sgd_momentum")["optimizer states"][0] == 4 * psi
+    assert ledger.model_states(psi, "bf16_mixed", "sgd")["optimizer states"][0] == 4 * psi      # master only
+    assert ledger.model_states(psi, "fp32", "adamw")["weights"][0] == 4 * psi
+    amp = ledger.model_states(psi, "amp_bf16", "adamw", matmul_params=600)
     assert amp["weights"][0] == 4 * psi + 2 * 600 and amp["gradients"][0] == 4 * psi
 
 
 # ---------------------------------------------------------------- activations (Korthikanti et al. 2022)
 def _megatron(h, a, L_=1):
-    return L.Model("megatron", L_, h, a, a, 4 * h, 1000, dropout=True)
+    return ledger.Model("megatron", L_, h, a, a, 4 * h, 1000, dropout=True)
 
 
 @pytest.mark.parametrize("s, b, h, a, expected", [
@@ -47,34 +47,34 @@ def _megatron(h, a, L_=1):
     (512, 4, 1024, 16, 155_189_248),
 ])
 def test_korthikanti_per_layer(s, b, h, a, expected):
-    got, _ = L.activation_bytes_per_layer(_megatron(h, a), b, s, "bf16_mixed", "none", "materialized")
+    got, _ = ledger.activation_bytes_per_layer(_megatron(h, a), b, s, "bf16_mixed", "none", "materialized")
     assert got == expected == s * b * h * (34 + 5 * a * s // h)
-    sel, _ = L.activation_bytes_per_layer(_megatron(h, a), b, s, "bf16_mixed", "selective")
+    sel, _ = ledger.activation_bytes_per_layer(_megatron(h, a), b, s, "bf16_mixed", "selective")
     assert sel == 34 * s * b * h
-    full, _ = L.activation_bytes_per_layer(_megatron(h, a), b, s, "bf16_mixed", "full")
+    full, _ = ledger.activation_bytes_per_layer(_megatron(h, a), b, s, "bf16_mixed", "full")
     assert full == 2 * s * b * h
 
 
 def test_flash_attention_drops_the_s2_term():
     m = _megatron(1024, 16)
-    flash, _ = L.activation_bytes_per_layer(m, 4, 512, "bf16_mixed", "none", "flash")
+    flash, _ = ledger.activation_bytes_per_layer(m, 4, 512, "bf16_mixed", "none", "flash")
     assert flash == 34 * 512 * 4 * 1024 + 4 * 16 * 512 * 4  # linear terms + fp32 logsumexp
 
 
 def test_recomputation_orders_activation_bytes():
-    m = L.Model.preset("llama2-7b")
-    got = [L.predict_training(m, L.Training(1, 4096, recompute=r)).set_index("category").loc["activations", "bytes"]
-           for r in L.RECOMPUTE]
+    m = ledger.Model.preset("llama2-7b")
+    got = [ledger.predict_training(m, ledger.Training(1, 4096, recompute=r)).set_index("category").loc["activations", "bytes"]
+           for r in ledger.RECOMPUTE]
     assert got[0] > got[1] > got[2]
 
 
 # ---------------------------------------------------------------- KV cache
 def test_kv_cache_llama2_7b_is_2_gib():
-    df = L.predict_inference(L.Model.preset("llama2-7b"), L.Inference(1, 4096, "fp16"))
+    df = ledger.predict_inference(ledger.Model.preset("llama2-7b"), ledger.Inference(1, 4096, "fp16"))
     # 2 · 32 layers · 1 · 4096 · 32 heads · 128 · 2 B = 2_147_483_648 = 2 GiB
     assert df.set_index("category").loc["KV cache", "bytes"] == 2 * 2 ** 30
     # GQA: Llama 2 70B keeps 8 KV heads: 2 · 80 · 1 · 4096 · 8 · 128 · 2 = 1.25 GiB
-    df70 = L.predict_inference(L.Model.preset("llama2-70b"), L.Inference(1, 4096, "bf16"))
+    df70 = ledger.predict_inference(ledger.Model.preset("llama2-70b"), ledger.Inference(1, 4096, "bf16"))
     assert df70.set_index("category").loc["KV cache", "bytes"] == 1.25 * 2 ** 30
 
 
@@ -86,10 +86,10 @@ def test_kv_cache_llama2_7b_is_2_gib():
 ])
 def test_tiny_gpt_param_count_exact(cfg):
     model = TinyGPT(cfg)
-    m = L.Model.from_gpt_config(cfg)
-    assert L.param_count(m) == model.num_params()
+    m = ledger.Model.from_gpt_config(cfg)
+    assert ledger.param_count(m) == model.num_params()
     linear_weights = sum(mod.weight.numel() for mod in model.modules() if isinstance(mod, torch.nn.Linear))
-    assert L.matmul_weight_params(m) == linear_weights
+    assert ledger.matmul_weight_params(m) == linear_weights
 
 
 @pytest.mark.parametrize("name, published", [
@@ -97,33 +97,33 @@ def test_tiny_gpt_param_count_exact(cfg):
     ("llama2-7b", 6_738_415_616), ("llama2-13b", 13_015_864_320), ("llama2-70b", 68_976_648_192),
 ])
 def test_preset_param_counts_match_published(name, published):
-    assert L.param_count(L.Model.preset(name)) == published
+    assert ledger.param_count(ledger.Model.preset(name)) == published
 
 
 @pytest.mark.parametrize("name", ["gpt2-125m", "gpt2-350m", "gpt2-1.5b"])
 def test_closed_form_matches_gpt2_layout(name):
-    m = L.Model.preset(name)
-    assert L.gpt_params_closed_form(m.n_layer, m.hidden, m.vocab, m.n_positions) == L.param_count(m)
+    m = ledger.Model.preset(name)
+    assert ledger.gpt_params_closed_form(m.n_layer, m.hidden, m.vocab, m.n_positions) == ledger.param_count(m)
 
 
 # ---------------------------------------------------------------- whole ledger
 def test_predict_training_rows_and_helpers():
-    df = L.predict_training(L.Model.preset("gpt2-125m"), L.Training(8, 1024, dp=1))
-    assert list(df["category"]) == list(L.CATEGORIES)
+    df = ledger.predict_training(ledger.Model.preset("gpt2-125m"), ledger.Training(8, 1024, dp=1))
+    assert list(df["category"]) == list(ledger.CATEGORIES)
     assert set(df.columns) == {"category", "bytes", "formula", "source"}
-    assert L.total(df) == df["bytes"].sum() == L.total(L.with_total(df))
-    assert L.with_total(df)["category"].iloc[-1] == "total"
-    assert L.dominant(df) == "activations"  # 12 layers at s=1024, b=8 with s² scores: tens of GB
-    big = L.predict_training(L.Model.preset("llama2-70b"), L.Training(1, 512, dp=1))
-    assert L.dominant(big) == "optimizer states"  # 12Ψ ≈ 828 GB
-    assert L.predict(L.Model.preset("gpt2-125m"), L.Training(8, 1024)).equals(df)
+    assert ledger.total(df) == df["bytes"].sum() == ledger.total(ledger.with_total(df))
+    assert ledger.with_total(df)["category"].iloc[-1] == "total"
+    assert ledger.dominant(df) == "activations"  # 12 layers at s=1024, b=8 with s² scores: tens of GB
+    big = ledger.predict_training(ledger.Model.preset("llama2-70b"), ledger.Training(1, 512, dp=1))
+    assert ledger.dominant(big) == "optimizer states"  # 12Ψ ≈ 828 GB
+    assert ledger.predict(ledger.Model.preset("gpt2-125m"), ledger.Training(8, 1024)).equals(df)
 
 
 def test_communication_buckets():
-    m = L.Model.preset("gpt2-125m")
-    psi = L.param_count(m)
+    m = ledger.Model.preset("gpt2-125m")
+    psi = ledger.param_count(m)
     def get(**kw):
-        return L.predict_training(m, L.Training(4, 512, **kw)).set_index("category").loc["communication buckets", "bytes"]
+        return ledger.predict_training(m, ledger.Training(4, 512, **kw)).set_index("category").loc["communication buckets", "bytes"]
     assert get(dp=1) == 0
     assert get(dp=8) == 2 * psi          # DDP's flat buckets copy every 16-bit gradient
     assert get(dp=8, grad_as_bucket_view=True) == 0
@@ -131,18 +131,18 @@ def test_communication_buckets():
 
 
 def test_zero_with_one_rank_is_noted_not_refused():
-    df = L.predict_training(L.Model.preset("gpt2-125m"), L.Training(1, 128, zero_stage=2, dp=1))
+    df = ledger.predict_training(ledger.Model.preset("gpt2-125m"), ledger.Training(1, 128, zero_stage=2, dp=1))
     assert any("no effect" in n for n in df.attrs["notes"])
-    base = L.predict_training(L.Model.preset("gpt2-125m"), L.Training(1, 128, dp=1))
+    base = ledger.predict_training(ledger.Model.preset("gpt2-125m"), ledger.Training(1, 128, dp=1))
     assert df["bytes"].tolist() == base["bytes"].tolist()
 
 
 def test_scaling_table():
-    t = L.scaling_table(seqs=(1024, 8192), batches=(1, 4), zero_stages=(0, 3), dp=8)
+    t = ledger.scaling_table(seqs=(1024, 8192), batches=(1, 4), zero_stages=(0, 3), dp=8)
     assert len(t) == 6 * 2 * 2 * 2
-    assert set(L.CATEGORIES) | {"model", "total", "dominant"} <= set(t.columns)
+    assert set(ledger.CATEGORIES) | {"model", "total", "dominant"} <= set(t.columns)
     for _, row in t.iterrows():
-        assert row["dominant"] == max(L.CATEGORIES, key=lambda c: row[c])
+        assert row["dominant"] == max(ledger.CATEGORIES, key=lambda c: row[c])
     s0 = t[(t.model == "llama2-70b") & (t.zero_stage == 0)].iloc[0]
     s3 = t[(t.model == "llama2-70b") & (t.zero_stage == 3)].iloc[0]
     assert s3["weights"] * 8 == pytest.approx(s0["weights"], abs=8)  # rounding of Ψ·2/8 to whole bytes
@@ -160,7 +160,7 @@ def test_scaling_table():
 def test_bad_model(kwargs, message):
     base = dict(name="x", n_layer=2, hidden=64, n_head=4, n_kv_head=4, ffn=256, vocab=100)
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        L.Model(**{**base, **kwargs})
+        ledger.Model(**{**base, **kwargs})
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -176,21 +176,21 @@ def test_bad_model(kwargs, message):
 ])
 def test_bad_training(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        L.Training(**{"batch": 1, "seq": 8, **kwargs})
+        ledger.Training(**{"batch": 1, "seq": 8, **kwargs})
 
 
 def test_bad_inference_preset_and_sizes():
     with pytest.raises(ValueError, match="prompt = 9 exceeds context = 8"):
-        L.Inference(1, 8, "bf16", prompt=9)
+        ledger.Inference(1, 8, "bf16", prompt=9)
     with pytest.raises(ValueError, match="dtype = 'fp64'; expected one of"):
-        L.Inference(1, 8, "fp64")
+        ledger.Inference(1, 8, "fp64")
     with pytest.raises(ValueError, match="unknown preset 'gpt5'"):
-        L.Model.preset("gpt5")
+        ledger.Model.preset("gpt5")
     with pytest.raises(ValueError, match="seq = 2048 exceeds the model's n_positions = 1024"):
-        L.predict_training(L.Model.preset("gpt2-125m"), L.Training(1, 2048))
+        ledger.predict_training(ledger.Model.preset("gpt2-125m"), ledger.Training(1, 2048))
     with pytest.raises(ValueError, match="params = 0; expected a positive, finite parameter count"):
-        L.model_states(0)
+        ledger.model_states(0)
     with pytest.raises(ValueError, match="context = 0; expected an int >= 1"):
-        L.kv_cache_bytes(2, 1, 0, 8, 128, 2)
+        ledger.kv_cache_bytes(2, 1, 0, 8, 128, 2)
     with pytest.raises(TypeError, match="expected Model, Training"):
-        L.predict_training("gpt2-125m", L.Training(1, 8))
+        ledger.predict_training("gpt2-125m", ledger.Training(1, 8))

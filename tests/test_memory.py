@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
-from infralens_lab.analysis import ledger as L
+from infralens_lab.analysis import ledger
 from infralens_lab.evidence import EvidenceWriter, Provenance, RecordedStore
-from infralens_lab.measure import memory as M
+from infralens_lab.measure import memory
 from infralens_lab.workloads.pipeline import cpu_threads
 from infralens_lab.workloads.tiny_gpt import GPTConfig, TinyGPT
 
@@ -25,13 +25,13 @@ CFG = GPTConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, ffn=192, vocab=160,
 @pytest.fixture(scope="module")
 def train_fp32():
     with cpu_threads(2):
-        return M.measure_training_step(CFG, batch=3, seq=40, precision="fp32", device="cpu")
+        return memory.measure_training_step(CFG, batch=3, seq=40, precision="fp32", device="cpu")
 
 
 @pytest.fixture(scope="module")
 def train_amp():
     with cpu_threads(2):
-        return M.measure_training_step(CFG, batch=3, seq=40, precision="amp_bf16", device="cpu")
+        return memory.measure_training_step(CFG, batch=3, seq=40, precision="amp_bf16", device="cpu")
 
 
 def _by_cat(df, col="bytes"):
@@ -40,12 +40,12 @@ def _by_cat(df, col="bytes"):
 
 def test_storage_bytes_counts_each_storage_once():
     x = torch.randn(10, 7)
-    assert M.storage_bytes([x, x[2:], x.t(), None]) == 10 * 7 * 4
-    assert M.storage_bytes([x, torch.zeros(3, dtype=torch.bfloat16)]) == 280 + 6
+    assert memory.storage_bytes([x, x[2:], x.t(), None]) == 10 * 7 * 4
+    assert memory.storage_bytes([x, torch.zeros(3, dtype=torch.bfloat16)]) == 280 + 6
 
 
 def test_model_states_exact(train_fp32):
-    psi = L.param_count(L.Model.from_gpt_config(CFG))
+    psi = ledger.param_count(ledger.Model.from_gpt_config(CFG))
     got = _by_cat(train_fp32)
     assert got["weights"] == 4 * psi and got["gradients"] == 4 * psi
     n_tensors = len(list(TinyGPT(CFG).parameters()))  # 11 per block + tok, pos, ln_f × 2, head = 27
@@ -54,7 +54,7 @@ def test_model_states_exact(train_fp32):
 
 
 def test_predicted_vs_measured_fp32(train_fp32):
-    cmp = M.compare(L.predict_for(train_fp32.attrs["meta"]), train_fp32).set_index("category")
+    cmp = memory.compare(ledger.predict_for(train_fp32.attrs["meta"]), train_fp32).set_index("category")
     # Weights, gradients and optimizer states: within 5% (the brief's bound; only AdamW's
     # 4-byte step counters are unmodelled, 0.01% here).
     for cat in ("weights", "gradients", "optimizer states"):
@@ -70,10 +70,10 @@ def test_predicted_vs_measured_fp32(train_fp32):
 
 
 def test_predicted_vs_measured_amp_bf16(train_amp):
-    cmp = M.compare(L.predict_for(train_amp.attrs["meta"]), train_amp).set_index("category")
-    m = L.Model.from_gpt_config(CFG)
+    cmp = memory.compare(ledger.predict_for(train_amp.attrs["meta"]), train_amp).set_index("category")
+    m = ledger.Model.from_gpt_config(CFG)
     # fp32 master weights plus the bf16 copies autocast keeps for backward: exact.
-    assert cmp.loc["weights", "measured_bytes"] == 4 * L.param_count(m) + 2 * L.matmul_weight_params(m)
+    assert cmp.loc["weights", "measured_bytes"] == 4 * ledger.param_count(m) + 2 * ledger.matmul_weight_params(m)
     assert cmp.loc["gradients", "gap_pct"] == 0
     # Activations: within 10%. Autocast casts the same LayerNorm output once per Linear (q and
     # kv are separate Linears in TinyGPT), an extra 2·s·b·h per block the formula does not count.
@@ -100,12 +100,12 @@ def two_threads():
 
 
 def test_inference_cpu(two_threads):
-    df = M.measure_inference(CFG, batch=3, context=40, new_tokens=3, dtype="fp32", device="cpu")
+    df = memory.measure_inference(CFG, batch=3, context=40, new_tokens=3, dtype="fp32", device="cpu")
     meta = df.attrs["meta"]
     assert meta["prompt"] == 37 and meta["cpu_threads"] == 2
     got = _by_cat(df)
-    assert got["KV cache"] == L.kv_cache_bytes(CFG.n_layer, 3, 40, CFG.n_kv_head, CFG.head_dim, 4)
-    cmp = M.compare(L.predict_for(meta), df).set_index("category")
+    assert got["KV cache"] == ledger.kv_cache_bytes(CFG.n_layer, 3, 40, CFG.n_kv_head, CFG.head_dim, 4)
+    cmp = memory.compare(ledger.predict_for(meta), df).set_index("category")
     assert cmp.loc["weights", "gap_pct"] == 0 and cmp.loc["KV cache", "gap_pct"] == 0
     # Prefill working set: the estimate names the tensors live together in the MLP; 10% leaves
     # room for allocations the count leaves out (SDPA scratch, index tensors).
@@ -118,12 +118,12 @@ def test_compare_arithmetic_and_order():
     pred = pd.DataFrame({"category": ["weights", "KV cache", "total"], "bytes": [200, 0, 200],
                          "formula": ["", "", ""], "source": ["", "", ""]})
     meas = pd.DataFrame({"category": ["peak", "weights"], "bytes": [500, 210], "how": ["", ""]})
-    out = M.compare(pred, meas)
+    out = memory.compare(pred, meas)
     assert list(out["category"]) == ["weights", "peak"]  # KV cache 0 and unmeasured: dropped
     assert out.loc[0, "gap_pct"] == pytest.approx(5.0)
     assert math.isnan(out.loc[1, "gap_pct"])
     with pytest.raises(TypeError, match="expected a DataFrame with 'category' and 'bytes'"):
-        M.compare(pred, [1, 2])
+        memory.compare(pred, [1, 2])
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -134,17 +134,17 @@ def test_compare_arithmetic_and_order():
 ])
 def test_bad_training_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        M.measure_training_step(CFG, **{"batch": 1, "seq": 8, "device": "cpu", **kwargs})
+        memory.measure_training_step(CFG, **{"batch": 1, "seq": 8, "device": "cpu", **kwargs})
 
 
 def test_bad_inference_arguments():
     with pytest.raises(ValueError, match=r"prompt \+ new_tokens = 41, context = 40"):
-        M.measure_inference(CFG, batch=1, context=40, prompt=38, new_tokens=3, device="cpu")
+        memory.measure_inference(CFG, batch=1, context=40, prompt=38, new_tokens=3, device="cpu")
     with pytest.raises(ValueError, match="dtype = 'int8'; expected one of"):
-        M.measure_inference(CFG, dtype="int8", device="cpu")
+        memory.measure_inference(CFG, dtype="int8", device="cpu")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"torch.cuda.is_available.. is False"):
-            M.measure_inference(CFG, device="cuda")
+            memory.measure_inference(CFG, device="cuda")
 
 
 def test_record_into_cpu(tmp_path):
@@ -152,19 +152,19 @@ def test_record_into_cpu(tmp_path):
                       torch=torch.__version__, triton="3.6.0", ncu=None, date_utc="2026-01-01T00:00:00Z",
                       command="pytest", package_version="0.1.0", mode="interpreter")
     writer = EvidenceWriter(tmp_path, "pytest", provenance=prov)
-    paths = M.record_into(writer, device="cpu", config=CFG, batch=2, seq=24)
+    paths = memory.record_into(writer, device="cpu", config=CFG, batch=2, seq=24)
     writer.close()
     assert sorted(p.name for p in paths) == ["memory_infer.json", "memory_train.json"]
     store = RecordedStore(tmp_path)
     store.verify()
-    train = M.from_evidence(store.load("memory_train"), "fp32")
+    train = memory.from_evidence(store.load("memory_train"), "fp32")
     assert train.attrs["meta"]["config"]["n_embd"] == CFG.n_embd
-    pred = L.predict_for(train.attrs["meta"])  # predictions recompute from the recorded config
+    pred = ledger.predict_for(train.attrs["meta"])  # predictions recompute from the recorded config
     assert _by_cat(pred)["weights"] == _by_cat(train)["weights"]
-    infer = M.from_evidence(store.load("memory_infer"), "fp32")
-    assert _by_cat(infer)["KV cache"] == _by_cat(L.predict_for(infer.attrs["meta"]))["KV cache"]
+    infer = memory.from_evidence(store.load("memory_infer"), "fp32")
+    assert _by_cat(infer)["KV cache"] == _by_cat(ledger.predict_for(infer.attrs["meta"]))["KV cache"]
     with pytest.raises(ValueError, match="no run with precision = 'amp_bf16'; recorded: \\['fp32'\\]"):
-        M.from_evidence(store.load("memory_train"), "amp_bf16")
+        memory.from_evidence(store.load("memory_train"), "amp_bf16")
 
 
 def test_isolate_is_safe_on_a_cpu():

@@ -11,7 +11,7 @@ import pytest
 
 from infralens_lab.measure import ncu as NR
 from infralens_lab.measure import nsys, target
-from infralens_lab.parse import ncu as N
+from infralens_lab.parse import ncu
 
 DATA = Path(__file__).parent / "data"
 
@@ -36,7 +36,7 @@ SYNTHETIC = "\n".join([
 
 
 def test_parse_synthetic_exact():
-    df = N.parse_raw_csv(SYNTHETIC)
+    df = ncu.parse_raw_csv(SYNTHETIC)
     # 10 metric columns (device__attribute_* dropped) x 2 launches
     assert len(df) == 20
     assert sorted(df["launch"].unique()) == [0, 1] and df["kernel"].unique().tolist() == ["copy_strided"]
@@ -49,51 +49,51 @@ def test_parse_synthetic_exact():
     assert v.loc[(0, "launch__grid_size"), "value"] == 4096
     assert v.loc[(1, "smsp__pcsamp_warps_issue_stalled_long_scoreboard"), "value"] != v.loc[
         (1, "smsp__pcsamp_warps_issue_stalled_long_scoreboard"), "value"]  # "n/a" -> NaN
-    with_attrs = N.parse_raw_csv(SYNTHETIC, device_attributes=True)
+    with_attrs = ncu.parse_raw_csv(SYNTHETIC, device_attributes=True)
     assert len(with_attrs) == 22
 
 
 def test_views_hand_computed():
-    df = N.parse_raw_csv(SYNTHETIC)
-    s = N.sectors_per_request(df)
+    df = ncu.parse_raw_csv(SYNTHETIC)
+    s = ncu.sectors_per_request(df)
     assert s["sectors_per_request"].tolist() == [32.0, 16.0]  # 16,777,216 / 524,288 and 8,388,608 / 524,288
-    d = N.dram_bytes(df, useful_bytes=67_108_864)
+    d = ncu.dram_bytes(df, useful_bytes=67_108_864)
     assert d["read_over_useful"].tolist() == [8.0, 4.0]
     assert d["total_bytes"].tolist() == [603_979_776, 335_544_320]
-    sol = N.speed_of_light(df)
+    sol = ncu.speed_of_light(df)
     assert sol["time_ns"].tolist() == [1_234_567, 617_283.5]
     assert sol["sm_pct"].isna().all()  # not in this CSV: NaN, not an error
-    st = N.stall_breakdown(df)
+    st = ncu.stall_breakdown(df)
     first = st[st["launch"] == 0]
     assert first["reason"].tolist() == ["long_scoreboard", "selected", "wait"]  # _not_issued excluded, largest first
     assert first["share"].tolist() == pytest.approx([0.8, 0.15, 0.05])
-    summary = N.summary(df)
+    summary = ncu.summary(df)
     assert len(summary) == 2 and {"time_ns", "read_bytes", "sectors_per_request", "l2_hit_pct"} <= set(summary.columns)
 
 
 def test_config_blocks_and_program_lines_before_header():
-    text = (f"{N.CONFIG_MARK} stride=8\n==INFRALENS== command: ncu ...\nsome program print\n{HEADER}\n{UNITS}\n{ROW0}\n"
-            f"{N.CONFIG_MARK} stride=4\n==PROF== Connected\n{HEADER}\n{UNITS}\n{ROW1}\n")
-    df = N.parse_raw_csv(text)
+    text = (f"{ncu.CONFIG_MARK} stride=8\n==INFRALENS== command: ncu ...\nsome program print\n{HEADER}\n{UNITS}\n{ROW0}\n"
+            f"{ncu.CONFIG_MARK} stride=4\n==PROF== Connected\n{HEADER}\n{UNITS}\n{ROW1}\n")
+    df = ncu.parse_raw_csv(text)
     assert df.groupby("config")["launch"].unique().to_dict() == {"stride=4": [1], "stride=8": [0]}
-    w = N.wide(df, ["dram__bytes_read.sum"])
+    w = ncu.wide(df, ["dram__bytes_read.sum"])
     assert w.set_index("config")["dram__bytes_read.sum"].to_dict() == {"stride=8": 536_870_912, "stride=4": 268_435_456}
-    d = N.dram_bytes(df, useful_bytes={"stride=8": 67_108_864, "stride=4": 67_108_864})
+    d = ncu.dram_bytes(df, useful_bytes={"stride=8": 67_108_864, "stride=4": 67_108_864})
     assert d["read_over_useful"].tolist() == [8.0, 4.0]
 
 
 def test_no_kernels_warning_raises():
     text = "==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n==PROF== Disconnected\n"
-    with pytest.raises(N.NcuNoKernels, match="no kernel") as e:
-        N.parse_raw_csv(text)
+    with pytest.raises(ncu.NcuNoKernels, match="no kernel") as e:
+        ncu.parse_raw_csv(text)
     assert "regex" in e.value.fix
 
 
 def test_permission_error_output_raises_with_fix():
     text = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
             "access NVIDIA GPU Performance Counters on the target device 0.\n")
-    with pytest.raises(N.NcuPermissionError) as e:
-        N.parse_raw_csv(text)
+    with pytest.raises(ncu.NcuPermissionError) as e:
+        ncu.parse_raw_csv(text)
     assert "NVreg_RestrictProfilingToAdminUsers=0" in e.value.fix and "sudo" in e.value.fix
 
 
@@ -105,13 +105,13 @@ def test_permission_error_output_raises_with_fix():
     ('"ID","Foo"\n"",""\n"0","1"\n', "header lacks"),
 ])
 def test_csv_that_is_not_ncu_raw(text, match):
-    with pytest.raises(N.NcuCsvError, match=match):
-        N.parse_raw_csv(text)
+    with pytest.raises(ncu.NcuCsvError, match=match):
+        ncu.parse_raw_csv(text)
 
 
 def test_parse_rejects_non_text():
     with pytest.raises(TypeError, match="expected str"):
-        N.parse_raw_csv(b"bytes")
+        ncu.parse_raw_csv(b"bytes")
 
 
 # ---------------------------------------------------------------- real recorded CSVs
@@ -125,7 +125,7 @@ def test_real_csv_exact_counts(name):
     exp = _expected().get(name)
     if exp is None or not (DATA / name).is_file():
         pytest.skip(f"tests/data/{name} not recorded yet")
-    df = N.parse_raw_csv((DATA / name).read_text())
+    df = ncu.parse_raw_csv((DATA / name).read_text())
     assert len(df) == exp["rows"]
     assert sorted(df["kernel"].unique()) == exp["kernels"]
     assert len(df[["config", "kernel", "launch"]].drop_duplicates()) == exp["launches"]
@@ -139,14 +139,14 @@ def test_real_csv_exact_counts(name):
 def test_real_copies_csv_tells_the_coalescing_story():
     if not (DATA / "ncu_copies.csv").is_file():
         pytest.skip("tests/data/ncu_copies.csv not recorded yet")
-    df = N.parse_raw_csv((DATA / "ncu_copies.csv").read_text())
-    s = N.sectors_per_request(df).set_index("config")["sectors_per_request"]
+    df = ncu.parse_raw_csv((DATA / "ncu_copies.csv").read_text())
+    s = ncu.sectors_per_request(df).set_index("config")["sectors_per_request"]
     coalesced = next(c for c in s.index if c.startswith("copy n="))
     strided8 = next(c for c in s.index if "stride=8 " in c)
     # Triton's 128-bit loads: 16 sectors per request coalesced; 32 once every thread has its own sector
     assert s[coalesced] == pytest.approx(16, rel=0.05)
     assert s[strided8] == pytest.approx(32, rel=0.05)
-    d = N.dram_bytes(df).set_index("config")["read_bytes"]
+    d = ncu.dram_bytes(df).set_index("config")["read_bytes"]
     assert d[strided8] > 4 * d[coalesced] / 2  # the stride-8 copy reads several times its useful bytes
 
 
@@ -155,7 +155,7 @@ def test_real_stalls_csv_long_scoreboard_dominates_coalesced_copy():
         pytest.skip("tests/data/ncu_copies_stalls.csv not recorded yet")
     from infralens_lab.analysis.stalls import dominant
 
-    st = N.stall_breakdown(N.parse_raw_csv((DATA / "ncu_copies_stalls.csv").read_text()))
+    st = ncu.stall_breakdown(ncu.parse_raw_csv((DATA / "ncu_copies_stalls.csv").read_text()))
     first = st[st["config"] == st["config"].iloc[0]]
     assert first["share"].sum() == pytest.approx(1.0)
     assert dominant(first) == "long_scoreboard"
@@ -178,49 +178,49 @@ def test_runner_returns_csv_text(tmp_path, monkeypatch):
     csv_file = tmp_path / "out.csv"
     csv_file.write_text(SYNTHETIC)
     fake_ncu(tmp_path, monkeypatch, f'cat "{csv_file}"')
-    text = NR.run_ncu(*ARGS, metrics=N.TIME)
-    assert len(N.parse_raw_csv(text)) == 20
+    text = NR.run_ncu(*ARGS, metrics=ncu.TIME)
+    assert len(ncu.parse_raw_csv(text)) == 20
 
 
 @pytest.mark.parametrize("body, error, needle", [
-    ('echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"; exit 1', N.NcuPermissionError,
+    ('echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"; exit 1', ncu.NcuPermissionError,
      "NVreg_RestrictProfilingToAdminUsers"),
-    ('echo "==PROF== Connected"; echo "==WARNING== No kernels were profiled."', N.NcuNoKernels, "launch-skip"),
-    ('echo "==ERROR== Failed to find metric gpu__time_duration.sum"; exit 1', N.NcuMetricError, "--query-metrics"),
+    ('echo "==PROF== Connected"; echo "==WARNING== No kernels were profiled."', ncu.NcuNoKernels, "launch-skip"),
+    ('echo "==ERROR== Failed to find metric gpu__time_duration.sum"; exit 1', ncu.NcuMetricError, "--query-metrics"),
     ('echo "RuntimeError: No CUDA GPUs are available" >&2; echo "==ERROR== no CUDA-capable device is detected"; exit 1',
-     N.NcuNoGpu, "GPU machine"),
-    ('echo "==ERROR== The application returned an error code (1)."; exit 1', N.NcuFailed, "by hand"),
-    ('echo "==PROF== Disconnected"', N.NcuCsvError, "by hand"),
+     ncu.NcuNoGpu, "GPU machine"),
+    ('echo "==ERROR== The application returned an error code (1)."; exit 1', ncu.NcuFailed, "by hand"),
+    ('echo "==PROF== Disconnected"', ncu.NcuCsvError, "by hand"),
 ])
 def test_runner_errors_are_explained(tmp_path, monkeypatch, body, error, needle):
     fake_ncu(tmp_path, monkeypatch, body)
     with pytest.raises(error) as e:
-        NR.run_ncu(*ARGS, metrics=N.TIME)
+        NR.run_ncu(*ARGS, metrics=ncu.TIME)
     assert needle in e.value.fix
     assert "Traceback" not in str(e.value)
-    if error is N.NcuMetricError:
+    if error is ncu.NcuMetricError:
         assert e.value.metrics == ["gpu__time_duration.sum"]
 
 
 def test_runner_timeout(tmp_path, monkeypatch):
     fake_ncu(tmp_path, monkeypatch, "sleep 5")
-    with pytest.raises(N.NcuTimeout, match="within 1 s"):
-        NR.run_ncu(*ARGS, metrics=N.TIME, timeout=1)
+    with pytest.raises(ncu.NcuTimeout, match="within 1 s"):
+        NR.run_ncu(*ARGS, metrics=ncu.TIME, timeout=1)
 
 
 def test_runner_without_ncu(tmp_path, monkeypatch):
     monkeypatch.delenv("INFRALENS_NCU", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(N.NcuNotFound) as e:
-        NR.run_ncu(*ARGS, metrics=N.TIME)
+    with pytest.raises(ncu.NcuNotFound) as e:
+        NR.run_ncu(*ARGS, metrics=ncu.TIME)
     assert "PATH" in e.value.fix and "INFRALENS_NCU" in e.value.fix
     monkeypatch.setenv("INFRALENS_NCU", str(tmp_path / "nope"))
-    with pytest.raises(N.NcuNotFound):
-        NR.run_ncu(*ARGS, metrics=N.TIME)
+    with pytest.raises(ncu.NcuNotFound):
+        NR.run_ncu(*ARGS, metrics=ncu.TIME)
 
 
 def test_command_line_is_exact():
-    cmd = NR.ncu_command(["--kernel", "copy_strided", "--stride", "8"], "copy_strided", metrics=N.DRAM,
+    cmd = NR.ncu_command(["--kernel", "copy_strided", "--stride", "8"], "copy_strided", metrics=ncu.DRAM,
                         launch_skip=2, launch_count=3, python="python3")
     assert cmd == ["ncu", "--csv", "--page", "raw", "--clock-control", "none", "--kernel-name", "regex:copy_strided",
                    "--nvtx", "--nvtx-include", "infralens/", "--launch-skip", "2", "--launch-count", "3",
@@ -237,7 +237,7 @@ def test_command_line_is_exact():
     (dict(kernel_regex="copy", launch_count=0), ValueError, "launch_count=0"),
 ])
 def test_command_rejects_bad_arguments(kwargs, exc, match):
-    args = dict(metrics=N.TIME)
+    args = dict(metrics=ncu.TIME)
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         NR.ncu_command(["--kernel", "copy"], **args)
@@ -301,11 +301,11 @@ def test_short_name_regex_strips_templates_and_namespaces():
 def test_scheduler_statistics_are_requested_and_read():
     from infralens_lab import record
 
-    for m in N.SCHEDULER:
+    for m in ncu.SCHEDULER:
         assert m in record.ATTN_METRICS
-    text = ('"ID","Process ID","Process Name","Host Name","Kernel Name","' + '","'.join(N.SCHEDULER) + '"\n'
+    text = ('"ID","Process ID","Process Name","Host Name","Kernel Name","' + '","'.join(ncu.SCHEDULER) + '"\n'
             '"","","","","","%","warp","warp"\n"0","1","p","h","k","12.5","0.2","7.9"\n')
-    s = N.scheduler(N.parse_raw_csv(text)).iloc[0]
+    s = ncu.scheduler(ncu.parse_raw_csv(text)).iloc[0]
     assert (s["issue_active_pct"], s["eligible_warps"], s["active_warps"]) == (12.5, 0.2, 7.9)
-    with pytest.raises(N.NcuCsvError, match="scheduler: the CSV has none of"):
-        N.scheduler(N.parse_raw_csv(SYNTHETIC))
+    with pytest.raises(ncu.NcuCsvError, match="scheduler: the CSV has none of"):
+        ncu.scheduler(ncu.parse_raw_csv(SYNTHETIC))

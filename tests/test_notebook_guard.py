@@ -14,11 +14,12 @@ import pytest
 IPython = pytest.importorskip("IPython", reason="needs IPython (the Jupyter test stack)")
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402  (after the IPython importorskip)
 
-from infralens_lab import notebook_guard as G  # noqa: E402  (after the IPython importorskip)
-from infralens_lab.quiz import check, question  # noqa: E402  (after the IPython importorskip)
-from infralens_lab.quiz import widgets as W  # noqa: E402  (after the IPython importorskip)
+from infralens_lab import notebook_guard  # noqa: E402  (after the IPython importorskip)
+from infralens_lab.quiz import check, question, widgets  # noqa: E402  (after the IPython importorskip)
 
 SETUP = "import math\nfrom infralens_lab.quiz import check\nbase = 41"
+# the kernel-start extension: the quiz's, which registers its restore hook with the guard before loading it
+KERNEL_EXTENSION = "infralens_lab.quiz"
 
 
 def _notebook(path, cells):
@@ -39,9 +40,9 @@ def shell(tmp_path, monkeypatch):
         ("code", "total = rec * 2\nprint(total)"), ("markdown", "## Answer"),
         ("code", 'ANSWER_Q1 = "C"\ncheck("lab00.q1", ANSWER_Q1)')])
     monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
-    monkeypatch.setattr(G, "_not_run", {})
+    monkeypatch.setattr(notebook_guard, "_not_run", {})
     sh = InteractiveShell()
-    assert G.install(sh) and G.install(sh)  # idempotent
+    assert notebook_guard.install(sh) and notebook_guard.install(sh)  # idempotent
     yield sh
     sh.events.callbacks["pre_run_cell"].clear()
     sh.events.callbacks["post_run_cell"].clear()
@@ -57,8 +58,8 @@ def test_defined_names_reads_what_a_cell_binds():
     src = ("%matplotlib inline\nimport numpy as np, os.path\nfrom x import y as z\nA = B = 1\nc, (d, e) = 1, (2, 3)\n"
            "def f(a):\n    inner = a\nclass K: pass\nfor i in range(2):\n    pass\nwith open('x') as fh:\n    pass\n"
            "sq = [j * j for j in range(3)]\nif (w := 3):\n    pass\n")
-    assert G.defined_names(src) == {"np", "os", "z", "A", "B", "c", "d", "e", "f", "K", "i", "fh", "sq", "w"}
-    assert G.defined_names("x = (") == frozenset()  # does not parse: defines nothing
+    assert notebook_guard.defined_names(src) == {"np", "os", "z", "A", "B", "c", "d", "e", "f", "K", "i", "fh", "sq", "w"}
+    assert notebook_guard.defined_names("x = (") == frozenset()  # does not parse: defines nothing
 
 
 def test_restart_then_a_middle_cell_names_the_set_up_cell(shell, capsys):
@@ -98,20 +99,20 @@ def test_without_a_session_the_notebook_holding_the_cell_is_used(shell, capsys, 
 # ---------------------------------------------------------------- answer cells that did not run
 def test_a_syntax_error_is_recorded_and_a_fixed_run_clears_it(shell, capsys):
     _run(shell, capsys, 'ANSWER_Q1 = "B"')
-    assert G.answer_not_run("ANSWER_Q1") is None
+    assert notebook_guard.answer_not_run("ANSWER_Q1") is None
     r, _ = _run(shell, capsys, 'x = 1\nANSWER_Q1 = "C" +\ncheck("lab00.q1", ANSWER_Q1)')
     assert isinstance(r.error_before_exec, SyntaxError)
-    assert G.answer_not_run("ANSWER_Q1") == G.NotRun("ANSWER_Q1", "SyntaxError", 2)
+    assert notebook_guard.answer_not_run("ANSWER_Q1") == notebook_guard.NotRun("ANSWER_Q1", "SyntaxError", 2)
     assert shell.user_ns["ANSWER_Q1"] == "B"  # the stale value
     _run(shell, capsys, 'ANSWER_Q1 = "C"')
-    assert G.answer_not_run("ANSWER_Q1") is None
+    assert notebook_guard.answer_not_run("ANSWER_Q1") is None
 
 
 def test_an_exception_above_the_assignment_counts_an_exception_below_does_not(shell, capsys):
     _run(shell, capsys, "value = 1 / 0\nANSWER_Q2 = 3")
-    assert G.answer_not_run("ANSWER_Q2") == G.NotRun("ANSWER_Q2", "ZeroDivisionError", 1)
+    assert notebook_guard.answer_not_run("ANSWER_Q2") == notebook_guard.NotRun("ANSWER_Q2", "ZeroDivisionError", 1)
     _run(shell, capsys, "ANSWER_Q2 = (\n    4\n)\nvalue = 1 / 0")
-    assert G.answer_not_run("ANSWER_Q2") is None and shell.user_ns["ANSWER_Q2"] == 4
+    assert notebook_guard.answer_not_run("ANSWER_Q2") is None and shell.user_ns["ANSWER_Q2"] == 4
 
 
 def test_check_refuses_the_stale_value_and_grade_mode_does_not_count_it(shell, capsys, monkeypatch):
@@ -143,24 +144,24 @@ def test_the_answer_cell_itself_checks_its_new_value(shell, capsys):
 def test_saved_self_checks_are_built_again_under_their_ids(tmp_path, monkeypatch):
     ipywidgets = pytest.importorskip("ipywidgets")
     view = {"output_type": "display_data", "metadata": {},
-            "data": {"text/plain": "q", W.WIDGET_VIEW: {"version_major": 2, "version_minor": 0,
+            "data": {"text/plain": "q", widgets.WIDGET_VIEW: {"version_major": 2, "version_minor": 0,
                                                           "model_id": "feedfacefeedface0001"}}}
     nb = {"cells": [{"cell_type": "code", "source": 'self_check("lab00.q1")', "metadata": {}, "outputs": [view],
                      "execution_count": 1},
                     {"cell_type": "code", "source": 'self_check("lab99.nope")', "metadata": {},
-                     "outputs": [dict(view, data={W.WIDGET_VIEW: {"model_id": "feedfacefeedface0002"}})],
+                     "outputs": [dict(view, data={widgets.WIDGET_VIEW: {"model_id": "feedfacefeedface0002"}})],
                      "execution_count": 2}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "saved.ipynb"
     path.write_text(json.dumps(nb))
-    assert W.saved_self_checks(path) == [("lab00.q1", "feedfacefeedface0001"), ("lab99.nope", "feedfacefeedface0002")]
-    monkeypatch.setattr(W, "_ipython_and_widgets", lambda: (print, ipywidgets))
-    monkeypatch.setattr(W, "_restored", [])
-    assert W.restore_self_checks(path) == 1  # the unknown question is skipped
-    box = W._restored[0]
-    assert box.model_id == "feedfacefeedface0001" and W.CSS_CLASS in box._dom_classes
+    assert widgets.saved_self_checks(path) == [("lab00.q1", "feedfacefeedface0001"), ("lab99.nope", "feedfacefeedface0002")]
+    monkeypatch.setattr(widgets, "_ipython_and_widgets", lambda: (print, ipywidgets))
+    monkeypatch.setattr(widgets, "_restored", [])
+    assert widgets.restore_self_checks(path) == 1  # the unknown question is skipped
+    box = widgets._restored[0]
+    assert box.model_id == "feedfacefeedface0001" and widgets.CSS_CLASS in box._dom_classes
     assert "lab00.q1" in box.children[0].value
-    assert W.restore_self_checks(path) == 0  # already live
+    assert widgets.restore_self_checks(path) == 0  # already live
     # restored without announcing itself: the front end asks for the state once connected (a restart raced)
     manager = pytest.importorskip("comm").get_comm_manager()
     restored = [box, *box.children, box.layout]
@@ -170,7 +171,7 @@ def test_saved_self_checks_are_built_again_under_their_ids(tmp_path, monkeypatch
     assert fresh.comm.primary is True  # the replacement ends with the restore
     fresh.close()
     box.close()
-    assert W.restore_self_checks(tmp_path / "missing.ipynb") == 0
+    assert widgets.restore_self_checks(tmp_path / "missing.ipynb") == 0
 
 
 def test_a_fresh_kernel_serves_the_saved_self_check_without_announcing_it(tmp_path):
@@ -182,14 +183,13 @@ def test_a_fresh_kernel_serves_the_saved_self_check_without_announcing_it(tmp_pa
     pytest.importorskip("ipywidgets")
     model_id = "feedfacefeedface0003"
     view = {"output_type": "display_data", "metadata": {},
-            "data": {"text/plain": "q", W.WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": model_id}}}
+            "data": {"text/plain": "q", widgets.WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": model_id}}}
     nb = {"cells": [{"cell_type": "code", "source": 'self_check("lab00.q1")', "metadata": {}, "outputs": [view],
                      "execution_count": 1}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "saved.ipynb"
     path.write_text(json.dumps(nb))
     env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"} | {"JPY_SESSION_NAME": str(path)}
-    km, kc = manager.start_new_kernel(kernel_name="python3", env=env,
-                                      extra_arguments=["--ext=infralens_lab.notebook_guard"])
+    km, kc = manager.start_new_kernel(kernel_name="python3", env=env, extra_arguments=[f"--ext={KERNEL_EXTENSION}"])
     try:
         kc.shell_channel.send(kc.session.msg("comm_info_request", {"target_name": "jupyter.widget"}))
         reply = _next(kc.get_shell_msg, 30, "comm_info_reply")
@@ -218,3 +218,40 @@ def _next(get, timeout_s: float, msg_type: str | None = None, where=lambda m: Tr
         if (msg_type is None or msg["msg_type"] == msg_type) and where(msg):
             return msg
     return None
+
+
+# ---------------------------------------------------------------- the quiz's hook (issue 41: no import circle)
+def test_the_quiz_hands_the_guard_its_restore_hook():
+    """``import infralens_lab.quiz`` registers ``widgets.restore_self_checks``; the guard never imports the quiz."""
+    assert notebook_guard._restore_hook is widgets.restore_self_checks
+    with pytest.raises(TypeError, match="expected a callable"):
+        notebook_guard.register_restore_hook("restore_self_checks")
+
+
+def test_a_notebook_loaded_before_the_hook_is_restored_when_the_hook_arrives(tmp_path, monkeypatch):
+    """The extension loaded before the quiz (``--ext=infralens_lab.notebook_guard`` alone): the session's notebook
+    waits, and is restored the moment a hook is registered; with a hook set it is restored at once."""
+    nb = _notebook(tmp_path / "saved.ipynb", [("code", "x = 1")])
+    monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
+    monkeypatch.setattr(notebook_guard, "_restore_hook", None)
+    monkeypatch.setattr(notebook_guard, "_restore_waiting", [])
+    sh = InteractiveShell()
+    seen = []
+    try:
+        notebook_guard.load_ipython_extension(sh)
+        assert seen == [] and notebook_guard._restore_waiting == [nb]
+        notebook_guard.register_restore_hook(seen.append)
+        assert seen == [nb] and notebook_guard._restore_waiting == []
+        notebook_guard.load_ipython_extension(sh)
+        assert seen == [nb, nb]
+        notebook_guard.register_restore_hook(None)
+        notebook_guard.load_ipython_extension(sh)
+
+        def broken(path):
+            raise RuntimeError("no widgets here")
+        with pytest.warns(UserWarning, match="were not restored .RuntimeError: no widgets here"):
+            notebook_guard.register_restore_hook(broken)  # the import that registers it must not fail
+        assert notebook_guard._restore_waiting == []
+    finally:
+        sh.events.callbacks["pre_run_cell"].clear()
+        sh.events.callbacks["post_run_cell"].clear()

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import overlap as A
-from infralens_lab.analysis import overlap_tables as T
+from infralens_lab.analysis import overlap, overlap_tables
 from infralens_lab.parse.trace import load_trace, step_gpu_work
 
 DATA = Path(__file__).parent / "data"
@@ -59,7 +58,7 @@ def test_copy_overlap_on_recorded_trace(name):
     k = ev[ev["cat"] == "kernel"]
     copies = list(zip(cp["start_us"], cp["end_us"], strict=True))
     kernels = list(zip(k["start_us"], k["end_us"], strict=True))
-    c = A.copy_overlap(tr)
+    c = overlap.copy_overlap(tr)
     assert c["copies"] == len(cp) > 0 and c["steps"] == len(steps) == 3
     assert c["copy_us"] == pytest.approx(sum(e - s for s, e in copies))
     assert c["hidden_us"] == pytest.approx(_sweep_hidden(copies, kernels), abs=1e-6)
@@ -70,12 +69,12 @@ def test_copy_overlap_on_recorded_trace(name):
 @pytest.mark.parametrize("name", ["trace_bubble", "trace_fixed"])
 def test_launches_per_step_on_recorded_trace(name):
     tr = _ref_trace(name)
-    t = A.launches_per_step(tr)
+    t = overlap.launches_per_step(tr)
     w = step_gpu_work(tr)
     ev = tr.events
     assert list(t["step"]) == list(w["step"])
     for row, st in zip(t.itertuples(), w.itertuples(), strict=True):
-        calls = ev[ev["name"].isin(A.LAUNCH_CALLS) & (ev["start_us"] >= st.cpu_start_us) & (ev["start_us"] < st.cpu_end_us)]
+        calls = ev[ev["name"].isin(overlap.LAUNCH_CALLS) & (ev["start_us"] >= st.cpu_start_us) & (ev["start_us"] < st.cpu_end_us)]
         assert row.launch_calls == len(calls) > 100  # a TinyGPT training step: hundreds of kernels
         # every GPU op the step launched (kernels, memcpys, memsets): the same count as lab 01's, one rule,
         # found here the plain way from the launch calls' correlation ids
@@ -87,7 +86,7 @@ def test_launches_per_step_on_recorded_trace(name):
 
 
 def test_fusion_table_on_h200_record():
-    t = T.fusion_table(_record("fusion").values).set_index("variant")
+    t = overlap_tables.fusion_table(_record("fusion").values).set_index("variant")
     v = _record("fusion").values
     eager_bytes = 2 * 8 * v["numel"] * 4  # 8 ops, each reading and writing every fp32 element
     assert t.loc["eager", "model_mb"] == pytest.approx(eager_bytes / 1e6)
@@ -99,11 +98,11 @@ def test_fusion_table_on_h200_record():
 
 def test_compile_tables_on_h200_record():
     v = _record("compile_study").values
-    counts = T.compile_counts(v).set_index("variant")
+    counts = overlap_tables.compile_counts(v).set_index("variant")
     assert counts.loc["compiled_breaks", "graph_calls_per_forward"] == v["blocks"]  # one graph per block
     assert counts.loc["compiled", "graph_calls_per_forward"] == 1
     assert counts.loc["eager", "graphs_compiled"] == 0
-    times = T.compile_times(v).set_index("variant")
+    times = overlap_tables.compile_times(v).set_index("variant")
     assert times.loc["eager", "vs_eager"] == 1.0
     med = {r["variant"]: r["median_ms"] for r in v["rows"]}
     assert times.loc["compiled_breaks", "vs_eager"] == pytest.approx(med["compiled_breaks"] / med["eager"])
@@ -119,8 +118,8 @@ def test_graph_limits_record_names_the_errors():
 def test_launch_table_joins_trace_counts():
     ev = _record("launch_overhead")
     tr = load_trace(str(DATA / "trace_bubble_excerpt.json"))  # any real trace with ProfilerSteps stands in
-    t = T.launch_table(ev.values, {"eager": tr}).set_index("variant")
-    s = A.launches_per_step(tr)
+    t = overlap_tables.launch_table(ev.values, {"eager": tr}).set_index("variant")
+    s = overlap.launches_per_step(tr)
     assert t.loc["eager", "launch_calls"] == s["launch_calls"].mean()
     assert pd.isna(t.loc["graph", "launch_calls"])  # no trace given for it
     assert t.loc["eager", "gpu_busy_pct"] == pytest.approx(100 * s["gpu_busy_us"].mean() / 1e3 / t.loc["eager", "step_ms"])
@@ -130,11 +129,11 @@ def test_engines_and_compiled_regions_on_the_recorded_traces():
     """The copy step's engines add up (either engine busy is at most copy + kernels, at least the larger), and the
     compiled BlockNet with a break per block runs one compiled graph per block, one distinct graph."""
     for mode in ("pageable", "pinned", "double_buffered"):
-        e = A.engine_busy(_ref_trace(f"trace_copy_{mode}"))
+        e = overlap.engine_busy(_ref_trace(f"trace_copy_{mode}"))
         assert max(e["copy_us"], e["kernel_us"]) - 1e-6 <= e["any_us"] <= e["copy_us"] + e["kernel_us"] + 1e-6
         assert e["any_us"] <= e["period_us"] + 1e-6
     st = evidence.reference()
     blocks = st.load("compile_study").values["blocks"]
-    r = A.compiled_regions(_ref_trace("trace_compile_breaks"))
+    r = overlap.compiled_regions(_ref_trace("trace_compile_breaks"))
     assert (r["regions"] == blocks).all() and (r["distinct"] == 1).all()
-    assert (A.compiled_regions(_ref_trace("trace_compile_whole"))["regions"] == 1).all()
+    assert (overlap.compiled_regions(_ref_trace("trace_compile_whole"))["regions"] == 1).all()

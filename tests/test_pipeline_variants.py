@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from infralens_lab.workloads import pipeline as P
+from infralens_lab.workloads import pipeline
 from infralens_lab.workloads.pipeline import VARIANTS, Variant, cpu_threads, make_step, make_variant, matmul_precision
 from infralens_lab.workloads.tiny_gpt import GPTConfig
 
@@ -47,8 +47,8 @@ def test_prefetch_does_the_same_work_in_worker_processes(monkeypatch):
     variant's main process never tokenizes (its DataLoader workers do), and every variant trains on the same
     batches: the same loss curve as the bubble, step for step (same seed, same weights; fp32 on a CPU)."""
     calls = []
-    real = P.tokenize_batch
-    monkeypatch.setattr(P, "tokenize_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = pipeline.tokenize_batch
+    monkeypatch.setattr(pipeline, "tokenize_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
     curves = {}
     for name in ("bubble", "bubble+prefetch", "bubble+no_sync", "fixed"):
         before = len(calls)
@@ -66,10 +66,10 @@ def test_prefetch_does_the_same_work_in_worker_processes(monkeypatch):
 
 
 def test_batches_are_a_function_of_seed_and_index():
-    d = P.TokenBatches(seed=3, batch=2, seq=5, vocab=97)
+    d = pipeline.TokenBatches(seed=3, batch=2, seq=5, vocab=97)
     assert torch.equal(d[4], d[4]) and not torch.equal(d[4], d[5])
-    assert torch.equal(d[0], torch.from_numpy(P.tokenize_batch(P.batch_rng(3, 0), 2, 5, 97)))
-    assert not torch.equal(d[0], P.TokenBatches(seed=4, batch=2, seq=5, vocab=97)[0])
+    assert torch.equal(d[0], torch.from_numpy(pipeline.tokenize_batch(pipeline.batch_rng(3, 0), 2, 5, 97)))
+    assert not torch.equal(d[0], pipeline.TokenBatches(seed=4, batch=2, seq=5, vocab=97)[0])
 
 
 def test_a_closed_prefetching_pipeline_says_so():
@@ -82,7 +82,7 @@ def test_a_closed_prefetching_pipeline_says_so():
 
 def test_pinned_is_a_documented_no_op_on_cpu():
     p = _run("bubble+pinned")
-    assert p.variant.pinned and p.pins is False and "no-op" in P.__doc__
+    assert p.variant.pinned and p.pins is False and "no-op" in pipeline.__doc__
     assert np.isfinite(p.mean_loss())
 
 
@@ -139,7 +139,7 @@ def test_bf16_runs_forward_under_autocast_on_cpu(monkeypatch):
     (lambda: make_variant("bubble+magic", device="cpu", config=SMALL), "expected one of .*bubble\\+prefetch"),
     (lambda: make_step("fixed+tf32", device="cpu", config=SMALL), "make_variant"),
     (lambda: Variant(True, True, False, "fp16"), "precision 'fp16'; expected one of \\('fp32', 'tf32', 'bf16'\\)"),
-    (lambda: P.Pipeline("nope", device="cpu", config=SMALL), "or a Variant"),
+    (lambda: pipeline.Pipeline("nope", device="cpu", config=SMALL), "or a Variant"),
     (lambda: make_variant("fixed", device="cpu", config=SMALL, workers=0), "workers=0; expected a positive int"),
 ])
 def test_bad_names_and_precisions(call, match):

@@ -300,11 +300,11 @@ def test_lab04_source_reading_premises():
     """Lab 04's "What the recording shows" paragraph and lab04.q5 (its prompt and answer A): in the strided copies
     short_scoreboard waits on S2R's result (the samples on IMAD.SHL reading R0, whose nearest writer is S2R R0), mio_throttle sits mostly on the loads and the S2R, drain on the instruction after EXIT, and
     long_scoreboard on the store waiting for the loads; in the coalesced copy short_scoreboard is under 1%."""
-    from infralens_lab.analysis import sass as S
-    from infralens_lab.parse import ncu as N
+    from infralens_lab.analysis import sass
+    from infralens_lab.parse import ncu
     st = evidence.reference()
-    rows = N.parse_source_csv(st.text("ncu_copies_source.csv"))
-    sites = {r: S.reason_sites(rows, r).set_index("config") for r in
+    rows = ncu.parse_source_csv(st.text("ncu_copies_source.csv"))
+    sites = {r: sass.reason_sites(rows, r).set_index("config") for r in
              ("short_scoreboard", "mio_throttle", "drain", "long_scoreboard")}
     for cfg in rows["config"].unique():
         total = rows.loc[rows["config"] == cfg, "samples"].sum()
@@ -316,7 +316,7 @@ def test_lab04_source_reading_premises():
         else:
             assert ss["samples"] < 0.01 * total, f"{cfg}: short_scoreboard no longer under 1%: re-word lab 04"
         d = sites["drain"].loc[cfg]
-        assert d["op"] == "BRA" and d["site_share"] > 0.95 and S._previous_op(rows, cfg, d["sass"]) == "EXIT"
+        assert d["op"] == "BRA" and d["site_share"] > 0.95 and sass._previous_op(rows, cfg, d["sass"]) == "EXIT"
         ls = sites["long_scoreboard"].loc[cfg]
         assert ls["op"] == "STG" and ls["producer_class"] == "global load", f"{cfg}: re-word the long_scoreboard bullet"
 
@@ -341,10 +341,10 @@ def test_lab01_q6_premise_pinned_alone_is_clearly_the_smallest_gain():
     """lab01.q6 (argmin of the one-change speedups) is only sound if the smallest is clearly the smallest: the
     pinned-only edit's speedup sits below the other two by more than 0.1x (their gains are within a few percent
     of each other, so asking for the largest would grade noise)."""
-    from infralens_lab.analysis import variants as V
+    from infralens_lab.analysis import variants
 
     vals = evidence.reference().load("pipeline_variants").values
-    t = V.one_change_table(vals).set_index("variant")
+    t = variants.one_change_table(vals).set_index("variant")
     one = t[t["kind"] == "one change"]["speedup"]
     assert one.idxmin() == "bubble+pinned", f"smallest one-change speedup is now {one.idxmin()}: re-word lab01.q6"
     assert one.drop("bubble+pinned").min() - one["bubble+pinned"] > 0.1, "the smallest gain is no longer clear: re-word lab01.q6"
@@ -354,18 +354,17 @@ def test_lab05_q5_q6_premises_launch_bound_step_and_one_graph_run_per_block():
     """lab05.q5: the recorded eager small-ops step is host-bound (its GPU busy for less than half the step: a
     faster GPU would only wait longer). lab05.q6: on the recorded GPU, explain reports 1 graph and 0 breaks for the
     BlockNet with a break per block, with a break reason, while the trace runs one compiled graph per block."""
-    from infralens_lab.analysis import overlap as A
-    from infralens_lab.analysis import overlap_tables as T
+    from infralens_lab.analysis import overlap, overlap_tables
     from infralens_lab.parse.trace import load_trace
 
     st = evidence.reference()
     lo = st.load("launch_overhead").values
-    t = T.launch_table(lo, {v: load_trace(st.load(f"trace_launch_{v}")) for v in ("eager", "graph")}).set_index("variant")
-    assert A.host_bound(t.loc["eager", "gpu_busy_pct"] / 100), "the eager step is no longer host-bound: re-word lab05.q5"
+    t = overlap_tables.launch_table(lo, {v: load_trace(st.load(f"trace_launch_{v}")) for v in ("eager", "graph")}).set_index("variant")
+    assert overlap.host_bound(t.loc["eager", "gpu_busy_pct"] / 100), "the eager step is no longer host-bound: re-word lab05.q5"
     cs = st.load("compile_study").values
     ex = cs["explain_breaks"]
     assert (ex["graphs"], ex["graph_breaks"]) == (1, 0) and ex["break_reasons"], f"explain now says {ex}: re-word lab05.q6"
-    r = A.compiled_regions(load_trace(st.load("trace_compile_breaks")))
+    r = overlap.compiled_regions(load_trace(st.load("trace_compile_breaks")))
     assert (r["regions"] == cs["blocks"]).all() and (r["distinct"] == 1).all(), "re-word lab05.q6's explanation"
 
 
@@ -384,20 +383,20 @@ def test_lab04_q10_premise_the_coalesced_copy_is_at_the_ceiling_with_nothing_was
 def test_lab04_q5_q6_prompts_name_what_the_recording_shows():
     """lab04.q5's IMAD.SHL and S2R, lab04.q6's BRA after the last EXIT with 0 executions: the prompts quote SASS
     of the recorded strided copies."""
-    from infralens_lab.analysis import sass as S
-    from infralens_lab.parse import ncu as N
+    from infralens_lab.analysis import sass
+    from infralens_lab.parse import ncu
 
-    rows = N.parse_source_csv(evidence.reference().text("ncu_copies_source.csv"))
+    rows = ncu.parse_source_csv(evidence.reference().text("ncu_copies_source.csv"))
     for cfg in [c for c in rows["config"].unique() if "strided" in c]:
         sub = rows[rows["config"] == cfg].sort_values("address")
-        ss = S.reason_sites(rows, "short_scoreboard").set_index("config").loc[cfg]
+        ss = sass.reason_sites(rows, "short_scoreboard").set_index("config").loc[cfg]
         assert ss["sass"] == "IMAD.SHL.U32 R0, R0, 0x4, RZ" and ss["producer"] == "S2R R0, SR_TID.X", \
             f"{cfg}: re-word lab04.q5"
-        d = S.reason_sites(rows, "drain").set_index("config").loc[cfg]
+        d = sass.reason_sites(rows, "drain").set_index("config").loc[cfg]
         site = sub[sub["sass"] == d["sass"]].iloc[0]
         last_exit = sub[sub["op"] == "EXIT"]["address"].max()
         assert site["op"] == "BRA" and site["inst_executed"] == 0 and site["address"] > last_exit, f"{cfg}: re-word lab04.q6"
-        assert S.self_branch(site["sass"], site["address"]), f"{cfg}: re-word lab04.q6 (its own address)"
+        assert sass.self_branch(site["sass"], site["address"]), f"{cfg}: re-word lab04.q6 (its own address)"
 
 
 def test_lab02_q4_premise_the_1024_matmul_fills_the_gpu_and_waits_on_the_host():

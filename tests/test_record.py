@@ -13,7 +13,7 @@ from infralens_lab import record
 from infralens_lab.device import is_gpu
 from infralens_lab.evidence import EvidenceWriter, RecordedStore
 from infralens_lab.measure import ncu as NR
-from infralens_lab.parse import ncu as N
+from infralens_lab.parse import ncu
 
 
 @pytest.mark.skipif(is_gpu(), reason="checks the no-GPU refusal")
@@ -61,27 +61,27 @@ def test_ncu_runs_are_joined_with_fallbacks(tmp_path, monkeypatch):
     def fake_run_ncu(target, kernel_regex, metrics=None, launch_skip=0, launch_count=1, nvtx=True, timeout=0):
         calls.append((target[1], kernel_regex, launch_skip, launch_count, nvtx, tuple(metrics)))
         if "bad__metric" in metrics:
-            raise N.NcuMetricError("unknown", metrics=["bad__metric"])
+            raise ncu.NcuMetricError("unknown", metrics=["bad__metric"])
         if target[1] == "naive" and nvtx:
-            raise N.NcuNoKernels("none")
+            raise ncu.NcuNoKernels("none")
         if target[1] == "tiled":
-            raise N.NcuPermissionError("no counters", N.FIX_PERM)
+            raise ncu.NcuPermissionError("no counters", ncu.FIX_PERM)
         return SYNTHETIC
 
     monkeypatch.setattr(NR, "run_ncu", fake_run_ncu)
     w = EvidenceWriter(tmp_path / "rec", "test")
     rec = record.Recorder(w, log=lambda m: None)
     cfgs = [("a", "copy", ["--n", "8"]), ("b", "naive", []), ("c", "tiled", [])]
-    detail = rec._ncu_file("ncu_test.csv", cfgs, [*N.TIME, "bad__metric"])
+    detail = rec._ncu_file("ncu_test.csv", cfgs, [*ncu.TIME, "bad__metric"])
     assert detail.startswith("2/3 runs ok; failed: ['c: no counters")
     # copy: dropped the bad metric and retried; naive: NVTX window empty -> counted window (skip 1 warm-up x 3)
-    assert calls[0][0] == "copy" and calls[1] == ("copy", "copy_coalesced", 0, 1, True, tuple(N.TIME))
-    assert ("naive", "naive_", 0, 3, True, tuple(N.TIME)) in calls
-    assert ("naive", "naive_", 3, 3, False, tuple(N.TIME)) in calls
-    df = N.parse_raw_csv((tmp_path / "rec" / "ncu_test.csv").read_text())
+    assert calls[0][0] == "copy" and calls[1] == ("copy", "copy_coalesced", 0, 1, True, tuple(ncu.TIME))
+    assert ("naive", "naive_", 0, 3, True, tuple(ncu.TIME)) in calls
+    assert ("naive", "naive_", 3, 3, False, tuple(ncu.TIME)) in calls
+    df = ncu.parse_raw_csv((tmp_path / "rec" / "ncu_test.csv").read_text())
     assert sorted(df["config"].unique()) == ["a", "b"] and len(df) == 40
     with pytest.raises(RuntimeError, match=re.escape("every ncu run for ncu_none.csv failed")):
-        rec._ncu_file("ncu_none.csv", [("c", "tiled", [])], N.TIME)
+        rec._ncu_file("ncu_none.csv", [("c", "tiled", [])], ncu.TIME)
 
 
 def test_bundle_holds_the_set_and_the_log(tmp_path):
@@ -106,7 +106,7 @@ def test_import_path_has_no_jupyter():
 def test_metrics_that_ncu_silently_drops_are_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(NR, "run_ncu", lambda *a, **k: SYNTHETIC)
     rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
-    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], [*N.TIME, "sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
+    detail = rec._ncu_file("ncu_t.csv", [("a", "copy", [])], [*ncu.TIME, "sm__ops_path_tensor_src_fp16_dst_fp32.sum"])
     assert detail == "1/1 runs ok; metrics absent from the CSV: ['sm__ops_path_tensor_src_fp16_dst_fp32.sum']"
 
 
@@ -122,7 +122,7 @@ def test_recorder_profile_shapes_and_labels():
         assert cfg.kind == kernel and target_args(cfg) == args
         assert 2 * cfg.n * cfg.elem_bytes >= 4 * 60 * 2**20  # useful bytes read + written
     assert record.ATTN_SHAPE[0] * record.ATTN_SHAPE[1] * record.ATTN_SHAPE[2] // 128 > 2 * 132  # tiled programs
-    for m in N.CLOCK + N.SCHEDULER:
+    for m in ncu.CLOCK + ncu.SCHEDULER:
         assert m in record.ATTN_METRICS
-    assert N.CLOCK[0] in record.COPY_METRICS and "--clock-control none" in record.NCU_NOTES
-    assert "--clock-control" in NR.ncu_command(["--kernel", "copy"], "copy", metrics=N.TIME)
+    assert ncu.CLOCK[0] in record.COPY_METRICS and "--clock-control none" in record.NCU_NOTES
+    assert "--clock-control" in NR.ncu_command(["--kernel", "copy"], "copy", metrics=ncu.TIME)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from infralens_lab.measure import ncu as NR
-from infralens_lab.parse import ncu as N
+from infralens_lab.parse import ncu
 from infralens_lab.parse.runs import ELEM_BYTES, RunConfig, copy_run, target_args
 
 DATA = Path(__file__).parent / "data"
@@ -34,7 +34,7 @@ def test_every_label_in_the_recorded_files_parses():
     files = sorted(DATA.glob("ncu_*.csv"))
     assert files
     for f in files:
-        for b in N.read_blocks(f.read_text()):
+        for b in ncu.read_blocks(f.read_text()):
             if b["label"]:
                 assert RunConfig.parse(b["label"]).label() == b["label"]
 
@@ -52,13 +52,13 @@ def test_bad_labels(label, match):
 
 
 def test_block_writer_and_reader_agree():
-    text = N.config_block("copy n=8 fp32", "ncu --csv x", '"ID","Kernel Name"\n') + \
-        N.config_block("matmul size=2,2,2 fp16", "ncu --csv y", '"ID","Kernel Name"\n')
-    assert [(b["label"], b["command"]) for b in N.read_blocks(text)] == [
+    text = ncu.config_block("copy n=8 fp32", "ncu --csv x", '"ID","Kernel Name"\n') + \
+        ncu.config_block("matmul size=2,2,2 fp16", "ncu --csv y", '"ID","Kernel Name"\n')
+    assert [(b["label"], b["command"]) for b in ncu.read_blocks(text)] == [
         ("copy n=8 fp32", "ncu --csv x"), ("matmul size=2,2,2 fp16", "ncu --csv y")]
-    assert N.command_of(text, "matmul") == "ncu --csv y" and N.command_of(text, "conv") is None
+    assert ncu.command_of(text, "matmul") == "ncu --csv y" and ncu.command_of(text, "conv") is None
     with pytest.raises(ValueError, match="single lines"):
-        N.config_block("a\nb", "c", "")
+        ncu.config_block("a\nb", "c", "")
 
 
 def test_profile_runs_joins_one_block_per_run_and_part(monkeypatch):
@@ -70,8 +70,8 @@ def test_profile_runs_joins_one_block_per_run_and_part(monkeypatch):
 
     monkeypatch.setattr(NR, "run_ncu", fake_run)
     runs = [copy_run(64, "fp32"), copy_run(64, "fp32", 8)]
-    texts = NR.profile_runs(runs, {"counters": N.TIME + N.DRAM, "stalls": N.TIME + N.STALLS})
+    texts = NR.profile_runs(runs, {"counters": ncu.TIME + ncu.DRAM, "stalls": ncu.TIME + ncu.STALLS})
     assert len(calls) == 4 and calls[1][2][1].startswith("smsp__pcsamp")
     for part in ("counters", "stalls"):
-        assert [b["label"] for b in N.read_blocks(texts[part])] == [r.label() for r in runs]
-        assert "--stride 8" in N.command_of(texts[part], "stride=8")
+        assert [b["label"] for b in ncu.read_blocks(texts[part])] == [r.label() for r in runs]
+        assert "--stride 8" in ncu.command_of(texts[part], "stride=8")

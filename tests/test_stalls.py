@@ -1,10 +1,15 @@
 """stalls: every reason named in the labs has a meaning and a fix; names normalise; dominant()."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+import infralens_lab
 from infralens_lab.analysis.stalls import STALLS, card, dominant, explain, normalize
+from infralens_lab.parse.ncu import stall_metric
 
 REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "lg_throttle", "mio_throttle", "math_pipe_throttle",
            "tex_throttle", "wait", "not_selected", "selected", "no_instruction", "dispatch_stall", "drain", "membar",
@@ -28,6 +33,30 @@ def test_every_reason_has_meaning_and_fix(reason):
 def test_normalize_metric_names(name, reason):
     assert normalize(name) == reason
     assert explain(name).reason == reason
+
+
+@pytest.mark.parametrize("name, parts", [
+    ("smsp__pcsamp_warps_issue_stalled_long_scoreboard", ("pcsamp_warps", "long_scoreboard", False, "")),
+    ("smsp__pcsamp_warps_issue_stalled_no_instructions_not_issued", ("pcsamp_warps", "no_instruction", True, "")),
+    ("smsp__pcsamp_warps_issue_stalled_wait.sum", ("pcsamp_warps", "wait", False, ".sum")),
+    ("smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio",
+     ("average_warps", "gmma", False, "_per_issue_active.ratio")),
+    ("barrier", (None, "barrier", False, "")),
+])
+def test_one_grammar_reads_every_stall_name(name, parts):
+    """parse.ncu.stall_metric is the one reader of stall-metric names: the breakdown, normalize and the quiz's
+    dominant_stall all go through it (issue 41: the regex was written three times)."""
+    got = stall_metric(name)
+    assert (got["family"], got["reason"], got["not_issued"], got["rollup"]) == parts
+    assert normalize(name) == parts[1]
+    assert stall_metric("smsp__pcsamp_sample_count.sum ") is not None and stall_metric("a b") is None
+
+
+def test_no_other_module_writes_the_stall_regex():
+    pkg = Path(infralens_lab.__file__).resolve().parent
+    bad = [str(p.relative_to(pkg)) for p in pkg.rglob("*.py")
+           if p.name != "ncu.py" and re.search(r"re\.compile\([^)]*issue_stalled", p.read_text(), re.S)]
+    assert not bad, f"stall-metric regexes outside parse/ncu.py: {bad}; expected parse.ncu.stall_metric only"
 
 
 def test_unknown_and_wrong_type():

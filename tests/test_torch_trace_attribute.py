@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import ddp_run as R
-from infralens_lab.analysis import distributed as A
+from infralens_lab.analysis import ddp_run, distributed
 from infralens_lab.parse.ranks import recorded_run
 from infralens_lab.parse.trace import CPU_CATS, GPU_CATS, RUNTIME_CATS, Trace, enclosing_parent, step_gpu_work, trim
 
@@ -190,7 +189,7 @@ def test_enclosing_parent_matches_a_stack_walk_on_long_random_input():
 def test_gap_tables_are_cached_and_summary_reuses_them(monkeypatch):
     from test_torch_trace import synthetic
 
-    import infralens_lab.parse.trace as T
+    from infralens_lab.parse import trace
 
     calls = {"union": 0, "gaps": 0, "summary": 0}
 
@@ -200,9 +199,9 @@ def test_gap_tables_are_cached_and_summary_reuses_them(monkeypatch):
             return real(*a, **k)
         return f
 
-    monkeypatch.setattr(T, "union", counting("union", T.union))
-    monkeypatch.setattr(T.Trace, "_idle_gaps", counting("gaps", T.Trace._idle_gaps))
-    monkeypatch.setattr(T.Trace, "_summary", counting("summary", T.Trace._summary))
+    monkeypatch.setattr(trace, "union", counting("union", trace.union))
+    monkeypatch.setattr(trace.Trace, "_idle_gaps", counting("gaps", trace.Trace._idle_gaps))
+    monkeypatch.setattr(trace.Trace, "_summary", counting("summary", trace.Trace._summary))
     tr = Trace(synthetic())
     s1 = tr.summary()
     assert calls == {"union": 1 + 4, "gaps": 1, "summary": 1}  # busy once, causes up to each of 4 ranks once
@@ -301,6 +300,6 @@ def test_trim_drops_the_flows_only_where_the_args_carry_every_correlation():
     assert with_flows + trimmed >= 2
     run = recorded_run()
     if run is not None:  # the DDP tables read the same from slimmed traces
-        label = R.SCALING_CONFIG
+        label = ddp_run.SCALING_CONFIG
         full = [tr.data for tr in run.traces(label)]
-        assert A.overlap_table([Trace(d) for d in full]).equals(A.overlap_table([Trace(trim(d)) for d in full]))
+        assert distributed.overlap_table([Trace(d) for d in full]).equals(distributed.overlap_table([Trace(trim(d)) for d in full]))

@@ -3,15 +3,17 @@
 #
 # The committed notebooks in labs/ stay untouched: the learner works in my-labs/ (git-ignored),
 # made on the first run. Later runs copy in only labs that are new since (a `git pull` that
-# adds lab 05 brings it), never overwriting a notebook already there. Prints the URL, the SSH
-# tunnel line on a remote machine, and the port used when 8888 is taken. Works as root.
+# adds lab 05 brings it), never overwriting a notebook already there. Starts JupyterLab in the
+# background (its log goes to $WORK/.infralens/jupyter.log), waits until it answers, then prints
+# where the notebooks are, the port used when 8888 is taken, the SSH tunnel line on a remote machine
+# and, last, the URL, which opens 00_start_here.ipynb. Ctrl-C stops the server. Works as root.
 # JupyterLab's defaults come from tools/jupyter/settings/overrides.json (news toast off, widget
 # state saved in the notebook); a learner's own settings still win. tools/jupyter/custom/custom.css
 # (served as JupyterLab's custom CSS) makes printed output wrap between words. Kernels start with the
 # package's notebook guard (infralens_lab/notebook_guard.py: one line of guidance instead of a
 # bare NameError after a restart, answer cells that did not run, self-checks that survive a
 # reopened notebook), through a "python3" kernelspec written to $WORK/.infralens/ and put first
-# on JUPYTER_PATH: it is the usual ipykernel plus --ext=infralens_lab.notebook_guard.
+# on JUPYTER_PATH: it is the usual ipykernel plus --ext=infralens_lab.quiz.
 set -euo pipefail
 VENV="${1:-.venv}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +38,7 @@ mkdir -p "$KSPEC"
 "$PY" - "$PY" "$KSPEC/kernel.json" <<'PYEOF'
 import json, sys
 py, out = sys.argv[1], sys.argv[2]
-spec = {"argv": [py, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=infralens_lab.notebook_guard"],
+spec = {"argv": [py, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=infralens_lab.quiz"],
         "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True}}
 with open(out, "w") as f:
     json.dump(spec, f, indent=1)
@@ -67,29 +69,76 @@ ARGS=(--no-browser --ServerApp.port="$PORT_USED" --ServerApp.port_retries=0
       --LabApp.custom_css=True --ServerApp.tornado_settings=static_custom_path="$ROOT/tools/jupyter/custom")
 if [ "$(id -u)" = 0 ]; then ARGS+=(--allow-root); fi   # GPU cloud machines and containers run as root
 
-# ---- what the learner needs to know, before the server's own log
-echo "------------------------------------------------------------------------"
-echo "InfraLens Lab"
-echo "  your notebooks: $WORK"
-echo "    (a working copy of labs/, git-ignored: your edits and answers stay here;"
-echo "     the committed labs/ are never changed, so 'git pull' stays clean)"
-if [ ${#new[@]} -gt 0 ]; then echo "    copied in now: ${new[*]}"; fi
-if [ "$PORT_USED" != "$WANT_PORT" ]; then
-    echo "  port $WANT_PORT is taken; using port $PORT_USED"
-fi
-echo "  open: http://localhost:$PORT_USED/lab?token=$TOKEN"
-if [ -n "${SSH_CONNECTION:-}" ]; then
-    host="$(echo "$SSH_CONNECTION" | awk '{print $3}')"
-    echo "  this machine is remote: on your own computer run"
-    echo "    ssh -N -L $PORT_USED:localhost:$PORT_USED $(id -un)@$host"
-    echo "  (or the host name you log in with), then open the URL above there."
-fi
-echo "  stop: Ctrl-C twice"
-echo "------------------------------------------------------------------------"
+# ---- what the learner needs to know, printed once the server answers; the URL last
+START="00_start_here.ipynb"
+URL="http://localhost:$PORT_USED/lab/tree/$START?token=$TOKEN"
+SERVER_LOG="$WORK/.infralens/jupyter.log"
+banner() {
+    echo "------------------------------------------------------------------------"
+    echo "InfraLens Lab"
+    echo "  your notebooks: $WORK"
+    echo "    (a working copy of labs/, git-ignored: your edits and answers stay here;"
+    echo "     the committed labs/ are never changed, so 'git pull' stays clean)"
+    if [ ${#new[@]} -gt 0 ]; then echo "    copied in now: ${new[*]}"; fi
+    if [ "$PORT_USED" != "$WANT_PORT" ]; then
+        echo "  port $WANT_PORT is taken; using port $PORT_USED"
+    fi
+    echo "  server log: $SERVER_LOG"
+    echo "  stop: Ctrl-C"
+    echo "------------------------------------------------------------------------"
+    if [ -n "${SSH_CONNECTION:-}" ]; then
+        host="$(echo "$SSH_CONNECTION" | awk '{print $3}')"
+        echo "  this machine is remote: on your own computer run"
+        echo "    ssh -N -L $PORT_USED:localhost:$PORT_USED $(id -un)@$host"
+        echo "  (or the host name you log in with), then open the URL below there."
+    fi
+    echo "  open: $URL"
+}
 cd "$WORK"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "${INFRALENS_LAB_DRY_RUN:-}" ]; then   # tests: everything but starting the server
     echo "would run: $VENV/bin/jupyter lab ${ARGS[*]}"
+    banner
     exit 0
 fi
-exec "$VENV/bin/jupyter" lab "${ARGS[@]}"
+
+# ---- the server, in the background; Ctrl-C (or a TERM) stops it, and it stops when this script does
+"$VENV/bin/jupyter" lab "${ARGS[@]}" >"$SERVER_LOG" 2>&1 &
+SERVER=$!
+STOPPING=
+trap 'STOPPING=1; kill -TERM "$SERVER" 2>/dev/null || true' INT TERM
+trap 'kill -TERM "$SERVER" 2>/dev/null || true' EXIT
+answers() {
+    "$PY" - "$PORT_USED" "$TOKEN" <<'PYEOF'
+import sys, urllib.request
+req = urllib.request.Request(f"http://localhost:{sys.argv[1]}/api/status", headers={"Authorization": f"token {sys.argv[2]}"})
+try:
+    with urllib.request.urlopen(req, timeout=5):
+        pass
+except OSError:
+    sys.exit(1)
+PYEOF
+}
+waited=0
+until answers; do
+    if ! kill -0 "$SERVER" 2>/dev/null; then
+        if [ -n "$STOPPING" ]; then exit 130; fi   # stopped with Ctrl-C before it answered
+        echo "make lab: JupyterLab stopped before it answered; the end of its log ($SERVER_LOG):" >&2
+        tail -n 40 "$SERVER_LOG" >&2
+        exit 1
+    fi
+    if [ "$waited" -ge 600 ]; then   # half-seconds: 5 minutes
+        echo "make lab: JupyterLab did not answer on port $PORT_USED within 5 minutes; the end of its log ($SERVER_LOG):" >&2
+        tail -n 40 "$SERVER_LOG" >&2
+        exit 1
+    fi
+    sleep 0.5
+    waited=$((waited + 1))
+done
+banner
+rc=0
+while kill -0 "$SERVER" 2>/dev/null; do
+    wait "$SERVER" && rc=0 || rc=$?   # returns early when Ctrl-C's trap runs; the loop waits for the stop
+done
+trap - EXIT
+exit "$rc"

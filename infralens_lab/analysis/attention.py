@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..parse import ncu as N
+from ..parse import ncu
 from ..units import MB, dtype_bytes
 from . import joins, traffic
 from .clocks import kernel_clock_ghz
@@ -37,7 +37,7 @@ class AttentionProfile:
 
 def profile(text: str) -> AttentionProfile:
     """The :class:`AttentionProfile` of an ncu CSV of the attention variants (the recorder's ``ncu_attention.csv``)."""
-    df = N.parse_raw_csv(text)
+    df = ncu.parse_raw_csv(text)
     k = joins.attention_kernels(df)
     v = joins.attention_variants(k, df)
     try:
@@ -49,7 +49,7 @@ def profile(text: str) -> AttentionProfile:
         w = k.assign(_w=k["clock_ghz"] * k["time_us"]).groupby("variant", sort=False)[["_w", "time_us"]].sum()
         v = v.merge((w["_w"] / w["time_us"]).rename("clock_ghz").reset_index(), on="variant", how="left")
     f = joins.config_fields(k["config"].iloc[0])
-    return AttentionProfile(k, v, tuple(f["shape"]), f.get("dtype", "fp16"), N.stall_breakdown(df), df)
+    return AttentionProfile(k, v, tuple(f["shape"]), f.get("dtype", "fp16"), ncu.stall_breakdown(df), df)
 
 
 def sol_pairs(variants: pd.DataFrame) -> pd.DataFrame:

@@ -23,9 +23,9 @@ import re
 
 import pandas as pd
 
-from ..parse import ncu as N
+from ..parse import ncu
 
-CLOCK = N.CLOCK[0]  # sm__cycles_elapsed.avg.per_second, Hz
+CLOCK = ncu.CLOCK[0]  # sm__cycles_elapsed.avg.per_second, Hz
 CLOCK_METRIC = CLOCK
 DEFAULT_CLOCK_CONTROL = "base"  # what ncu does without --clock-control: clocks locked to base
 MAX_CLOCK = "device__attribute_clock_rate"  # the device's highest SM clock, kHz (CUDA's clockRate attribute)
@@ -81,7 +81,7 @@ def clock_range_ghz(frames) -> tuple[float, float]:
 def max_clock_hz(text: str) -> float | None:
     """The device's highest SM clock (Hz) from a raw ncu CSV text (``device__attribute_clock_rate``, kHz), or
     None when the CSV does not carry it."""
-    df = N.parse_raw_csv(text, device_attributes=True)
+    df = ncu.parse_raw_csv(text, device_attributes=True)
     v = df.loc[df["metric"] == MAX_CLOCK, "value"].dropna()
     return float(v.iloc[0]) * 1e3 if len(v) else None
 
@@ -99,7 +99,7 @@ def clock_control(source: str | None) -> str | None:
     if one_line and source.split()[0].rsplit("/", 1)[-1] == "ncu":  # a command line
         m = re.search(r"--clock-control(?:=|\s+)(\S+)", source)
         return m.group(1) if m else DEFAULT_CLOCK_CONTROL
-    cmds = [b["command"] for b in N.read_blocks(source) if b["command"]]
+    cmds = [b["command"] for b in ncu.read_blocks(source) if b["command"]]
     found = {m.group(1) if (m := re.search(r"--clock-control[ =](\S+)", c)) else DEFAULT_CLOCK_CONTROL for c in cmds}
     if not found and UNLOCKED_WARNING in source:
         found = {"none"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..parse import ncu as N
+from ..parse import ncu
 from . import joins
 from .clocks import kernel_clock_ghz
 
@@ -102,8 +102,8 @@ def family(counters_text: str, stalls_text: str | None = None, bench_rows=None) 
     """The :class:`CopyFamily` of an ncu counters CSV (``ncu_copies.csv``), its stall-sampling CSV
     (``ncu_copies_stalls.csv``, optional) and the bench record's ``copies`` rows (optional: the useful bandwidth
     columns). The one path from the recorded files to the copy tables, for the lab and for the grader alike."""
-    df = N.parse_raw_csv(counters_text)
-    sdf = N.parse_raw_csv(stalls_text) if stalls_text else None
+    df = ncu.parse_raw_csv(counters_text)
+    sdf = ncu.parse_raw_csv(stalls_text) if stalls_text else None
     table = joins.copy_family(df, sdf, bench_rows)
     try:
         clk = kernel_clock_ghz(df)
@@ -111,8 +111,8 @@ def family(counters_text: str, stalls_text: str | None = None, bench_rows=None) 
         clk = None
     if clk is not None:
         table = table.merge(clk.drop(columns="kernel"), on="config", how="left")
-    cmds = {lab: N.command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"], strict=True)}
-    return CopyFamily(table, N.stall_breakdown(sdf) if sdf is not None else None, clk,
+    cmds = {lab: ncu.command_of(counters_text, cfg) for cfg, lab in zip(table["config"], table["label"], strict=True)}
+    return CopyFamily(table, ncu.stall_breakdown(sdf) if sdf is not None else None, clk,
                       {k: v for k, v in cmds.items() if v})
 
 

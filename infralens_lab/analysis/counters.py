@@ -163,11 +163,11 @@ def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", wa
     if kernel in ("copy", "copy_coalesced") and kind == "memory":
         return "nothing on this GPU: a copy near the memory roof is done; only moving fewer bytes (fusing it away) helps"
     if kind == "memory":
-        if fraction >= 0.6:
+        if fraction >= rl.BOUND_THRESHOLD:
             return "at its memory roof: only a higher intensity helps (reuse on chip: tiling, fusion, less traffic)"
         return "toward the memory roof first (coalescing, wider loads, more bytes in flight), then intensity"
     if kind == "compute":
-        if fraction >= 0.6:
+        if fraction >= rl.BOUND_THRESHOLD:
             return "at its compute roof: fewer FLOPs (algorithm) or a faster unit (tensor cores, lower precision)"
         return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
     if rl.GRID_BELOW_WAVE in reasons:

@@ -11,8 +11,7 @@ import pandas as pd
 
 from ..parse.ranks import RankRun
 from ..units import MiB
-from . import distributed as D
-from . import ledger
+from . import distributed, ledger
 from .buckets import bucket_plan
 from .hardware import PEAKS
 from .scaling import bench_table, largest_busbw, scaling, weak_scaling_bound
@@ -26,7 +25,7 @@ def table(run: RankRun, label: str) -> pd.DataFrame:
     """:func:`.distributed.overlap_table` of config ``label`` (kept on the run: parsing is the slow part)."""
     key = ("table", label)
     if key not in run._traces:
-        run._traces[key] = D.overlap_table(run.traces(label))
+        run._traces[key] = distributed.overlap_table(run.traces(label))
     return run._traces[key]
 
 
@@ -142,7 +141,7 @@ def scaling_table(run: RankRun, label: str = SCALING_CONFIG) -> pd.DataFrame:
     the DDP step less its exposed all-reduce, less one rank alone (compute DDP adds, which the bound does not
     charge); ``timed``: the unprofiled medians, beside it for reference (their f is not measured)."""
     n, t = run.world, steady(table(run, label))
-    t1 = float(D.step_windows(run.traces("single")[0])["step_us"].median()) / 1e3
+    t1 = float(distributed.step_windows(run.traces("single")[0])["step_us"].median()) / 1e3
     tn, f = float(t["step_us"].mean()) / 1e3, float(t["exposed_us"].sum() / t["step_us"].sum())
     rows = []
     for basis, one, many, frac in (("profiled", t1, tn, f),
@@ -193,7 +192,7 @@ def plan_inputs(model, bucket_cap_mb: float | None) -> dict:
 def straggler_starts(run: RankRun, label: str = "straggler") -> pd.DataFrame:
     """Every collective of the straggler config on every rank, on the shared clock: ``step, seq, rank, start_us,
     end_us`` (:func:`.distributed.align` without its wait and transfer columns: the exercise computes them)."""
-    return D.align(run.traces(label))[["step", "seq", "rank", "start_us", "end_us"]].copy()
+    return distributed.align(run.traces(label))[["step", "seq", "rank", "start_us", "end_us"]].copy()
 
 
 def run_violations(ranks: list[dict] | RankRun) -> list[str]:
@@ -207,13 +206,13 @@ def run_violations(ranks: list[dict] | RankRun) -> list[str]:
     out = []
     for c in run.ranks[0]["configs"]:
         try:
-            out += [f"{c['label']}: {v}" for v in D.invariant_violations(table(run, c["label"]), len(c["bucket_bytes"]))]
+            out += [f"{c['label']}: {v}" for v in distributed.invariant_violations(table(run, c["label"]), len(c["bucket_bytes"]))]
         except ValueError as exc:
             out.append(f"{c['label']}: {exc}")
     first = run.ranks[0]["configs"][0]
     for name, k in (("no_sync", 1), ("plain", run.ranks[0]["no_sync"]["accum"])):
         try:
-            out += [f"{name}: {v}" for v in D.invariant_violations(table(run, name), k * len(first["bucket_bytes"]))]
+            out += [f"{name}: {v}" for v in distributed.invariant_violations(table(run, name), k * len(first["bucket_bytes"]))]
         except ValueError as exc:
             out.append(f"{name}: {exc}")
     if "trace" in run.ranks[0].get("single", {}):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ..parse import ncu as N
+from ..parse import ncu
 from ..parse.runs import RunConfig
 from ..parse.trace import idle_by_cause, step_gpu_work
 from ..units import ELEM_BYTES, MB
@@ -40,15 +40,15 @@ def config_fields(label: str) -> dict:
 def _per_config(df, view):
     """A per-launch view averaged over the launches of each (config, kernel)."""
     v = view(df)
-    cols = [c for c in v.columns if c not in N.KEYS]
+    cols = [c for c in v.columns if c not in ncu.KEYS]
     return v.groupby(["config", "kernel"], sort=False)[cols].mean().reset_index()
 
 
 def _stall_table(stalls_df):
     """(config, kernel) -> samples per reason, summed over launches."""
-    if not N.has_stalls(stalls_df):
+    if not ncu.has_stalls(stalls_df):
         return pd.DataFrame(columns=["config", "kernel", "reason", "samples"])
-    b = N.stall_breakdown(stalls_df)
+    b = ncu.stall_breakdown(stalls_df)
     return b.groupby(["config", "kernel", "reason"], sort=False)["samples"].sum().reset_index()
 
 
@@ -89,10 +89,10 @@ def copy_family(ncu_df, stalls_df=None, bench_rows: Sequence[dict] | None = None
     if copies.empty:
         raise ValueError(f"copy_family: no copy_coalesced/copy_strided launches; kernels seen: "
                          f"{sorted(set(ncu_df['kernel']))}")
-    sol = _per_config(copies, N.speed_of_light)
-    spr = _per_config(copies, N.sectors_per_request)
-    dram = _per_config(copies, N.dram_bytes)
-    occ = _per_config(copies, N.occupancy)
+    sol = _per_config(copies, ncu.speed_of_light)
+    spr = _per_config(copies, ncu.sectors_per_request)
+    dram = _per_config(copies, ncu.dram_bytes)
+    occ = _per_config(copies, ncu.occupancy)
     keys = ["config", "kernel"]
     m = sol.merge(spr, on=keys, how="left").merge(dram, on=keys, how="left").merge(occ, on=keys, how="left")
     samples = _stall_table(stalls_df) if stalls_df is not None else None
@@ -176,11 +176,11 @@ def attention_kernels(ncu_df, stall_source=None):
     if att.empty:
         raise ValueError(f"attention_kernels: no attention kernels {ATTN_KERNELS}; kernels seen: "
                          f"{sorted(set(ncu_df['kernel']))}")
-    sol = _per_config(att, N.speed_of_light)
+    sol = _per_config(att, ncu.speed_of_light)
     keys = ["config", "kernel"]
-    m = sol.merge(_per_config(att, N.dram_bytes), on=keys, how="left") \
-        .merge(_per_config(att, N.hit_rates), on=keys, how="left") \
-        .merge(_per_config(att, N.occupancy), on=keys, how="left")
+    m = sol.merge(_per_config(att, ncu.dram_bytes), on=keys, how="left") \
+        .merge(_per_config(att, ncu.hit_rates), on=keys, how="left") \
+        .merge(_per_config(att, ncu.occupancy), on=keys, how="left")
     src = att if stall_source is None else stall_source
     samples = _stall_table(src)
     rows = []
@@ -205,8 +205,8 @@ def attention_kernels(ncu_df, stall_source=None):
                "achieved_occupancy_pct": r.achieved_pct, "theoretical_occupancy_pct": r.theoretical_pct,
                "block_m": block_m, "flops": model.flops,
                "grid_blocks": _grid_size(att, r.config, r.kernel),
-               "block_threads": _grid_size(att, r.config, r.kernel, N.BLOCK),
-               "waves": _grid_size(att, r.config, r.kernel, N.WAVES)}
+               "block_threads": _grid_size(att, r.config, r.kernel, ncu.BLOCK),
+               "waves": _grid_size(att, r.config, r.kernel, ncu.WAVES)}
         if len(samples):
             row.update(_stall_summary(samples, r.config, [r.kernel]))
         rows.append(row)

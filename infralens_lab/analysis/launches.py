@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from ..parse import ncu as N
+from ..parse import ncu
 from ..parse.runs import RunConfig
 from . import roofline as rl
 
@@ -36,13 +36,13 @@ def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None,
     together, :func:`infralens_lab.analysis.counters.store_kernel_table`'s ``bound_text``), else the rule on
     SM % and memory % alone (:func:`~infralens_lab.analysis.roofline.sol_verdict`). Raises ValueError naming
     the missing counters."""
-    need = LAUNCH + N.SCHEDULER + N.SOL + N.OCCUPANCY + ["gpu__time_duration.sum"]
+    need = LAUNCH + ncu.SCHEDULER + ncu.SOL + ncu.OCCUPANCY + ["gpu__time_duration.sum"]
     missing = [m for m in need if m not in set(df["metric"])]
     if missing:
         raise ValueError(f"the ncu frame lacks {missing}; profile with --metrics {','.join(need)} "
                          "(the recorder's attention step collects them)")
     limits = [m for m in LIMITS if m in set(df["metric"])]
-    w = N.wide(df, need + limits)
+    w = ncu.wide(df, need + limits)
     rows = []
     for r in w.to_dict(orient="records"):
         waves, t = r["launch__waves_per_multiprocessor"], r["gpu__time_duration.sum"] * 1e-9
@@ -52,11 +52,11 @@ def launch_table(df: pd.DataFrame, launch_floor_s: float | None = None,
             "sms": r["launch__sm_count"],
             "blocks_per_sm": round(r["launch__grid_size"] / (waves * r["launch__sm_count"])) if waves else math.nan,
             "waves": waves, "limited_by": ", ".join(k for k, v in lim.items() if v == min(lim.values())) or None,
-            "theoretical_pct": r[N.OCCUPANCY[1]], "achieved_pct": r[N.OCCUPANCY[0]],
-            "issue_active_pct": r[N.SCHEDULER[0]], "eligible_warps": r[N.SCHEDULER[1]],
-            "active_warps": r[N.SCHEDULER[2]], "time_us": t * 1e6, "below_one_wave": waves < 1,
+            "theoretical_pct": r[ncu.OCCUPANCY[1]], "achieved_pct": r[ncu.OCCUPANCY[0]],
+            "issue_active_pct": r[ncu.SCHEDULER[0]], "eligible_warps": r[ncu.SCHEDULER[1]],
+            "active_warps": r[ncu.SCHEDULER[2]], "time_us": t * 1e6, "below_one_wave": waves < 1,
             "under_launch_floor": None if launch_floor_s is None else t < launch_floor_s,
-            "verdict": (verdicts or {}).get(r["kernel"]) or rl.sol_verdict(r[N.SOL[0]], r[N.SOL[1]], waves=waves,
+            "verdict": (verdicts or {}).get(r["kernel"]) or rl.sol_verdict(r[ncu.SOL[0]], r[ncu.SOL[1]], waves=waves,
                                                                          time_s=t, launch_floor_s=launch_floor_s),
         })
     return pd.DataFrame(rows)
@@ -84,14 +84,14 @@ def tensor_peak_per_sm_cycle(df: pd.DataFrame, tensor_flops_per_op: float = 1.0,
     agrees within ``spread`` (else None: SM % is not the tensor pipe's share there). On the recorded H100 and H200
     cuBLAS matmuls of 2048³ to 8192³ this gives 4096 (dense fp16): the datasheet's 989.5 TFLOP/s over 132 SMs is
     that per-cycle rate at 1.83 GHz."""
-    w = N.wide(df)
-    ops = next((n for n in N.TENSOR_OPS_NAMES if n in w.columns), None)
-    if ops is None or N.SOL[0] not in w.columns:
+    w = ncu.wide(df)
+    ops = next((n for n in ncu.TENSOR_OPS_NAMES if n in w.columns), None)
+    if ops is None or ncu.SOL[0] not in w.columns:
         return None
-    busy = w[w[N.SOL[0]] >= 100 * rl.BOUND_THRESHOLD]
+    busy = w[w[ncu.SOL[0]] >= 100 * rl.BOUND_THRESHOLD]
     if busy.empty:
         return None
-    implied = per_sm_cycle(busy, busy[ops] * tensor_flops_per_op) / (busy[N.SOL[0]] / 100)
+    implied = per_sm_cycle(busy, busy[ops] * tensor_flops_per_op) / (busy[ncu.SOL[0]] / 100)
     if not (implied > 0).all() or implied.max() / implied.min() > 1 + spread:
         return None
     return float(implied.median())
@@ -100,7 +100,7 @@ def tensor_peak_per_sm_cycle(df: pd.DataFrame, tensor_flops_per_op: float = 1.0,
 def per_sm_cycle(w: pd.DataFrame, flops: pd.Series) -> pd.Series:
     """FLOPs per SM per cycle of each launch of a wide ncu frame: ``flops / (gpu__time_duration × SM clock ×
     launch__sm_count)``. Clock-free: what the SMs did with each cycle they had."""
-    need = ["gpu__time_duration.sum", N.CLOCK[0], "launch__sm_count"]
+    need = ["gpu__time_duration.sum", ncu.CLOCK[0], "launch__sm_count"]
     missing = [m for m in need if m not in w.columns]
     if missing:
         raise ValueError(f"the ncu frame lacks {missing}; expected them to turn FLOPs into FLOPs per SM per cycle")
@@ -121,10 +121,10 @@ def matmul_launches(df: pd.DataFrame, sweep: list | None = None, tensor_peak_per
     pair around many calls when recorded as ``batched_ms``, else the median of an event pair around each call),
     ``timing`` (which of the two), ``paced_by`` and ``host_gap_us`` (:func:`host_gap`; NaN for a call the kernel
     paces, where the small difference is the two runs' clocks and caches, not the host)."""
-    w = N.wide(df)
-    ops = next((n for n in N.TENSOR_OPS_NAMES if n in w.columns), None)
+    w = ncu.wide(df)
+    ops = next((n for n in ncu.TENSOR_OPS_NAMES if n in w.columns), None)
     if ops is None:
-        raise ValueError(f"the ncu frame has no tensor-path op counter {N.TENSOR_OPS_NAMES}; expected ncu_matmul.csv")
+        raise ValueError(f"the ncu frame has no tensor-path op counter {ncu.TENSOR_OPS_NAMES}; expected ncu_matmul.csv")
     w["tensor_flops"] = w[ops].fillna(0.0) * tensor_flops_per_op
     w["size"] = [RunConfig.parse(c).fields()["M"] for c in w["config"]]
     w["per_sm_cycle"] = per_sm_cycle(w, w["tensor_flops"])
@@ -134,16 +134,16 @@ def matmul_launches(df: pd.DataFrame, sweep: list | None = None, tensor_peak_per
         t = g["gpu__time_duration.sum"]
         weight = lambda col, g=g, t=t: float((g[col] * t).sum() / t.sum())  # noqa: E731 (a matmul may run several kernels)
         row = {"size": int(size), "ctas": int(g[GRID].max()), "waves": float(g["launch__waves_per_multiprocessor"].max()),
-               "occupancy_pct": weight(N.OCCUPANCY[0]), "sm_pct": weight(N.SOL[0]),
-               "tensor_per_sm_cycle": weight("per_sm_cycle"), "clock_ghz": weight(N.CLOCK[0]) / 1e9,
+               "occupancy_pct": weight(ncu.OCCUPANCY[0]), "sm_pct": weight(ncu.SOL[0]),
+               "tensor_per_sm_cycle": weight("per_sm_cycle"), "clock_ghz": weight(ncu.CLOCK[0]) / 1e9,
                "kernel_us": float(t.sum()) / 1e3}
         row["tensor_pipe_pct"] = (100 * row["tensor_per_sm_cycle"] / tensor_peak_per_sm_cycle
                                   if tensor_peak_per_sm_cycle else math.nan)
         # ncu's own share, when recorded, is of a peak twice the dense fp16 rate (measured on the H100: 46.8 % at
         # 8192³, where the FLOPs per SM-cycle are 94 % of the dense peak; we think its peak counts 2:4 sparsity),
         # so it is shown apart, never as the pipe's busy share
-        row["ncu_tensor_pct"] = (weight(N.TENSOR_PCT[0]) if N.TENSOR_PCT[0] in g.columns
-                                 and g[N.TENSOR_PCT[0]].notna().all() else math.nan)
+        row["ncu_tensor_pct"] = (weight(ncu.TENSOR_PCT[0]) if ncu.TENSOR_PCT[0] in g.columns
+                                 and g[ncu.TENSOR_PCT[0]].notna().all() else math.nan)
         if size in timed:
             r = timed[size]
             batched = r.get("batched_ms")

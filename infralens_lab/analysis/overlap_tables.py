@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import overlap as A
+from . import overlap
 from .joins import idle_budget
 
 BOUND_SLACK = 1.05  # a measured speedup within 5% above its bound is run-to-run noise, not a broken premise
@@ -24,7 +24,7 @@ def copy_table(traces: dict, copy_bytes: float) -> pd.DataFrame:
     (:func:`~infralens_lab.analysis.overlap.engine_busy`): copy engine, SMs, either."""
     rows = []
     for mode, tr in traces.items():
-        c, e = A.copy_overlap(tr), A.engine_busy(tr)
+        c, e = overlap.copy_overlap(tr), overlap.engine_busy(tr)
         n = c["steps"]
         rows.append({"mode": mode, "period_ms": idle_budget(tr)["period_ms"], "copy_ms": c["copy_us"] / n / 1e3,
                      "copy_gb_per_s": copy_bytes / (c["copy_us"] / n * 1e-6) / 1e9 if c["copy_us"] else None,
@@ -40,9 +40,9 @@ def memcpy_call_share(tr) -> float:
     pageable copy, staged by the CPU through a pinned buffer), near 0 when the call only queues it (pinned)."""
     ev = tr.events
     st = tr.steps()
-    calls = ev[ev["name"].str.startswith(("cudaMemcpy", "cuMemcpy")) & ev["cat"].isin(A.RUNTIME_CATS)]
+    calls = ev[ev["name"].str.startswith(("cudaMemcpy", "cuMemcpy")) & ev["cat"].isin(overlap.RUNTIME_CATS)]
     inside = calls[(calls["start_us"] >= st["cpu_start_us"].min()) & (calls["start_us"] < st["cpu_end_us"].max())]
-    c = A.copy_overlap(tr)
+    c = overlap.copy_overlap(tr)
     if not c["copy_us"]:
         raise ValueError("no host-to-device copies launched by the profiled steps")
     return float(inside["dur"].sum()) / c["copy_us"]
@@ -53,7 +53,7 @@ def pipeline_table(traces: dict) -> pd.DataFrame:
     ``stage0``/``stage1`` ranges, in milliseconds."""
     rows = []
     for d, tr in traces.items():
-        m = A.pipeline_metrics(A.range_intervals(tr, "stage0"), A.range_intervals(tr, "stage1"))
+        m = overlap.pipeline_metrics(overlap.range_intervals(tr, "stage0"), overlap.range_intervals(tr, "stage1"))
         rows.append({"depth": d, "stage0_ms": m["stage0_us"] / 1e3, "stage1_ms": m["stage1_us"] / 1e3,
                      "period_ms": m["period_us"] / 1e3, "sum_ms": m["serial_us"] / 1e3,
                      "max_ms": m["overlapped_us"] / 1e3, "overlap_score": m["overlap_score"], "verdict": m["verdict"]})
@@ -67,7 +67,7 @@ def launch_table(values: dict, traces: dict) -> pd.DataFrame:
     t = pd.DataFrame(values["rows"])
     per = {}
     for v, tr in traces.items():
-        s = A.launches_per_step(tr)
+        s = overlap.launches_per_step(tr)
         per[v] = {"launch_calls": s["launch_calls"].mean(), "gpu_events": s["gpu_events"].mean(),
                   "gpu_busy_ms": s["gpu_busy_us"].mean() / 1e3}
     t = t.join(pd.DataFrame.from_dict(per, orient="index"), on="variant")
@@ -81,7 +81,7 @@ def issue_split(tr) -> dict:
     call: argument checks, dtype and device dispatch, allocation), ``python_us`` (between ops: the Python
     loop and the profiler's own bookkeeping), ``total_us`` their sum, over ``ops`` ops per step
     (:func:`~infralens_lab.analysis.overlap.launches_per_step`)."""
-    s = A.launches_per_step(tr)
+    s = overlap.launches_per_step(tr)
     ops = float(s["cpu_ops"].mean())
     if ops <= 0:
         raise ValueError("no top-level aten ops in the profiled steps; expected an eager step")
@@ -100,7 +100,7 @@ def compile_counts(values: dict, traces: dict | None = None) -> pd.DataFrame:
     t["explain_graphs"] = [ex.get(v, {}).get("graphs", 0) for v in t["variant"]]
     t["explain_breaks"] = [ex.get(v, {}).get("graph_breaks", 0) for v in t["variant"]]
     if traces:
-        regions = {v: A.compiled_regions(tr) for v, tr in traces.items()}
+        regions = {v: overlap.compiled_regions(tr) for v, tr in traces.items()}
         t["regions_per_forward"] = [regions[v]["regions"].mean() if v in regions else None for v in t["variant"]]
         t["distinct_graphs_run"] = [regions[v]["distinct"].max() if v in regions else None for v in t["variant"]]
     return t
@@ -119,10 +119,10 @@ def fusion_table(values: dict, traces: dict | None = None) -> pd.DataFrame:
     (:func:`~infralens_lab.analysis.overlap.elementwise_chain_traffic`) and the bandwidth it implies."""
     rows = []
     for r in values["rows"]:
-        m = A.elementwise_chain_traffic(values["numel"], values["elem_bytes"], values["ops"],
+        m = overlap.elementwise_chain_traffic(values["numel"], values["elem_bytes"], values["ops"],
                                         fused=r["variant"] == "compiled")
         t = (traces or {}).get(r["variant"])
-        k = float(A.launches_per_step(t)["gpu_events"].mean()) if t is not None else float("nan")
+        k = float(overlap.launches_per_step(t)["gpu_events"].mean()) if t is not None else float("nan")
         rows.append({"variant": r["variant"], "median_ms": r["median_ms"], "kernels_per_call": k,
                      "model_mb": m.bytes / 1e6, "implied_tb_per_s": m.bytes / (r["median_ms"] * 1e-3) / 1e12})
     return pd.DataFrame(rows)
@@ -152,7 +152,7 @@ def fix_row(fix: str, before: float, after: float, hidden: float, floors, what: 
     still run keep their durations; ``parts`` (``{name: (before_ms, after_ms)}``) measures them on both sides,
     and for a beaten bound ``part``, ``part_before_ms``, ``part_after_ms`` name the one that shrank
     (:func:`shrunk_part`; None: no part shrank, and the cause is not established)."""
-    b = A.overlap_bound(before, hidden, floors)
+    b = overlap.overlap_bound(before, hidden, floors)
     got = before / after
     within = bool(got <= b["bound"] * BOUND_SLACK)
     why = None if within else shrunk_part(parts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..units import MiB
-from . import clocks as C
+from . import clocks
 from . import roofline as rl
 from . import traffic as tr
 
@@ -218,23 +218,23 @@ def clock_notes(frames: list, text: str, peak_fp16: float | None, per_sm_cycle: 
     the kernels in ``frames`` ran at against the device's highest, and what a clock does to a % of peak (the
     datasheet's fp16 ``peak_fp16`` FLOP/s holds at the clock where ``sms`` SMs doing ``per_sm_cycle`` FLOPs per
     cycle reach it)."""
-    ctl = C.clock_control(text)
-    lo, hi = C.clock_range_ghz(frames)
-    top = C.max_clock_hz(text)
+    ctl = clocks.clock_control(text)
+    lo, hi = clocks.clock_range_ghz(frames)
+    top = clocks.max_clock_hz(text)
     out = [f"Clock control: --clock-control {ctl} ({'not locked: each kernel ran at the clock the GPU chose' if ctl == 'none' else 'locked to the base clock'}). "
            f"The profiled kernels ran between {lo:.2f} and {hi:.2f} GHz"
            + (f"; the device's highest SM clock is {top / 1e9:.2f} GHz." if top else ".")]
     if top and round(hi, 2) > round(top / 1e9, 2):  # the two numbers as printed above disagree
         out[0] += (f" The fastest reading is {hi * 1e9 / top - 1:.1%} above that highest clock. The reading is "
-                   f"{C.CLOCK}, elapsed SM cycles over the kernel's measured duration; we think a reading this "
+                   f"{clocks.CLOCK}, elapsed SM cycles over the kernel's measured duration; we think a reading this "
                    "close to the maximum is the maximum within that division's error (Nsight Compute does not "
                    "report the error), not a faster clock.")
     if peak_fp16 and per_sm_cycle:
-        f = C.clock_of_peak(peak_fp16, per_sm_cycle, sms)
+        f = clocks.clock_of_peak(peak_fp16, per_sm_cycle, sms)
         out.append(f"The datasheet's {peak_fp16 / 1e12:.1f} TFLOP/s is {sms} SMs × {per_sm_cycle:,.0f} FLOP per SM-cycle "
                    f"(read off the matmuls' counters) at {f / 1e9:.2f} GHz. A kernel that kept the tensor pipe busy "
-                   f"every cycle would reach {C.rate_share_at_clock(1.0, lo * 1e9, f):.0%} of it at {lo:.2f} GHz and "
-                   f"{C.rate_share_at_clock(1.0, hi * 1e9, f):.0%} at {hi:.2f} GHz: a FLOP/s against a fixed FLOP/s "
+                   f"every cycle would reach {clocks.rate_share_at_clock(1.0, lo * 1e9, f):.0%} of it at {lo:.2f} GHz and "
+                   f"{clocks.rate_share_at_clock(1.0, hi * 1e9, f):.0%} at {hi:.2f} GHz: a FLOP/s against a fixed FLOP/s "
                    f"peak moves with the clock. Nsight's SM % and Memory % are per elapsed cycle, so they do not.")
     return out
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..units import MiB
+
 # link peaks per GPU and direction: NVLink 4 on H100/H200 SXM is 900 GB/s bidirectional (NVIDIA H200
 # datasheet: 18 links x 25 GB/s each way); one 400 Gb/s NDR InfiniBand NIC per GPU is 50 GB/s.
 NVLINK4_GBS = 450.0
@@ -36,7 +38,7 @@ def bench_table(bench: list[dict], n: int) -> pd.DataFrame:
     rows = []
     for b in bench:
         a = algbw(b["bytes"], b["seconds"])
-        rows.append({"bytes": int(b["bytes"]), "seconds": float(b["seconds"]), "MiB": b["bytes"] / 2 ** 20,
+        rows.append({"bytes": int(b["bytes"]), "seconds": float(b["seconds"]), "MiB": b["bytes"] / MiB,
                      "ms": 1e3 * b["seconds"], "algbw_GBps": a, "busbw_GBps": busbw(a, n)})
     out = pd.DataFrame(rows)
     out.attrs["ranks"] = n

@@ -11,9 +11,10 @@ meaning and fix, the meanings after Nsight Compute's Kernel Profiling Guide (war
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from ..parse.ncu import stall_metric
 
 
 @dataclass(frozen=True)
@@ -80,19 +81,15 @@ STALLS: dict[str, Stall] = dict([
        "expected in a tensor-core-bound kernel; deeper pipelining of wgmma"),
 ])
 
-_ALIASES = {"no_instructions": "no_instruction"}
-_PREFIX = re.compile(r"^(?:smsp__pcsamp_warps_issue_stalled_|smsp__average_warps_issue_stalled_|"
-                     r"smsp__warps_issue_stalled_)")
-_SUFFIX = re.compile(r"(?:_per_issue_active\.ratio|_per_warp_active\.pct|_not_issued|\.sum|\.avg|\.ratio)+$")
-
-
 def normalize(name: str) -> str:
-    """Bare reason from a reason or a metric name: ``smsp__pcsamp_warps_issue_stalled_long_scoreboard``
-    -> ``long_scoreboard``; ``no_instructions`` -> ``no_instruction``."""
+    """Bare reason from a reason or a metric name, read by ncu's one stall-name grammar
+    (:func:`infralens_lab.parse.ncu.stall_metric`): ``smsp__pcsamp_warps_issue_stalled_long_scoreboard``
+    -> ``long_scoreboard``; ``no_instructions`` -> ``no_instruction``. A name outside the grammar comes back
+    lowered and stripped."""
     if not isinstance(name, str):
         raise TypeError(f"stall reason is {type(name).__name__}; expected a str such as 'long_scoreboard'")
-    r = _SUFFIX.sub("", _PREFIX.sub("", name.strip().lower()))
-    return _ALIASES.get(r, r)
+    parts = stall_metric(name)
+    return parts["reason"] if parts is not None else name.strip().lower()
 
 
 def explain(reason: str) -> Stall:

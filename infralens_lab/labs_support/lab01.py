@@ -19,7 +19,7 @@ from ..measure import ncu as NR
 from ..measure import nsys
 from ..measure.timing import time_fn
 from ..measure.torch_trace import profile, quiet_profiler_chatter  # noqa: F401  (re-exported: the lab uses them)
-from ..parse import ncu as N
+from ..parse import ncu as parse_ncu
 from ..parse.ncu import demangled_regex
 from ..parse.trace import load_trace
 from ..workloads.pipeline import VERSIONS, make_step
@@ -31,8 +31,8 @@ CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, voc
 CPU_BATCH = 2
 TRAIN_STEP_FILE = "ncu_train_step.csv"
 TARGET = ["--kernel", "train_step", "--warmup", "2", "--iters", "1"]
-HOT_METRICS = N.TIME + N.SOL + N.DRAM + N.OCCUPANCY + N.STALLS + N.CLOCK
-kernel_regex = N.short_name_regex  # ncu matches the leading identifier of torch.profiler's kernel name
+HOT_METRICS = parse_ncu.TIME + parse_ncu.SOL + parse_ncu.DRAM + parse_ncu.OCCUPANCY + parse_ncu.STALLS + parse_ncu.CLOCK
+kernel_regex = parse_ncu.short_name_regex  # ncu matches the leading identifier of torch.profiler's kernel name
 
 
 def live_step(version: str = "bubble"):
@@ -91,14 +91,14 @@ def hot_kernel_ncu(st, hot_kernel: str):
             text = NR.run_ncu(TARGET, rx, metrics=HOT_METRICS, launch_count=1)
             cap = evidence.live("ncu_hot_kernel", {"csv": text}, NR.command_line(
                 TARGET, rx, metrics=HOT_METRICS, launch_count=1)).caption()
-        except N.NcuError as exc:
+        except parse_ncu.NcuError as exc:
             print(f"Live ncu failed: {exc.message}\nfix: {exc.fix}")
     if text is None and (st is None or TRAIN_STEP_FILE not in st.files()):
         print(f"Hot-kernel counters: no {TRAIN_STEP_FILE} recorded and no ncu here; `record --only traces,ncu_train_step`.")
         return None
     if text is None:
         text, cap = st.text(TRAIN_STEP_FILE), st.provenance.caption() + f" · file {TRAIN_STEP_FILE}"
-    df = N.parse_raw_csv(text)
+    df = parse_ncu.parse_raw_csv(text)
     sel = df[df["kernel"].str.contains(rx, regex=True)]
     if sel.empty:
         print(f"Hot-kernel counters: no launch of {hot_kernel!r} in the ncu data (the recording profiled "

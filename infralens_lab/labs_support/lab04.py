@@ -16,15 +16,16 @@ from ..analysis import copies as copy_info
 from ..device import is_gpu
 from ..kernels import check
 from ..measure import ncu as NR
-from ..parse import ncu as N
+from ..parse import ncu
 from ..parse.runs import copy_run
+from ..units import MiB
 from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab04.check_on and lab04.store)
 
 COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
 ATTN_FILE, SOURCE_FILE = "ncu_attention.csv", "ncu_copies_source.csv"
 LIVE_COPY_N_IN = 40_003  # odd: the last program of every launch runs with a partial mask
 LIVE_ATTN_SHAPES = ((1, 2, 48, 32, False), (1, 2, 37, 16, True))  # (B, H, N, D, causal): N not a multiple of 32
-LIVE_NCU_N, LIVE_NCU_STRIDES = 64 * 2**20, (2, 8, 32)  # live ncu: useful fp32 per copy (256 MiB, >4x L2), strides
+LIVE_NCU_N, LIVE_NCU_STRIDES = 256 * MiB // 4, (2, 8, 32)  # live ncu: useful fp32 per copy (256 MiB, >4x L2), strides
 # which columns each table shows, in reading order (units in the names: present.show puts them in the headers)
 COPY_COLUMNS = ["label", "pred_sectors_per_req", "sectors_per_req", "pred_read_x", "read_x", "dram_tbps", "clock_ghz",
                 "pred_useful_fraction", "useful_fraction"]
@@ -91,9 +92,9 @@ def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> copy_info
         return None
     runs = [copy_run(n, "fp32")] + [copy_run(n, "fp32", s) for s in strides]
     try:
-        texts = NR.profile_runs(runs, {"counters": N.TIME + N.DRAM + N.SECTORS + N.SOL + N.OCCUPANCY + N.CLOCK,
-                                       "stalls": N.TIME + N.STALLS})
-    except N.NcuError as exc:
+        texts = NR.profile_runs(runs, {"counters": ncu.TIME + ncu.DRAM + ncu.SECTORS + ncu.SOL + ncu.OCCUPANCY + ncu.CLOCK,
+                                       "stalls": ncu.TIME + ncu.STALLS})
+    except ncu.NcuError as exc:
         print(f"Live counters: ncu could not run here: {exc.message}\nfix: {exc.fix}\nThe recorded counters follow.")
         return None
     ev = evidence.live("ncu_copies_live", {"counters_csv": texts["counters"], "stalls_csv": texts["stalls"]},
@@ -105,7 +106,7 @@ def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> copy_info
 def recorded_source(st):
     """Per-SASS-instruction rows of the recorded copies (parse.ncu.parse_source_csv), or None after a note."""
     gone = _gone(st, [SOURCE_FILE])
-    return _missing("Per-instruction stalls", gone) if gone else N.parse_source_csv(st.text(SOURCE_FILE))
+    return _missing("Per-instruction stalls", gone) if gone else ncu.parse_source_csv(st.text(SOURCE_FILE))
 
 
 def recorded_attention(st) -> tuple[attn.AttentionProfile, str] | tuple[None, None]:

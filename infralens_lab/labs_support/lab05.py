@@ -9,10 +9,10 @@ import pandas as pd
 import torch
 
 from .. import evidence
-from ..analysis import overlap_tables as T
+from ..analysis import overlap_tables
 from ..analysis.overlap import launches_per_step
 from ..device import is_gpu
-from ..measure import overlap as M
+from ..measure import overlap
 from ..measure.torch_trace import profile, quiet_profiler_chatter
 from ..parse.trace import load_trace
 from ..units import MiB
@@ -82,7 +82,7 @@ def live_caption(what: str, command: str):
 def live_pipeline() -> dict:
     """The two-stage pipeline on this CPU with sleeping stand-in stages, depth 1 and 2: ``{depth: Trace}``."""
     with quiet_profiler_chatter():
-        return {d: M.pipeline_trace(d, sleep_stages(*M.CPU_STAGE_MS), items=M.CPU_ITEMS) for d in (1, 2)}
+        return {d: overlap.pipeline_trace(d, sleep_stages(*overlap.CPU_STAGE_MS), items=overlap.CPU_ITEMS) for d in (1, 2)}
 
 
 def live_dispatches(ops: int = 40):
@@ -102,7 +102,7 @@ def live_compile() -> dict:
     import torch._inductor.config as inductor_config  # heavy: torch, only here
 
     with cpu_threads(1), inductor_config.patch(compile_threads=1):
-        return M.compile_study("cpu", repeats=20, **M.BLOCKNET_CPU)
+        return overlap.compile_study("cpu", repeats=20, **overlap.BLOCKNET_CPU)
 
 
 def compile_time_lines(vals: dict) -> list[str]:
@@ -117,7 +117,7 @@ def live_copies():
         print("Live copy/compute traces: no GPU here, so the recorded ones below stand in.")
         return None
     with quiet_profiler_chatter():
-        t = T.copy_table(M.copy_traces(), COPY_BYTES)
+        t = overlap_tables.copy_table(overlap.copy_traces(), COPY_BYTES)
     return t, evidence.live("copy_compute_live", {"rows": t.to_dict(orient="records")}, "measure.overlap.copy_traces()")
 
 
@@ -128,6 +128,6 @@ def live_launches():
         print("Live launch study: no GPU here, so the recorded one below stands in.")
         return None
     with quiet_profiler_chatter():
-        vals, trs = M.launch_study(compile_too=False)
+        vals, trs = overlap.launch_study(compile_too=False)
     ev = evidence.live("launch_overhead_live", vals, "measure.overlap.launch_study(compile_too=False)")
-    return T.launch_table(vals, trs), ev
+    return overlap_tables.launch_table(vals, trs), ev

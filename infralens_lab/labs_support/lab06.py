@@ -9,14 +9,14 @@ import io
 import sys
 
 from .. import evidence
-from ..analysis import ddp_run as R
+from ..analysis import ddp_run
 from ..analysis.scaling import LINK_PEAKS_GBS
-from ..measure import distributed as D
+from ..measure import distributed
 from ..measure.torch_trace import quiet_profiler_chatter
 from ..parse import ranks
 from ..parse.ranks import RankRun
 from ..units import KiB, MiB
-from ..workloads import ddp as W
+from ..workloads import ddp
 
 WORDS = {
     "gloo": {"comm": "gloo's all-reduce ranges on its worker threads", "where": "two processes sharing this CPU's cores",
@@ -44,9 +44,9 @@ def quiet():
 def live(world: int = 2, timeout_s: float = 300.0) -> RankRun:
     """Measure now: NCCL on ``world`` GPUs (the GPU-sized model) when there are that many, else ``world`` gloo
     processes on the CPU (the small model): :func:`~infralens_lab.measure.distributed.spec_for`."""
-    backend = "nccl" if W.gpu_count() >= world else "gloo"
+    backend = "nccl" if ddp.gpu_count() >= world else "gloo"
     with quiet():
-        ranks = D.run(D.spec_for(backend), world=world, backend=backend, timeout_s=timeout_s)
+        ranks = distributed.run(distributed.spec_for(backend), world=world, backend=backend, timeout_s=timeout_s)
     ev = evidence.live("ddp_live", {"world": world, "backend": backend},
                        command=f"labs/06: lab06.live() -> measure.distributed.run ({world} ranks, {backend})")
     return RankRun(ranks, ev)
@@ -80,7 +80,7 @@ def exercise_run(run: RankRun, rec: RankRun | None) -> tuple[RankRun, str]:
 
 def gradient_summary(c: dict) -> str:
     """The config's gradients in the order DDP saw them become ready, in one line."""
-    g = R.ready_order_bytes(c)
+    g = ddp_run.ready_order_bytes(c)
     kinds = ", ".join(f"{n} of {b / KiB:g} KiB" if b < MiB else f"{n} of {b / MiB:g} MiB"
                       for b, n in sorted({b: g.count(b) for b in g}.items()))
     return (f"{len(g)} gradient tensors ({kinds}), {sum(g) / MiB:.2f} MiB in all; ready order: "
@@ -126,7 +126,7 @@ def sweep_sentence(t) -> str:
 
 def scaling_sentence(s) -> str:
     """The profiled row of the scaling table against its bound, with the rule that says what it means."""
-    ok = s["speedup"] <= s["weak_scaling_bound"] * R.BOUND_SLACK
+    ok = s["speedup"] <= s["weak_scaling_bound"] * ddp_run.BOUND_SLACK
     head = (f"Profiled steps: speedup {s['speedup']:.2f}x against n(1 - f) = {s['ranks']} x (1 - "
             f"{s['exposed_fraction']:.2f}) = {s['weak_scaling_bound']:.2f}x: ")
     if not ok:
@@ -145,4 +145,4 @@ def link_peak(run: RankRun) -> tuple[float | None, str]:
 
 def model_inputs(rec: RankRun | None) -> dict:
     """The multi-node MODEL's inputs for this lab's GPU-sized MLP: :func:`~infralens_lab.analysis.ddp_run.model_inputs`."""
-    return R.model_inputs(rec, D.GPU_MODEL)
+    return ddp_run.model_inputs(rec, distributed.GPU_MODEL)

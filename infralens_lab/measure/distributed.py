@@ -27,16 +27,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from ..errors import InfraLensError
 from ..parse.trace import trim
-from ..workloads import ddp as W
+from ..units import MiB
+from ..workloads import ddp
 from .torch_trace import profile
 
 
-class NotEnoughGPUs(RuntimeError):
+class NotEnoughGPUs(InfraLensError, RuntimeError):
     """The distributed recording needs 2 GPUs and this machine has fewer."""
 
 
-class InvariantBroken(RuntimeError):
+class InvariantBroken(InfraLensError, RuntimeError):
     """A measured run breaks an invariant (exposed <= comm <= step, calls = buckets, ...): nothing is written."""
 
 
@@ -52,7 +54,7 @@ class DDPConfig:
     label: str
     bucket_cap_mb: float | None
     bucket_view: bool = False
-    model: W.MLPConfig = field(default_factory=W.MLPConfig)
+    model: ddp.MLPConfig = field(default_factory=ddp.MLPConfig)
     straggle_ms: float = 0.0
 
     def __post_init__(self):
@@ -64,15 +66,15 @@ class DDPConfig:
             raise ValueError(f"DDPConfig.straggle_ms = {self.straggle_ms!r}; expected a number of ms >= 0")
 
 
-CPU_MODEL = W.MLPConfig(width=512, depth=8, batch=32)  # 8.4 MB of fp32 gradients in 16 tensors
-GPU_MODEL = W.MLPConfig(width=4096, depth=16, batch=256)  # 1.07 GB of fp32 gradients in 32 tensors
+CPU_MODEL = ddp.MLPConfig(width=512, depth=8, batch=32)  # 8.4 MB of fp32 gradients in 16 tensors
+GPU_MODEL = ddp.MLPConfig(width=4096, depth=16, batch=256)  # 1.07 GB of fp32 gradients in 32 tensors
 # the practice project: many small layers; one run has a planted cause, the other is the reference
-PRACTICE_MODEL = W.MLPConfig(width=128, depth=48, batch=32)
+PRACTICE_MODEL = ddp.MLPConfig(width=128, depth=48, batch=32)
 CAPS_MB = (1, 5, 25, 100)
 STRAGGLE_MS = 10.0  # the planted straggler's sleep: above a CPU step's noise, a third of a GPU step
 
 
-def sweep_configs(model: W.MLPConfig, caps=CAPS_MB, practice: bool = True) -> tuple[DDPConfig, ...]:
+def sweep_configs(model: ddp.MLPConfig, caps=CAPS_MB, practice: bool = True) -> tuple[DDPConfig, ...]:
     """The lab's configs: one per bucket cap, DDP's default cap (``bucket_cap_mb=None``: 25 MiB with a 1 MiB
     first bucket), 25 MiB with ``gradient_as_bucket_view``, the straggler (cap 1 MiB, the last rank drains its
     GPU and sleeps :data:`STRAGGLE_MS` before each forward) and the practice project's two runs (``mystery``, ``reference``)."""
@@ -117,12 +119,12 @@ QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25), practice
 
 def spec_for(backend: str) -> RunSpec:
     """The lab's measurement for a backend: the small CPU model on gloo, the GPU-sized one on NCCL."""
-    if backend not in W.BACKENDS:
-        raise ValueError(f"backend={backend!r}; expected one of {W.BACKENDS}")
+    if backend not in ddp.BACKENDS:
+        raise ValueError(f"backend={backend!r}; expected one of {ddp.BACKENDS}")
     return CPU_SPEC if backend == "gloo" else LIVE_GPU_SPEC
 
 # the small run committed as tests/data/ddp_gloo_run.json (see tests/data/README.md)
-_SMALL, _SMALL_PRACTICE = W.MLPConfig(width=256, depth=8, batch=8), W.MLPConfig(width=64, depth=8, batch=8)
+_SMALL, _SMALL_PRACTICE = ddp.MLPConfig(width=256, depth=8, batch=8), ddp.MLPConfig(width=64, depth=8, batch=8)
 FIXTURE_SPEC = RunSpec(configs=(DDPConfig("cap 0.25 MiB", 0.25, False, _SMALL), DDPConfig("cap 25 MiB", 25, False, _SMALL),
                                 DDPConfig("default cap", None, False, _SMALL),
                                 DDPConfig("cap 25 MiB, bucket view", 25, True, _SMALL),
@@ -150,13 +152,13 @@ def together(device):
     _sync(device)
 
 
-def _stepper(model, opt, cfg: W.MLPConfig, rank: int, device, straggle_s: float = 0.0):
+def _stepper(model, opt, cfg: ddp.MLPConfig, rank: int, device, straggle_s: float = 0.0):
     import torch.nn.functional as F  # heavy: torch, only here
 
     it = [0]
 
     def micro():
-        x, y = W.batch_for(cfg, rank, it[0], device)
+        x, y = ddp.batch_for(cfg, rank, it[0], device)
         it[0] += 1
         if straggle_s:
             # the planted straggler: its GPU drained first (on a GPU the host runs steps ahead, and a sleep
@@ -202,7 +204,7 @@ def _ddp(cfg: DDPConfig, device):
     import torch  # heavy: torch, only here
     from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch, only here
 
-    model = W.tiny_mlp(cfg.model).to(device)
+    model = ddp.tiny_mlp(cfg.model).to(device)
     ids = [device.index] if device.type == "cuda" else None
     m = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=cfg.bucket_view)
     return m, torch.optim.SGD(m.parameters(), lr=1e-3)
@@ -237,7 +239,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
     # one-rank baseline: rank 0 alone, profiled and timed the same way; the others wait
     base_model = spec.configs[0].model
     if rank == 0:
-        m = W.tiny_mlp(base_model).to(device)
+        m = ddp.tiny_mlp(base_model).to(device)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         _, step = _stepper(m, opt, base_model, rank, device)
         out["single"] = {"model": asdict(base_model), "trace": profiled(step, max(spec.active, 5), device, barrier=False),
@@ -282,7 +284,7 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
     # plain all-reduce benchmark
     out["bench"] = []
     for mib in spec.bench_mib:
-        n = max(1, int(mib * 2 ** 20 // 4))
+        n = max(1, int(mib * MiB // 4))
         t = torch.ones(n, dtype=torch.float32, device=device)
         dist.all_reduce(t)
         s = _timed(lambda t=t: dist.all_reduce(t), spec.bench_reps, device)
@@ -300,7 +302,7 @@ def run(spec: RunSpec = CPU_SPEC, world: int = 2, backend: str = "gloo", port: i
     """Launch :func:`job_ddp` on ``world`` ranks and return their dicts in rank order (see module doc)."""
     if not isinstance(spec, RunSpec):
         raise TypeError(f"spec is {type(spec).__name__}; expected a RunSpec")
-    return W.launch(job_ddp, world=world, args=(spec,), backend=backend, port=port, timeout_s=timeout_s)
+    return ddp.launch(job_ddp, world=world, args=(spec,), backend=backend, port=port, timeout_s=timeout_s)
 
 
 def _topology() -> str:
@@ -318,7 +320,7 @@ def record_into(writer, check: Callable[[list[dict]], list[str]], quick: bool = 
     dict, traces included) and ``ddp_meta`` (world, NCCL version, topology). A run that breaks an invariant
     raises :class:`InvariantBroken` naming each, and nothing is written. Fewer than 2 GPUs: :class:`NotEnoughGPUs`.
     ``spec`` and ``backend`` (default :data:`GPU_SPEC`, NCCL) let a test drive the same path on gloo ranks."""
-    gpus = W.gpu_count() if gpus is None else gpus
+    gpus = ddp.gpu_count() if gpus is None else gpus
     if gpus < 2:
         raise NotEnoughGPUs(f"the distributed step needs 2 GPUs (NCCL, one rank per GPU) and this machine has "
                             f"{gpus}; record it on a machine with two or more GPUs (e.g. nvidia-h200-x2)")
@@ -339,4 +341,4 @@ def record_into(writer, check: Callable[[list[dict]], list[str]], quick: bool = 
 
 
 if __name__ == "__main__":
-    raise SystemExit(W.NO_CLI.format(module="infralens_lab.measure.distributed"))
+    raise SystemExit(ddp.NO_CLI.format(module="infralens_lab.measure.distributed"))

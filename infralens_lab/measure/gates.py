@@ -30,6 +30,7 @@ median is held against the committed reference set's ``bench`` ratio with the fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import warnings
 from collections import Counter
@@ -48,6 +49,7 @@ from ..kernels.reference import naive_torch
 from ..parse.gates import (  # noqa: F401  (re-exported)
     DEFAULT_THRESHOLDS,
     METRICS,
+    RATIO_GATE_PAIRS,
     SCHEMA,
     ThresholdError,
     gate_references,
@@ -55,6 +57,7 @@ from ..parse.gates import (  # noqa: F401  (re-exported)
     reference_ratios,
 )
 from ..parse.trace import step_gpu_work
+from ..units import GiB
 from ..workloads.gated import REGRESSIONS, MLPStep, make_gated
 from .memory import run_phase
 from .timing import time_fn
@@ -289,7 +292,7 @@ def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str,
 def _copy_pair():
     from ..kernels import copies  # heavy: kernels.copies imports triton
 
-    x = torch.randn(2**28, device="cuda")  # 1 GiB of fp32: far above L2, as in the bench
+    x = torch.randn(GiB // 4, device="cuda")  # 1 GiB of fp32: far above L2, as in the bench
     dst = torch.empty_like(x)
     return (lambda: copies.copy(x, out=dst)), (lambda: dst.copy_(x))
 
@@ -303,12 +306,14 @@ def _attn_pair(variant: str, shape=(4, 16, 4096, 64)):
     return (lambda: attention.VARIANTS[variant](q, k, v)), (lambda: F.scaled_dot_product_attention(q, k, v))
 
 
-RATIO_GATES: dict[str, Callable[[], tuple[Callable, Callable]]] = {  # bench ratio name -> (candidate, reference)
-    "coalesced / copy_ (float32)": _copy_pair,
-    "tiled_fast / sdpa_default @ 4x16x4096x64 float16": lambda: _attn_pair("tiled_fast"),
-    "tiled / sdpa_default @ 4x16x4096x64 float16": lambda: _attn_pair("tiled"),
-    "tiled_fast / naive_torch @ 4x16x4096x64 float16": lambda: _attn_pair("tiled_fast_vs_naive_torch"),
-}
+def _pair(kind: str) -> tuple[Callable, Callable]:
+    """The (candidate, reference) callables of one ratio gate, by its kind in ``parse.gates.RATIO_GATE_PAIRS``."""
+    return _copy_pair() if kind == "copy" else _attn_pair(kind)
+
+
+# bench ratio name -> a maker of (candidate, reference), one per name of parse.gates.RATIO_GATE_PAIRS
+RATIO_GATES: dict[str, Callable[[], tuple[Callable, Callable]]] = {
+    name: functools.partial(_pair, kind) for name, kind in RATIO_GATE_PAIRS.items()}
 
 
 def ratio_samples(candidate: Callable, reference: Callable, k: int, repeats: int = 20, warmup: int = 3,

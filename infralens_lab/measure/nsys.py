@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..errors import InfraLensError
 from .target import subprocess_env
 
 REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")
 
 
-class NsysUnavailable(RuntimeError):
+class NsysUnavailable(InfraLensError, RuntimeError):
     """Nsight Systems is not installed here (or could not run)."""
 
     def __init__(self, message: str = "Nsight Systems (`nsys`) is not on PATH.", fix: str = ""):

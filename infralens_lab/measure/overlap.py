@@ -19,6 +19,7 @@ from functools import partial
 
 from ..device import is_gpu, synchronize
 from ..parse.trace import Trace, trim
+from ..units import MiB
 from .timing import summarize, synced_wall_ms, time_fn
 from .torch_trace import chrome_trace_of, profile
 
@@ -31,7 +32,7 @@ CPU_STAGE_MS, CPU_ITEMS = (20.0, 30.0), 8  # the CPU pipeline's stand-in stages 
 LAUNCH_OPS, LAUNCH_NUMEL = 200, 1024
 BLOCKNET_GPU = {"width": 1024, "blocks": 8, "batch": 256}
 BLOCKNET_CPU = {"width": 32, "blocks": 6, "batch": 8}
-FUSION_NUMEL = 64 * 2**20  # 256 MiB of fp32: far above L2, so the byte model's no-reuse assumption holds
+FUSION_NUMEL = 256 * MiB // 4  # 256 MiB of fp32: far above L2, so the byte model's no-reuse assumption holds
 
 
 def wall(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> dict:
@@ -80,8 +81,8 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
     require_gpu("h2d_bandwidth", "It times host-to-device copies over the GPU's host link.")
     rows = []
     for size in [mib] + ([small_mib] if small_mib and small_mib != mib else []):
-        fresh = torch.empty(size * 2**20, dtype=torch.uint8)  # never written: its pages are not yet backed
-        written = torch.randint(0, 255, (size * 2**20,), dtype=torch.uint8)  # every page written
+        fresh = torch.empty(size * MiB, dtype=torch.uint8)  # never written: its pages are not yet backed
+        written = torch.randint(0, 255, (size * MiB,), dtype=torch.uint8)  # every page written
         dst = torch.empty_like(fresh, device="cuda")
         for name, was_written, s in (("pageable", False, fresh), ("pageable", True, written),
                                      ("pinned", True, pinned(written))):
@@ -92,7 +93,7 @@ def h2d_bandwidth(mib: int = 256, repeats: int = 10, small_mib: int | None = Non
             cpu = (time.perf_counter() - t0) * 1e3
             torch.cuda.synchronize()
             rows.append({"memory": name, "written": was_written, "mib": size, "median_ms": t.median_ms,
-                         "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "gb_per_s": size * 2**20 / (t.median_ms * 1e-3) / 1e9,
+                         "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "gb_per_s": size * MiB / (t.median_ms * 1e-3) / 1e9,
                          "cpu_ms": cpu})
         del fresh, written, dst
     return rows

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
+from ..units import MiB
 
 KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
 DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
@@ -81,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--stride", type=int, default=1, help="copy_strided: element stride of the reads")
     ap.add_argument("--shape", type=lambda s: _ints(s, 4, "--shape"), default=(1, 8, 2048, 64),
                     help="attention: B,H,N,D")
-    ap.add_argument("--n", type=int, default=16 * 2**20, help="copies: output (useful) elements")
+    ap.add_argument("--n", type=int, default=64 * MiB // 4, help="copies: output (useful) elements")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                     help="fp32 for copies, fp16 for attention and matmul unless given")
     ap.add_argument("--causal", action="store_true", help="attention: causal mask")

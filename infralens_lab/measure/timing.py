@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 from ..stats import percentile  # (re-exported: timing users read percentiles here too)
+from ..units import MiB
 
 CLOCKS = ("auto", "cuda", "cpu")
 INTERPRETER_NOTE = ("no timing: kernels run in Triton's interpreter (Python on the CPU), so their "
@@ -132,7 +133,7 @@ def time_fn(fn: Callable, warmup: int = 10, repeats: int = 50, rotate: Sequence[
 
     scratch = None
     if flush:
-        l2 = device_mod.facts().l2_bytes or 64 * 2**20
+        l2 = device_mod.facts().l2_bytes or 64 * MiB
         scratch = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
     for i in range(warmup):
         _call(fn, args_at(i))

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from ..errors import InfraLensError
+
 CONFIG_MARK = "==INFRALENS== config:"
 COMMAND_MARK = "==INFRALENS== command:"
 NVTX_RANGE = "infralens"  # push/pop NVTX range the target opens around measured launches
@@ -61,7 +63,36 @@ STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "lg_throttle"
                  "tex_throttle", "wait", "not_selected", "selected", "no_instructions", "dispatch_stall", "drain",
                  "membar", "branch_resolving", "sleeping", "misc", "imc_miss")
 STALLS = ["smsp__pcsamp_sample_count"] + [f"smsp__pcsamp_warps_issue_stalled_{r}" for r in STALL_REASONS]
-_STALL_RE = re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+?)$")
+# The grammar of ncu's stall-metric names, the package's one copy (stall_breakdown here, analysis.stalls.normalize,
+# quiz.derive's dominant_stall read names through stall_metric): a family prefix (sampled ``pcsamp_warps``, per-issue
+# ``average_warps``, per-warp ``warps``), the reason, ncu's optional ``_not_issued`` half, then roll-up suffixes. The
+# prefix is optional so that a bare reason (``long_scoreboard``) reads the same way.
+STALL_METRIC = re.compile(r"^(?:smsp__(?P<family>pcsamp_warps|average_warps|warps)_issue_stalled_)?"
+                          r"(?P<reason>[a-z0-9_]+?)(?P<not_issued>_not_issued)?"
+                          r"(?P<rollup>(?:_per_issue_active\.ratio|_per_warp_active\.pct|\.sum|\.avg|\.ratio)*)$")
+# ncu's older spelling of a reason -> the name STALL_REASONS' readers use
+STALL_ALIASES = {"no_instructions": "no_instruction"}
+
+
+def stall_metric(name: str) -> dict | None:
+    """The parts of a stall metric or reason name, or None when ``name`` is neither: ``{"family", "reason",
+    "not_issued", "rollup"}`` with ``reason`` bare and aliased (``no_instructions`` -> ``no_instruction``),
+    ``family`` None for a bare reason, ``not_issued`` a bool and ``rollup`` ``""`` when absent. Case and outer
+    spaces are ignored: ``smsp__pcsamp_warps_issue_stalled_long_scoreboard`` -> family ``pcsamp_warps``, reason
+    ``long_scoreboard``."""
+    m = STALL_METRIC.match(name.strip().lower()) if isinstance(name, str) else None
+    if m is None:
+        return None
+    return {"family": m["family"], "reason": STALL_ALIASES.get(m["reason"], m["reason"]),
+            "not_issued": bool(m["not_issued"]), "rollup": m["rollup"]}
+
+
+def _sampled_stall(name: str) -> str | None:
+    """The reason of a per-launch sampled stall count (``smsp__pcsamp_warps_issue_stalled_<reason>``, the
+    ``_not_issued`` half and roll-ups excluded), else None: what :func:`stall_breakdown` reads."""
+    parts = stall_metric(name)
+    ok = parts is not None and parts["family"] == "pcsamp_warps" and not parts["not_issued"] and not parts["rollup"]
+    return parts["reason"] if ok else None
 
 
 def config_block(label: str, command: str, csv_text: str) -> str:
@@ -119,7 +150,7 @@ def short_name_regex(name: str) -> str:
 
 
 # ---------------------------------------------------------------- errors
-class NcuError(RuntimeError):
+class NcuError(InfraLensError, RuntimeError):
     """ncu could not give counters. ``message`` says what happened, ``fix`` what to do."""
 
     def __init__(self, message: str, fix: str = "", output: str = ""):
@@ -361,15 +392,14 @@ def occupancy(df):
 def stall_breakdown(df):
     """Long table per launch: ``reason`` (e.g. ``long_scoreboard``), ``samples`` and ``share`` of all
     sampled warp states (the reasons' sum; ``selected`` = issuing is included), largest first."""
-    sub = df[df["metric"].str.match(_STALL_RE.pattern)].copy()
+    reasons = df["metric"].map(_sampled_stall)
+    sub = df[reasons.notna()].copy()
     if sub.empty:
         raise NcuCsvError(f"stall_breakdown: the CSV has no stall samples (smsp__pcsamp_warps_issue_stalled_*); "
                           f"its metrics: {sorted(set(df['metric']))[:5]}...",
                           "Profile with --metrics " + ",".join(STALLS[:3]) + ",... (measure.ncu.STALLS), or pass "
                           "the recorded ncu_copies_stalls.csv; use has_stalls(df) to test first.")
-    sub["reason"] = sub["metric"].str.extract(_STALL_RE.pattern, expand=False)
-    sub = sub[~sub["reason"].str.endswith("_not_issued")]
-    sub["reason"] = sub["reason"].replace({"no_instructions": "no_instruction"})
+    sub["reason"] = reasons[sub.index]
     sub = sub.rename(columns={"value": "samples"})[[*KEYS, "reason", "samples"]]
     total = sub.groupby(KEYS, sort=False)["samples"].transform("sum")
     sub["share"] = sub["samples"] / total.where(total > 0)
@@ -385,7 +415,7 @@ def scheduler(df):
 
 def has_stalls(df) -> bool:
     """Whether a tidy ncu frame holds stall samples (so :func:`stall_breakdown` has something to read)."""
-    return bool(df["metric"].str.match(_STALL_RE.pattern).any())
+    return bool(df["metric"].map(_sampled_stall).notna().any())
 
 
 def summary(df):

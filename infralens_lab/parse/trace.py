@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import InfraLensError
+
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 CPU_CATS = ("cpu_op", "user_annotation", *RUNTIME_CATS)
@@ -53,7 +55,7 @@ STEP_PREFIX = "ProfilerStep#"  # prof.step() opens one range so named per profil
 NO_GPU_NOTE = "CPU-only trace: no kernels, memcpys or memsets were recorded, so there are no GPU idle gaps to find"
 
 
-class TraceError(ValueError):
+class TraceError(InfraLensError, ValueError):
     """A file or object is not a chrome trace this package can read; the message says what was seen and the fix."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..analysis import distributed as D
+from ..analysis import distributed
 
 PHASES = (("forward", "#4c72b0"), ("backward compute", "#55a868"), ("all-reduce", "#c44e52"), ("optimizer", "#8172b2"))
 
@@ -14,7 +14,7 @@ def timeline_figure(traces: list, step: int = 1, title: str = ""):
     (ms from the earliest rank's first interval)."""
     import matplotlib.pyplot as plt  # lazy: matplotlib only when a figure is drawn
 
-    per = [D.phase_intervals(t, step) for t in traces]
+    per = [distributed.phase_intervals(t, step) for t in traces]
     t0 = min(v[0][0] for p in per for v in p.values() if v)
     fig, ax = plt.subplots(figsize=(10, 1.3 + 1.3 * len(traces)))
     for r, p in enumerate(per):

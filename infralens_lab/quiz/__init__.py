@@ -19,12 +19,23 @@ from .. import notebook_guard as _notebook_guard
 from .bank import BankError, Question, all_questions, answer_variable, labs, load_bank, normalise_word, question
 from .check import CheckResult, check, grade_mode, judge
 from .derive import DerivationError, derivations, register_derivation
-from .widgets import question_text, self_check
+from .widgets import question_text, restore_self_checks, self_check
 
-# In a notebook, the set-up cell's import installs the guard (a plain `jupyter lab` has no kernel extension):
-# one line of guidance for a NameError, and answer cells that did not run are not judged. Nothing outside IPython.
+# The guard (ground floor) never imports the quiz: the quiz hands it the hook that rebuilds a reopened notebook's
+# saved self-checks. In a notebook, the set-up cell's import also installs the guard (a plain `jupyter lab` has
+# no kernel extension): one line of guidance for a NameError, and answer cells that did not run are not judged.
+# Nothing outside IPython.
+_notebook_guard.register_restore_hook(restore_self_checks)
 _notebook_guard.install()
 
+
+def load_ipython_extension(shell) -> None:
+    """``--ext=infralens_lab.quiz``: the guard's kernel-start work (:func:`infralens_lab.notebook_guard.
+    load_ipython_extension`) with the quiz's restore hook already registered, so a reopened notebook's saved
+    self-checks are live before any cell runs."""
+    _notebook_guard.load_ipython_extension(shell)
+
+
 __all__ = ["BankError", "CheckResult", "DerivationError", "Question", "all_questions", "answer_variable", "check",
-           "derivations", "grade_mode", "judge", "labs", "load_bank", "normalise_word", "question", "question_text",
-           "register_derivation", "self_check"]
+           "derivations", "grade_mode", "judge", "labs", "load_bank", "load_ipython_extension", "normalise_word",
+           "question", "question_text", "register_derivation", "self_check"]

@@ -28,6 +28,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InfraLensError
 from .check import ANSWER_MIME
 
 PREFIX = "ANSWER_"
@@ -84,7 +85,7 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 
 
-class _TooBig(ValueError):
+class _TooBig(InfraLensError, ValueError):
     pass
 
 

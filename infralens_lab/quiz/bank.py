@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InfraLensError
+
 BANK_SCHEMA = "infralens.quizbank/1"
 KINDS = ("choice", "number", "text")
 BANKS_DIR = Path(__file__).resolve().parent / "banks"
@@ -38,7 +40,7 @@ _PROVIDER_RE = re.compile(r"^infralens_lab(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][
 _SECRET = ("answer", "feedback", "tolerance", "explanation")
 
 
-class BankError(ValueError):
+class BankError(InfraLensError, ValueError):
     """A question bank (file or plain dict) is malformed; the message names the question and field."""
 
 

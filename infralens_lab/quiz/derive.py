@@ -30,11 +30,13 @@ from ..analysis import gates as _gates
 from ..analysis import stalls
 from ..analysis.overlap import overlap_bound as _overlap_bound
 from ..analysis.overlap import step_bound as _step_bound
+from ..errors import InfraLensError
+from ..parse.ncu import stall_metric
 
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
 
 
-class DerivationError(ValueError):
+class DerivationError(InfraLensError, ValueError):
     """The evidence given to a derived question does not hold what the derivation needs."""
 
 
@@ -171,8 +173,8 @@ def argmin(evidence: Any, column: str, label: str, where: dict | None = None, ke
     return _arg(evidence, column, label, where, key, largest=False)
 
 
-_STALL_METRIC = re.compile(r"^smsp__(?:pcsamp_warps_issue_stalled_(?P<a>[a-z0-9_]+?)(?:\.sum)?"
-                           r"|average_warps_issue_stalled_(?P<b>[a-z0-9_]+?)_per_issue_active\.ratio)$")
+# the stall metrics a key reads, in ncu's one stall-name grammar (parse.ncu.stall_metric): family -> roll-ups
+_STALL_READ = {"pcsamp_warps": ("", ".sum"), "average_warps": ("_per_issue_active.ratio",)}
 _SHARE_COLUMNS = ("share", "fraction", "pct", "percent", "samples", "count", "value")
 
 
@@ -207,9 +209,9 @@ def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = N
     elif {"metric", "value"} <= set(df.columns):
         pairs = []
         for metric, v in zip(df["metric"], df["value"], strict=True):
-            m = _STALL_METRIC.match(str(metric))
-            if m and not str(metric).removesuffix(".sum").endswith("_not_issued"):
-                pairs.append((m.group("a") or m.group("b"), _number(v, str(metric))))
+            m = stall_metric(str(metric))
+            if m and m["rollup"] in _STALL_READ.get(m["family"], ()) and not m["not_issued"]:
+                pairs.append((m["reason"], _number(v, str(metric))))
     else:
         raise DerivationError(f"not a stall breakdown: expected a 'reason' column or ncu 'metric'/'value' "
                               f"columns; got {list(df.columns)}")

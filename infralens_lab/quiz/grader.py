@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import InfraLensError
 from .answers import Answer, cell_text, final_answers, nfkc, recorded_values, saved_payloads
 from .bank import BankError, Question, answer_variable, is_exercise, labs, load_bank
 from .check import _judge, expected_answer
@@ -44,7 +45,7 @@ __all__ = ["COLUMNS", "STATUSES", "Answer", "EvidenceUnavailable", "NotebookErro
            "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook"]
 
 
-class NotebookError(ValueError):
+class NotebookError(InfraLensError, ValueError):
     """A submitted file is not a notebook the grader can read; the message says what was seen."""
 
 
@@ -133,7 +134,7 @@ def fingerprint(nb) -> str | None:
 
 
 # ---------------------------------------------------------------- evidence for derived questions
-class EvidenceUnavailable(RuntimeError):
+class EvidenceUnavailable(InfraLensError, RuntimeError):
     """The grader could not get the evidence a derived question is marked against."""
 
 

@@ -20,6 +20,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..errors import InfraLensError
+from ..units import MiB
+
 SCHEMA = "infralens.quiz-manifest/1"
 QUIZ_DIR = Path(__file__).resolve().parent
 PACKAGE_DIR = QUIZ_DIR.parent
@@ -27,14 +30,14 @@ MANIFEST = QUIZ_DIR / "manifest.json"
 REGENERATE = "python -m infralens_lab.quiz manifest"
 
 
-class ManifestError(RuntimeError):
+class ManifestError(InfraLensError, RuntimeError):
     """The grader's files do not match the manifest; the message names each file and the fix."""
 
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(MiB), b""):
             h.update(chunk)
     return h.hexdigest()
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from ..errors import InfraLensError
 from ..evidence import data_root
 from .bank import BANKS_ENV, BankError, banks_dirs, load_bank
 from .check import GRADE_ENV
@@ -159,7 +160,7 @@ def notebook_name(config, path: Path) -> str:
 
 
 # ---------------------------------------------------------------- items
-class GradeFailure(Exception):
+class GradeFailure(InfraLensError):
     """A question that did not earn its points, or a cell that did not run."""
 
 

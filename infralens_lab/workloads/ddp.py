@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ..errors import InfraLensError
+
 CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 BACKENDS = ("gloo", "nccl")
 FAILURE_GRACE_S = 3.0  # after a first failure, how long to wait for the other ranks' reports
@@ -40,7 +42,7 @@ NO_CLI = ("{module} has no command line: run under torchrun it would do nothing.
           "(per-rank traces and provenance in DIR), or call infralens_lab.measure.distributed.run() from Python.")
 
 
-class RankFailed(RuntimeError):
+class RankFailed(InfraLensError, RuntimeError):
     """A rank of a launched job raised, died or ran out of time; the message says which and how."""
 
 

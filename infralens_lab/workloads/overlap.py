@@ -29,13 +29,15 @@ import torch
 
 from ..annotate import annotate
 from ..device import is_gpu
+from ..errors import InfraLensError
+from ..units import MiB
 
 COPY_MODES = ("pageable", "pinned", "double_buffered")
 COPY_BATCH_MIB = 32  # the host batch CopyComputeStep and gpu_stages move per step (fp16)
 CHAIN_OPS = 8
 
 
-class NeedsGpu(RuntimeError):
+class NeedsGpu(InfraLensError, RuntimeError):
     """A request that only means something with a CUDA GPU (pinned memory, streams, CUDA graphs)."""
 
     def __init__(self, what: str, why: str, fix: str = "run this on a machine with an NVIDIA GPU, or read the "
@@ -75,7 +77,7 @@ class CopyComputeStep:
                 raise ValueError(f"{name}={v!r}; expected a positive int")
         require_gpu(f"CopyComputeStep({mode!r})", "It times host-to-device copies against GPU kernels.")
         self.mode, self.matmuls = mode, matmuls
-        rows = batch_mib * 2**20 // (2 * width)
+        rows = batch_mib * MiB // (2 * width)
         if rows < 1:
             raise ValueError(f"batch_mib={batch_mib} holds less than one row of width {width} fp16")
         host = [torch.randn(rows, width).half() for _ in range(host_batches)]
@@ -172,7 +174,7 @@ def gpu_stages(batch_mib: int = COPY_BATCH_MIB, width: int = 4096, matmuls: int 
     matmuls on it on another stream; each stage waits for its own stream only (``synchronize`` releases
     the GIL), so the two can overlap on the GPU: copy engine and SMs."""
     require_gpu("gpu_stages", "Its stages are a host-to-device copy and GPU matmuls.")
-    rows = batch_mib * 2**20 // (2 * width)
+    rows = batch_mib * MiB // (2 * width)
     host = [pinned(torch.randn(rows, width).half()) for _ in range(buffers)]
     dev = [torch.empty(rows, width, device="cuda", dtype=torch.float16) for _ in range(buffers)]
     w = torch.randn(width, width, device="cuda", dtype=torch.float16) / width ** 0.5

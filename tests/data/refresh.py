@@ -19,7 +19,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infralens_lab import evidence  # noqa: E402  (after the path above)
-from infralens_lab.parse import ncu as N  # noqa: E402  (after the path above)
+from infralens_lab.parse import ncu  # noqa: E402  (after the path above)
 from infralens_lab.parse.trace import load_trace, trim  # noqa: E402  (after the path above)
 
 CSVS = ("ncu_copies.csv", "ncu_copies_stalls.csv", "ncu_attention.csv", "ncu_matmul.csv")
@@ -37,7 +37,7 @@ UNITS = {  # the units the tests pin, per file
 def ncu_expected() -> dict:
     out = {}
     for name in CSVS:
-        df = N.parse_raw_csv((HERE / name).read_text())
+        df = ncu.parse_raw_csv((HERE / name).read_text())
         units = df.drop_duplicates("metric").set_index("metric")["unit"]
         out[name] = {"rows": len(df), "kernels": sorted(df["kernel"].unique()),
                      "launches": len(df[["config", "kernel", "launch"]].drop_duplicates()),

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from infralens_lab.analysis.ddp_run import run_violations
-from infralens_lab.measure import distributed as D
+from infralens_lab.measure import distributed
 
 OUT = Path(__file__).resolve().parent / "ddp_gloo_run.json"
 
 if __name__ == "__main__":  # the ranks are spawned: they must not re-run this file's top level
-    ranks = D.run(D.FIXTURE_SPEC)
+    ranks = distributed.run(distributed.FIXTURE_SPEC)
     broken = run_violations(ranks)
     if broken:
         sys.exit("not written, invariants broken (a busy machine? run it again):\n" + "\n".join(broken))

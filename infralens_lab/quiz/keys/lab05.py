@@ -4,8 +4,8 @@ A provider returns None when the recorded set lacks what it needs."""
 from __future__ import annotations
 
 from ... import evidence
-from ...analysis import overlap_tables as T
-from ...measure import overlap as M
+from ...analysis import overlap_tables
+from ...measure import overlap
 from ...measure.torch_trace import quiet_profiler_chatter
 from ...parse.trace import load_trace
 from ...units import MiB
@@ -26,7 +26,7 @@ def _traces(names: dict) -> dict | None:
 def copies():
     """The copy/compute table of the recorded traces (lab05.ex1, lab05.ex2)."""
     trs = _traces({m: f"trace_copy_{m}" for m in COPY_MODES})
-    return None if trs is None else T.copy_table(trs, COPY_BATCH_MIB * MiB)
+    return None if trs is None else overlap_tables.copy_table(trs, COPY_BATCH_MIB * MiB)
 
 
 def launches():
@@ -34,17 +34,17 @@ def launches():
     trs = _traces({v: f"trace_launch_{v}" for v in ("eager", "graph")})
     if trs is None:
         return None
-    return T.launch_table(evidence.reference().load("launch_overhead").values, trs)
+    return overlap_tables.launch_table(evidence.reference().load("launch_overhead").values, trs)
 
 
 def fixes():
     """The fix table's side-stream row, from the copy table (lab05.q7: Amdahl's 1 / (1 - f))."""
     c = copies()
-    return None if c is None else T.fix_table(copies=c)
+    return None if c is None else overlap_tables.fix_table(copies=c)
 
 
 def live_pipeline():
     """The two-stage pipeline run now on this CPU with the notebook's stand-in stages (lab05.q4)."""
     with quiet_profiler_chatter():
-        trs = {d: M.pipeline_trace(d, sleep_stages(*M.CPU_STAGE_MS), items=M.CPU_ITEMS) for d in (1, 2)}
-    return T.pipeline_table(trs)
+        trs = {d: overlap.pipeline_trace(d, sleep_stages(*overlap.CPU_STAGE_MS), items=overlap.CPU_ITEMS) for d in (1, 2)}
+    return overlap_tables.pipeline_table(trs)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 
-from infralens_lab.analysis import ddp_run as R
-from infralens_lab.analysis import distributed as A
-from infralens_lab.measure import distributed as D
+from infralens_lab.analysis import ddp_run
+from infralens_lab.analysis import distributed as analysis_distributed
+from infralens_lab.measure import distributed as measure_distributed
 from infralens_lab.parse.ranks import RankRun, recorded_run
-from infralens_lab.workloads import ddp as W
+from infralens_lab.workloads import ddp
 
 EX2_CAP_MB = 100  # exercise 2: the GPU-sized model's buckets at this cap
 
@@ -21,8 +21,8 @@ EX2_CAP_MB = 100  # exercise 2: the GPU-sized model's buckets at this cap
 @functools.lru_cache(maxsize=1)
 def _live() -> RankRun:
     """The lab's measurement, once per grading process (tens of seconds on a small CPU)."""
-    backend = "nccl" if W.gpu_count() >= 2 else "gloo"
-    return RankRun(D.run(D.spec_for(backend), world=2, backend=backend, timeout_s=300.0))
+    backend = "nccl" if ddp.gpu_count() >= 2 else "gloo"
+    return RankRun(measure_distributed.run(measure_distributed.spec_for(backend), world=2, backend=backend, timeout_s=300.0))
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,32 +32,32 @@ def _recorded() -> RankRun | None:
 
 def bucket_counts():
     """q3: all-reduce calls per step and DDP's buckets per config (``ddp_run.sweep_counts``)."""
-    return R.sweep_counts(_live())
+    return ddp_run.sweep_counts(_live())
 
 
 def no_sync_counts():
     """q5: all-reduce calls per optimizer step with and without no_sync (``ddp_run.no_sync_counts``)."""
-    return R.no_sync_counts(_live())
+    return ddp_run.no_sync_counts(_live())
 
 
 def gpu_model_plan():
     """ex2: the GPU-sized MLP's gradients in ready order and the cap (``ddp_run.plan_inputs``)."""
-    return R.plan_inputs(D.GPU_MODEL, EX2_CAP_MB)
+    return ddp_run.plan_inputs(measure_distributed.GPU_MODEL, EX2_CAP_MB)
 
 
 def recorded_bench():
     """ex1: the recorded NCCL all-reduce benchmark, bytes and seconds (``ddp_run.bench_inputs``); None without it."""
     rec = _recorded()
-    return R.bench_inputs(rec) if rec else None
+    return ddp_run.bench_inputs(rec) if rec else None
 
 
 def recorded_intervals():
     """ex3: the steady steps' intervals of every rank at the scaling config (``distributed.steady_step_intervals``)."""
     rec = _recorded()
-    return A.steady_step_intervals(rec.traces(R.SCALING_CONFIG)) if rec else None
+    return analysis_distributed.steady_step_intervals(rec.traces(ddp_run.SCALING_CONFIG)) if rec else None
 
 
 def recorded_straggler():
     """ex4: the straggler config's collectives on the shared clock (``ddp_run.straggler_starts``)."""
     rec = _recorded()
-    return R.straggler_starts(rec) if rec else None
+    return ddp_run.straggler_starts(rec) if rec else None

@@ -4,8 +4,8 @@ returns None when the recorded set lacks what it needs."""
 from __future__ import annotations
 
 from ... import evidence
-from ...analysis import gates as A
-from ...measure import gates as G
+from ...analysis import gates as analysis_gates
+from ...measure import gates as measure_gates
 from ...measure import top_ops
 from ...measure.torch_trace import quiet_profiler_chatter
 from ...parse.trace import load_trace
@@ -46,17 +46,17 @@ def aa_k_table():
     if st is None or "gates_gpu" not in st.names():
         return None
     aa = st.load("gates_gpu").values.get("aa_ratios")
-    return A.k_table(aa, A.LAB_TOLERANCE) if aa else None
+    return analysis_gates.k_table(aa, analysis_gates.LAB_TOLERANCE) if aa else None
 
 
 def aa_process_quotients():
     """Ratio spread over a's spread in each recorded A/A process, and their median (lab07.q6)."""
     st = _store()
     procs = st.load("gates_gpu").values.get("aa_processes") if st is not None and "gates_gpu" in st.names() else None
-    return A.process_quotients(procs) if procs else None
+    return analysis_gates.process_quotients(procs) if procs else None
 
 
 def regression_counts():
     """Counts per step of the intended MLP step and each regression, on this machine (lab07.ex3)."""
     with quiet_profiler_chatter():
-        return G.regression_counts()
+        return measure_gates.regression_counts()
