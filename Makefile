@@ -9,6 +9,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LAB_STAMP := $(VENV)/.installed-lab
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (auto: one per CPU core). --dist loadfile keeps each test file whole on
+# one worker, and tests/conftest.py (SAME_WORKER) puts the files that share a session fixture on the same one;
+# TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= auto
 
 .PHONY: lab test install doctor bench gates-gpu record site grade notebooks clean
 
@@ -32,7 +36,8 @@ test: $(STAMP)
 	bash tools/browser_deps.sh
 	$(PY) -m ruff check infralens_lab tests tools
 	$(PY) -m pytest tests labs --nbval --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=25 \
+	    -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 doctor: $(STAMP)
 	$(PY) -m infralens_lab doctor

@@ -19,9 +19,11 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import re
 import sys
 import sysconfig
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -300,6 +302,23 @@ def _json_object(path: Path, schema: str) -> dict:
     return doc
 
 
+# Recorded files verified once per process (issue 41): key -> [sha256, the record's JSON object pickled (None
+# until loaded)]. The key is the file's path, device, inode, size, mtime and ctime: a file that changes in any
+# of them is read and hashed again, and its checksum is held to the manifest at every load. A file changed less
+# than _SETTLED_NS before it is read is not cached at all (as git's "racy" index entries: a second write of the
+# same size within one timestamp tick would keep the key). Loads hand out a fresh copy (pickle), so a caller
+# that changes the values it got changes nobody else's.
+_VERIFIED: dict[tuple, list] = {}
+_SETTLED_NS = 2_000_000_000
+
+
+def _settled_key(path: Path) -> tuple | None:
+    st = path.stat()
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _SETTLED_NS:
+        return None
+    return (str(path.absolute()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class RecordedStore:
     """A validated recorded set in ``data/recorded/<gpu-slug>/``."""
 
@@ -327,6 +346,11 @@ class RecordedStore:
         return sorted(self.manifest["files"])
 
     def _checked_path(self, filename: str) -> Path:
+        return self._checked(filename)[0]
+
+    def _checked(self, filename: str) -> tuple[Path, tuple | None]:
+        """(path, cache key or None) of a listed file whose checksum matches the manifest (hashed once per
+        process while the file is unchanged: see _VERIFIED)."""
         entry = self.manifest["files"].get(filename)
         if entry is None:
             raise EvidenceError(f"{self.folder}: {filename!r} is not listed in manifest.json; "
@@ -334,12 +358,16 @@ class RecordedStore:
         path = self.folder / filename
         if not path.is_file():
             raise EvidenceError(f"{path}: listed in manifest.json but missing on disk")
-        digest = _sha256(path)
+        key = _settled_key(path)
+        known = _VERIFIED.get(key) if key is not None else None
+        digest = known[0] if known is not None else _sha256(path)
+        if key is not None and known is None:
+            _VERIFIED[key] = [digest, None]
         if digest != entry.get("sha256"):
             raise EvidenceError(f"{path}: checksum {digest[:12]}… does not match the manifest's "
                                 f"{str(entry.get('sha256'))[:12]}…: this file changed after recording. "
                                 f"{_restore_fix(path)}")
-        return path
+        return path, key
 
     def verify(self) -> None:
         """Check every listed file's checksum and that no unlisted file sits in the folder."""
@@ -353,8 +381,14 @@ class RecordedStore:
     def load(self, name: str) -> Evidence:
         """Load and validate the JSON record ``name``."""
         _check_name(name)
-        path = self._checked_path(f"{name}.json")
-        doc = _json_object(path, EVIDENCE_SCHEMA)
+        path, key = self._checked(f"{name}.json")
+        known = _VERIFIED.get(key) if key is not None else None
+        if known is not None and known[1] is not None:
+            doc = pickle.loads(known[1])  # parsed and schema-checked before: a fresh copy
+        else:
+            doc = _json_object(path, EVIDENCE_SCHEMA)
+            if known is not None:
+                known[1] = pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL)
         for key, typ in (("name", str), ("units", dict), ("notes", str)):
             if not isinstance(doc.get(key), typ):
                 raise EvidenceError(f"{path}: {key!r} is {doc.get(key)!r}, expected {typ.__name__}")

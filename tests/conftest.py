@@ -111,6 +111,57 @@ def build_fixture_labs(dest: Path) -> Path:
     return dest
 
 
+# Test files that share a session fixture, run on one pytest-xdist worker so that it is built once (see below).
+SAME_WORKER = {"tests/test_site.py": "site", "tests/test_browser.py": "site"}  # real_site
+# The longest files (or SAME_WORKER groups) of `make test`, longest first, as measured on 2 cores (issue 41:
+# seconds under load, in parentheses): handed out before the rest, so that no worker starts a long one last
+# while the other has nothing left (xdist's own order is "most tests first", which puts these near the end).
+LONG_FIRST = ("site",                                 # test_browser + test_site (~280)
+              "tests/test_grading_hostile.py",        # three make grade runs (~150)
+              "tests/test_grading.py",                # a make grade run (~120)
+              "labs/06_distributed_ddp.ipynb", "labs/07_regression_gates.ipynb",   # (~45, ~40)
+              "tests/test_distributed_launch.py", "tests/test_attn_ws_experiment.py",  # (~35 each)
+              "tests/test_memory.py", "labs/05_overlap_launch.ipynb", "tests/test_distributed_torchrun.py")  # (~27)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` (``-n auto --dist loadfile``): each test file runs whole on one worker (a notebook's nbval
+    cells share its kernel; a module fixture is built once), the files of :data:`SAME_WORKER` share one, and
+    the files of :data:`LONG_FIRST` are handed out first.
+    (xdist's ``--dist loadgroup`` with ``xdist_group`` marks cannot put two files together here: it renames the
+    test ids, which pytest 9 ignores.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(path, path)
+
+        def schedule(self) -> None:
+            first = self.collection is None
+            super().schedule()  # the first time: queues every file, gives each worker one (the ones with most tests)
+            if first:
+                for scope in reversed(LONG_FIRST):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+
+    return FileScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def real_site(tmp_path_factory):
+    """The offline edition of the committed labs (``site.build_site``), built once per session (per xdist
+    worker: the files using it are in :data:`SAME_WORKER`); skips while no lab is committed."""
+    from infralens_lab import site as site_mod
+
+    if not sorted((ROOT / "labs").glob(site_mod.LAB_GLOB)):
+        pytest.skip("no labs/NN_*.ipynb committed yet")
+    return site_mod.build_site(ROOT / "labs", tmp_path_factory.mktemp("real_site"))
+
+
 @pytest.fixture(scope="session")
 def fixture_labs(tmp_path_factory) -> Path:
     """A labs folder with two fixture notebooks of known content (see :func:`build_fixture_labs`)."""

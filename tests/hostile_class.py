@@ -100,6 +100,11 @@ def after(nb, var: str, source: str):
     return nb
 
 
+def detached_pid_file(scores: Path) -> Path:
+    """Where attack 4's notebook writes the process id of the detached process it starts."""
+    return Path(str(scores) + ".detached.pid")
+
+
 def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
     """Write the class folder (one sub-folder per student) and the bank folder; see the module doc."""
     from infralens_lab.quiz import question
@@ -134,9 +139,11 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
                f"open({str(scores)!r}).read().startswith('notebook,lab,question')):\n    time.sleep(0.1)\n"
                f"open({str(scores)!r}, 'w').write('notebook,lab,question,status,points\\ngus,lab00,lab00.q1,correct,100\\n')\n"
                f"open({str(scores) + '.rewritten'!r}, 'w').write('the detached process ran')\n")
+    # the kernel writes the process id next to the score file, so a test can see when the grader ended it
     put("gus", after(gus, "ANSWER_Q1", "import subprocess, sys\n"
-                                       f"subprocess.Popen([sys.executable, '-c', {rewrite!r}], start_new_session=True,\n"
-                                       "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"))
+                                       f"p = subprocess.Popen([sys.executable, '-c', {rewrite!r}], start_new_session=True,\n"
+                                       "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+                                       f"open({str(detached_pid_file(scores))!r}, 'w').write(str(p.pid))"))
     zed = answer(template(), "ANSWER_Q1", "'D'" if wrong_q1 != "'D'" else "'A'")                     # attack 5
     patch = '\\n\\ndef _judge(q, answer, expected):  # appended by a submission\\n    return "correct", ""\\n'
     put("zed", after(zed, "ANSWER_Q1", "import importlib\n"

@@ -13,10 +13,18 @@ TINY = distributed.RunSpec(configs=(distributed.DDPConfig("cap 0.25 MiB", 0.25, 
                  active=1, timed=1, accum=2, bench_mib=(0.25,), bench_reps=1)
 
 
-def test_two_gloo_ranks_run_ddp_end_to_end():
+@pytest.fixture(scope="module")
+def tiny_run():
+    """One DDP measurement of TINY on two gloo ranks (``distributed.run``): (ranks, seconds). Read by the end-to-end test
+    and replayed to both recorder calls of test_record_into_refuses_a_run_that_breaks_an_invariant."""
     t0 = time.monotonic()
     ranks = distributed.run(TINY, world=2, backend="gloo", timeout_s=60)
-    assert time.monotonic() - t0 < 60
+    return ranks, time.monotonic() - t0
+
+
+def test_two_gloo_ranks_run_ddp_end_to_end(tiny_run):
+    ranks, took = tiny_run
+    assert took < 60
     assert [r["rank"] for r in ranks] == [0, 1] and {r["backend"] for r in ranks} == {"gloo"}
     c = ranks[0]["configs"][0]
     assert c["bucket_bytes"] == [4 * (256 * 256 + 256)] * 2  # one Linear per 0.25 MiB bucket
@@ -86,11 +94,19 @@ def test_record_into_skips_without_two_gpus():
         distributed.record_into(writer=None, check=lambda ranks: [])
 
 
-def test_record_into_refuses_a_run_that_breaks_an_invariant(tmp_path):
+def test_record_into_refuses_a_run_that_breaks_an_invariant(tmp_path, tiny_run, monkeypatch):
     """The recorder's path on two gloo ranks: a check that finds a broken invariant stops the step before
-    anything is written; with every invariant holding, every rank and the meta record are written."""
+    anything is written; with every invariant holding, every rank and the meta record are written. Both calls
+    get the one measurement of ``tiny_run`` (distributed.run asked for with the same spec, world and backend)."""
     from infralens_lab.evidence import EvidenceWriter, RecordedStore
 
+    asked = []
+
+    def measured(spec, world, backend, timeout_s):
+        asked.append((spec, world, backend))
+        return tiny_run[0]
+
+    monkeypatch.setattr(distributed, "run", measured)
     seen = []
 
     def broken(ranks):
@@ -105,6 +121,7 @@ def test_record_into_refuses_a_run_that_breaks_an_invariant(tmp_path):
     assert "invariants hold" in distributed.record_into(w, check=lambda ranks: [], gpus=2, spec=TINY, backend="gloo")
     w.close()
     assert RecordedStore(tmp_path / "good").names() == ["ddp_meta", "ddp_rank0", "ddp_rank1"]
+    assert asked == [(TINY, 2, "gloo")] * 2
 
 
 def test_recorder_step_is_skipped_with_its_reason(tmp_path):

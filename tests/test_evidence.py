@@ -97,6 +97,34 @@ def test_tampered_file_is_rejected(store_dir):
     assert store.load("device").name == "device"  # other files stay usable
 
 
+def test_a_file_is_hashed_once_while_unchanged_and_still_checked(store_dir, monkeypatch):
+    """Loads are cached per file (path, inode, size, mtime, ctime): an unchanged file is hashed and parsed
+    once per process, every load gets its own copy, and a file changed afterwards is hashed again and refused."""
+    import time
+
+    monkeypatch.setattr(evidence, "_VERIFIED", {})
+    monkeypatch.setattr(evidence, "_SETTLED_NS", 0)  # the files were just written: cache them anyway
+    hashed = []
+    real = evidence._sha256
+    monkeypatch.setattr(evidence, "_sha256", lambda p: hashed.append(p.name) or real(p))
+    first = RecordedStore(store_dir).load("bench")
+    first.values["rows"][0]["gbps"] = -1.0  # a caller changing what it got changes nobody else's
+    again = RecordedStore(store_dir).load("bench")
+    assert again.values["rows"][0]["gbps"] == 800.5 and hashed == ["bench.json"]
+    time.sleep(0.05)  # a later timestamp than the write above, on a filesystem with coarse ones
+    p = store_dir / "bench.json"
+    p.write_text(p.read_text().replace("800.5", "900.5"))
+    with pytest.raises(EvidenceError, match="does not match the manifest's"):
+        RecordedStore(store_dir).load("bench")
+    assert hashed == ["bench.json", "bench.json"]
+
+
+def test_a_file_written_just_now_is_not_cached(store_dir, monkeypatch):
+    monkeypatch.setattr(evidence, "_VERIFIED", {})
+    RecordedStore(store_dir).load("bench")
+    assert evidence._VERIFIED == {}  # within _SETTLED_NS of its write: a same-size rewrite could keep its key
+
+
 def test_tampered_csv_is_rejected(store_dir):
     (store_dir / "ncu_copies.csv").write_text(CSV.replace("538", "138"))
     with pytest.raises(EvidenceError, match=re.escape("ncu_copies.csv: checksum")):

@@ -2,7 +2,8 @@
 and ``make grade RUN=0``, on a copy of the repository (attack 5 rewrites the grader's own files).
 
 Honest students and attacks 1, 6 and 7 get what their final answers earn; 4 and 5 gain nothing and the
-score file is the same after the detached process's delay; 2 and 3 have rows saying what happened; 8 and
+score file is the same once the detached process is gone (the grader kills it: the test waits for that, up to
+DELAY_S + 5 s, rather than sleeping a fixed 5 s); 2 and 3 have rows saying what happened; 8 and
 9 are flagged; a changed ``quiz/check.py`` makes the next run refuse, naming the file and the fix.
 """
 from __future__ import annotations
@@ -40,6 +41,31 @@ def _rows(path: Path) -> list[dict]:
     return list(csv.DictReader(path.open())) if path.exists() else []
 
 
+def _wait_gone(pid_file: Path, limit_s: float) -> bool:
+    """Wait until the process named in ``pid_file`` (attack 4's detached process) has ended, at most ``limit_s``;
+    True when it was seen gone. Without the file (its notebook was stopped before writing it) the whole
+    ``limit_s`` is waited, as for a process still running."""
+    import psutil
+
+    deadline = time.monotonic() + limit_s
+    pid = int(pid_file.read_text()) if pid_file.is_file() else None
+
+    def gone() -> bool:
+        try:
+            proc = psutil.Process(pid)
+            return proc.status() == psutil.STATUS_ZOMBIE or ".rewritten" not in " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.AccessDenied:
+            return False
+
+    while time.monotonic() < deadline:
+        if pid is not None and gone():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     if shutil.which("make") is None:
@@ -60,7 +86,9 @@ def graded(tmp_path_factory):
     run1 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores}", "TIMEOUT=90")
     run1_s = time.monotonic() - start
     written = scores.read_bytes() if scores.exists() else b""
-    time.sleep(DELAY_S + 5)  # attack 4's process, had it survived, rewrites scores.csv within 0.1 s of its writing
+    # attack 4's process, had it survived, rewrites scores.csv within 0.1 s of its writing (after DELAY_S): wait
+    # until it is gone (the grader ended it) or DELAY_S + 5 s have passed, then read the file again
+    detached_gone = _wait_gone(hostile_class.detached_pid_file(scores), DELAY_S + 5)
     check_py = repo / "infralens_lab" / "quiz" / "check.py"
     tampered = check_py.read_text()
     refused = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
@@ -72,6 +100,7 @@ def graded(tmp_path_factory):
     from infralens_lab.quiz.bank import decode_bank
     ids = [q["id"] for q in decode_bank(json.loads((banks / "lab00.json").read_text()))["questions"]]
     return dict(run1=run1, run1_s=run1_s, rows1=_rows(scores), written=written, after=scores.read_bytes(),
+                detached_gone=detached_gone,
                 marker=Path(str(scores) + ".rewritten"), tampered=tampered, refused=refused, refused_wrote=refused_wrote,
                 run0=run0, rows0=_rows(scores0), report=scores.with_name("class_report.html"), ids=ids)
 
@@ -117,6 +146,7 @@ def test_attacks_2_and_3_rows_say_what_happened(graded):
 
 
 def test_attack_4_the_score_file_is_unchanged_after_the_detached_process_delay(graded):
+    assert graded["detached_gone"], "attack 4's detached process still ran DELAY_S + 5 s after make grade ended"
     assert graded["written"] and graded["after"] == graded["written"]
     assert not graded["marker"].exists()
     assert b"100" not in graded["written"].split(b"\n", 1)[1]

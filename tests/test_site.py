@@ -421,11 +421,7 @@ def test_each_lab_says_how_long_it_takes_and_what_it_needs(tmp_path):
 
 
 # ---------------------------------------------------------------- the real labs
-@pytest.fixture(scope="module")
-def real_site(tmp_path_factory):
-    if not REAL_LABS:
-        pytest.skip("no labs/NN_*.ipynb committed yet")
-    return site_mod.build_site(ROOT / "labs", tmp_path_factory.mktemp("real_site"))
+# real_site: tests/conftest.py (one build per session, shared with tests/test_browser.py)
 
 
 @needs_real_labs
