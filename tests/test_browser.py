@@ -8,8 +8,8 @@ cleared, Run All Cells, in the learner's kernel (``--ext=infralens_lab.notebook_
 other ``labs/NN_*.ipynb`` are NOT run a second time: they are checked as opened, with their
 committed outputs, which ``make test`` executes and compares cell by cell with nbval (interpreter
 mode, the same outputs; the lab's set-up cell installs the same notebook guard there). They are
-signed for the test's server first, so that they render trusted, as the outputs of a run in it do
-(an unsigned notebook's HTML outputs lose their styles to JupyterLab's sanitizer). Then fail on
+signed by ``tools/lab.sh`` when it copies them (checked here), so that they render trusted, as the outputs of a
+run do (an unsigned notebook's HTML outputs lose their styles to JupyterLab's sanitizer). Then fail on
 
 * a traceback or a stderr output in any cell (run here, or committed), a code cell without an
   execution count, a browser console error or an uncaught page error;
@@ -136,8 +136,10 @@ class LabServer:
                    JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                    JUPYTERLAB_SETTINGS_DIR=str(home / "user-settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
-        # the server's notebook signatures (trust) in a folder of this test, not the user's Jupyter data folder
+        # the notebook signatures (trust) in a folder of this test, not the user's Jupyter data folder: lab.sh signs
+        # the copies it makes there (JUPYTER_DATA_DIR), and the server reads them from there
         self.notary_dir = home / "notary"
+        env["JUPYTER_DATA_DIR"] = str(self.notary_dir)
         self.notary_dir.mkdir(parents=True, exist_ok=True)
         (home / "config").mkdir(parents=True, exist_ok=True)
         (home / "config" / "jupyter_server_config.json").write_text(
@@ -171,14 +173,13 @@ class LabServer:
             time.sleep(0.3)
         raise RuntimeError(f"tools/lab.sh did not serve in {SERVER_START_S} s:\n{self.log.read_text()[-3000:]}")
 
-    def trust(self, notebooks) -> None:
-        """Sign ``notebooks`` for this server, as running them in it would: their outputs render trusted (the
-        HTML sanitizer leaves their styles alone), as the old Run All here showed them."""
+    def trusted(self, notebooks) -> list[str]:
+        """The names of ``notebooks`` whose signature this server accepts (lab.sh signed the copies it made):
+        their outputs render trusted, the HTML sanitizer leaves their styles alone."""
         from nbformat.sign import NotebookNotary
 
         notary = NotebookNotary(data_dir=str(self.notary_dir))
-        for path in notebooks:
-            notary.sign(nbformat.read(path, as_version=4))
+        return [p.name for p in notebooks if notary.check_signature(nbformat.read(p, as_version=4))]
 
     def url(self, notebook: str) -> str:
         return f"http://127.0.0.1:{self.port}/lab/tree/{notebook}?reset&token={self.token}"
@@ -207,7 +208,8 @@ def lab_server(fixture_labs, tmp_path_factory):
     server = LabServer(work, tmp_path_factory.mktemp("lab_home"))
     try:
         server.wait_ready()
-        server.trust(work / p.name for p in REAL_LABS)  # opened with their committed outputs: see the docstring
+        copies = [work / p.name for p in REAL_LABS]  # opened with their committed outputs: see the docstring
+        assert server.trusted(copies) == [p.name for p in copies], "tools/lab.sh left a lab copy unsigned"
         yield server
     finally:
         server.stop()

@@ -21,7 +21,8 @@ VENV = Path(sys.executable).parent.parent
 
 def lab_sh(work: Path, port: int, **env) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if k != "SSH_CONNECTION"}
-    e.update(INFRALENS_WORK_DIR=str(work), PORT=str(port), INFRALENS_LAB_DRY_RUN="1", **env)
+    e.update(INFRALENS_WORK_DIR=str(work), PORT=str(port), INFRALENS_LAB_DRY_RUN="1",
+             JUPYTER_DATA_DIR=str(work.parent / "jupyter-data"), **env)  # lab.sh signs its copies there
     r = subprocess.run(["bash", str(ROOT / "tools" / "lab.sh"), str(VENV)], env=e, capture_output=True,
                        text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -54,6 +55,26 @@ def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
     assert f"copied in now: {LABS[-1]}" in again
     assert (work / LABS[-1]).read_bytes() == (ROOT / "labs" / LABS[-1]).read_bytes()
 
+
+@pytest.mark.skipif(not any(n.endswith(".ipynb") for n in LABS), reason="no notebooks in labs/")
+def test_new_copies_are_signed_and_a_learners_notebook_is_left_alone(tmp_path):
+    """The copies lab.sh makes carry the project's committed outputs: it signs them (JupyterLab then keeps their
+    tables' styles on first open); a notebook already in the working copy, the learner's, is never signed by it."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbformat.sign import NotebookNotary
+
+    work = tmp_path / "my-labs"
+    lab_sh(work, _free_port())
+    notary = NotebookNotary(data_dir=str(tmp_path / "jupyter-data"))
+    notebooks = sorted(p for p in work.glob("*.ipynb"))
+    assert notebooks and all(notary.check_signature(nbformat.read(p, as_version=4)) for p in notebooks)
+    mine = nbformat.read(notebooks[0], as_version=4)
+    mine.cells[0].source += "\n# my note"           # the learner's edit, saved outside JupyterLab: not signed
+    nbformat.write(mine, notebooks[0])
+    (work / notebooks[-1].name).unlink()             # stands in for a lab added to labs/ later
+    lab_sh(work, _free_port())
+    assert not notary.check_signature(nbformat.read(notebooks[0], as_version=4))
+    assert notary.check_signature(nbformat.read(work / notebooks[-1].name, as_version=4))
 
 def test_url_root_flag_settings_and_no_tunnel_locally(tmp_path):
     port = _free_port()

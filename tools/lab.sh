@@ -31,6 +31,23 @@ for f in "$ROOT"/labs/*; do
     dest="$WORK/$(basename "$f")"
     if [ ! -e "$dest" ]; then cp "$f" "$dest"; new+=("$(basename "$f")"); fi
 done
+# The labs' committed outputs are the project's own (an interpreter-mode run, checked by nbval): sign the
+# copies just made, so that JupyterLab renders them trusted on first open. An unsigned notebook's HTML outputs
+# lose their <style> to JupyterLab's sanitizer, and a wide table then scrolls with no cue. Only the copies made
+# now are signed, never a notebook the learner has changed; the signatures go where the server reads them
+# (NotebookNotary's data_dir, JUPYTER_DATA_DIR or Jupyter's data folder).
+if [ ${#new[@]} -gt 0 ]; then
+    ( cd "$WORK" && "$PY" - "${new[@]}" <<'PYEOF'
+import sys
+import nbformat
+from nbformat.sign import NotebookNotary
+notary = NotebookNotary()
+for name in sys.argv[1:]:
+    if name.endswith(".ipynb"):
+        notary.sign(nbformat.read(name, as_version=4))
+PYEOF
+    ) || echo "make lab: could not sign the new copies (their tables render without styles until run)" >&2
+fi
 
 # ---- the kernel: the usual python3 kernelspec plus the notebook guard (regenerated every run)
 KSPEC="$WORK/.infralens/jupyter/kernels/python3"
