@@ -45,9 +45,8 @@ from typing import Any
 import pandas as pd
 
 from . import present
-from .analysis import distributed
+from .analysis import distributed, trace_diff
 from .analysis import idle as idle_analysis
-from .analysis import trace_diff as TD
 from .analysis.overlap import copy_overlap
 from .evidence import EvidenceError, Provenance
 from .parse.trace import Trace, TraceError, load_trace, read_trace_file, read_trace_record, step_gpu_work
@@ -63,7 +62,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 NAME_COLUMNS = ("kernel", "name", "op")  # columns of kernel or op names: shortened when printed
 ALIGN_TABLE = "collectives aligned across ranks"
 ALIGN_ROWS_SHOWN = 12  # rows of the collectives-aligned table printed (the largest waits); --json has all
-# the names of single()'s tables: `analyze A B` pairs two reports' tables by them, so keep them stable
+# the names of single()'s tables: tests and callers read them by these names, so keep them stable
 STEPS_TABLE = "steps"
 IDLE_TABLE = "GPU idle time in the steady window by CPU cause (shares of all idle time)"
 KERNELS_TABLE = "hot kernels (launched in the profiled steps)"
@@ -168,6 +167,15 @@ def _require(tr: Trace, what: str, cpu_ok: bool) -> None:
         raise TraceError(NO_GPU.format(what=what))
 
 
+def _require_step_work(tr: Trace) -> None:
+    """Raise TraceError for a trace with GPU events of which no profiled step launched any: the step tables,
+    the idle accounting and the diff have nothing to read then."""
+    if not tr.busy():
+        raise TraceError(f"{tr.leftover()['events']} GPU events, none launched inside a ProfilerStep range (no launch "
+                         f"call matched by correlation id inside a step); expected the profiled steps' kernels with "
+                         f"their runtime calls: profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+
+
 def single(tr: Trace, min_gap_us: float = 50.0) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The tables and notes of one trace (see the module doc)."""
     tables: dict[str, pd.DataFrame] = {}
@@ -180,10 +188,7 @@ def single(tr: Trace, min_gap_us: float = 50.0) -> tuple[dict[str, pd.DataFrame]
                                               "cpu_ms": (st["cpu_end_us"] - st["cpu_start_us"]) / 1e3})
         notes.append("CPU-only trace: no GPU events, so no GPU busy share, idle gaps, kernels or copies.")
         return tables, notes
-    if not tr.busy():  # GPU events, but none a profiled step launched: nothing below has anything to read
-        raise TraceError(f"{tr.leftover()['events']} GPU events, none launched inside a ProfilerStep range (no launch "
-                         f"call matched by correlation id inside a step); expected the profiled steps' kernels with "
-                         f"their runtime calls: profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+    _require_step_work(tr)
     w = step_gpu_work(tr)
     tables[STEPS_TABLE] = pd.DataFrame({  # the sum over streams can exceed the period; the merged time cannot
         "step": w["step"], "cpu_ms": (w["cpu_end_us"] - w["cpu_start_us"]) / 1e3, "gpu_ops": w["gpu_ops"],
@@ -311,35 +316,23 @@ def analyze(source: Any, min_gap_us: float = 50.0, cpu_ok: bool = False) -> Repo
     return Report(str(p), _provenance(p, data, p.name, record), tables, _cpu_ranks_note([tr]) + notes)
 
 
-def _table(tables: dict[str, pd.DataFrame], name: str, like: tuple[str, ...]) -> pd.DataFrame | None:
-    """single()'s table ``name``, else the first whose name holds every word of ``like`` (older names)."""
-    if name in tables:
-        return tables[name]
-    return next((t for k, t in tables.items() if all(w in k for w in like)), None)
-
-
-def _diff_side(path: Path, tr: Trace, min_gap_us: float) -> dict[str, Any]:
-    """What :func:`diff` compares of one trace, from :func:`single`'s tables (steps; idle by cause, per period of
-    the steady window), the period and busy share its notes state (:meth:`Trace.steady_window`,
-    :meth:`Trace.summary`) and every kernel the profiled steps launched, per profiled step (:meth:`Trace.kernels`:
-    the hot-kernel table keeps ten, which cannot tell a kernel gone from one cooler)."""
-    tables, _ = single(tr, min_gap_us)
-    steps = _table(tables, STEPS_TABLE, ("steps",))
-    n = len(steps) if steps is not None else len(tr.steps())
+def _diff_side(tr: Trace, min_gap_us: float) -> dict[str, Any]:
+    """What :func:`diff` compares of one trace: the period and busy share :func:`single`'s notes state
+    (:meth:`Trace.steady_window`, :meth:`Trace.summary`), the mean CPU time of a profiled step, idle by cause per
+    period of the steady window (:func:`~infralens_lab.analysis.idle.idle_accounting`, :func:`single`'s idle
+    table) and every kernel the profiled steps launched, per profiled step (:meth:`Trace.kernels`: the hot-kernel
+    table keeps ten, which cannot tell a kernel gone from one cooler)."""
+    _require_step_work(tr)
+    n = len(tr.steps())
     sw, s = tr.steady_window(), tr.summary(min_gap_us)
     k = tr.kernels()
     kern = pd.DataFrame({"kernel": k["name"], "ms": k["total_us"] / n / 1e3, "launches": k["count"] / n})  # per step
-    idle = _table(tables, IDLE_TABLE, ("idle", "cause"))
-    if idle is None or not {"cause", "ms_per_step"} <= set(idle.columns):
-        idle = idle_analysis.idle_accounting(tr, min_gap_us)  # the idle table's owner, per period of the steady window
-    idle = idle[["cause", "ms_per_step"]].rename(columns={"ms_per_step": "ms"})
-    cpu = next((c for c in (steps.columns if steps is not None else []) if c.startswith("cpu") and c.endswith("_ms")),
-               None)
+    idle = idle_analysis.idle_accounting(tr, min_gap_us)[["cause", "ms_per_step"]].rename(columns={"ms_per_step": "ms"})
     metrics = {"profiled_steps": n}
     if sw is not None:
         metrics["period_ms"] = (sw[1] - sw[0]) / sw[2] / 1e3
     metrics |= {"gpu_busy_pct": 100 * (s.get("gpu_utilization") or 0.0),
-                "cpu_ms_per_step": float(steps[cpu].mean()) if cpu else s["mean_step_us"] / 1e3,
+                "cpu_ms_per_step": s["mean_step_us"] / 1e3,
                 "kernels_per_step": float(kern["launches"].sum()),
                 "kernel_ms_per_step": float(kern["ms"].sum()),
                 f"idle_ms_per_step (gaps over {min_gap_us:g} µs)": float(
@@ -375,12 +368,12 @@ def diff(before: Any, after: Any, min_gap_us: float = 50.0) -> Report:
         if not tr.has_gpu:
             raise TraceError(f"{name}: no GPU events (kernels, memcpys, memsets); analyze A B compares the GPU work "
                              f"of two traces, expected traces profiled with ProfilerActivity.CUDA")
-        sides.append(_diff_side(path, tr, min_gap_us))
+        sides.append(_diff_side(tr, min_gap_us))
         names.append(name)
         prov.append(_provenance(path, data, name, record))
     b, a = sides
-    kern = TD.changes(b["kernels"], a["kernels"], "kernel", "ms", "launches")
-    share = TD.common_share(kern, "ms")
+    kern = trace_diff.changes(b["kernels"], a["kernels"], "kernel", "ms", "launches")
+    share = trace_diff.common_share(kern, "ms")
     if share == 0:
         eg = [repr(x["kernels"]["kernel"].iloc[0][:60]) if len(x["kernels"]) else "none" for x in (b, a)]
         raise TraceError(
@@ -388,11 +381,11 @@ def diff(before: Any, after: Any, min_gap_us: float = 50.0) -> Report:
             f"kernels, e.g. {eg[0]} and {eg[1]}); expected two traces of the same program, before and after a change")
     rep = Report(f"{names[0]} → {names[1]}", "\n".join(f"{w}: {p}" for w, p in zip(("before", "after"), prov,
                                                                                    strict=True)))
-    summary = TD.compare(b["metrics"], a["metrics"])
+    summary = trace_diff.compare(b["metrics"], a["metrics"])
     rep.tables[DIFF_TABLES[0]] = summary
     rep.tables[DIFF_TABLES[1]] = kern
     rep.capped[DIFF_TABLES[1]] = (DIFF_KERNELS_SHOWN, "change_ms")
-    rep.tables[DIFF_TABLES[2]] = TD.changes(b["idle"], a["idle"], "cause", "ms")
+    rep.tables[DIFF_TABLES[2]] = trace_diff.changes(b["idle"], a["idle"], "cause", "ms")
     m = summary.set_index("metric")
     if "period_ms" in m.index:
         r = m.loc["period_ms"]

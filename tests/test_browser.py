@@ -311,6 +311,16 @@ def _open(page, url: str, n_cells: int, name: str) -> None:
         page.wait_for_timeout(300)
 
 
+def _unrun_after_clean(cells: list[dict], name: str, what: tuple[str, str]) -> list[str]:
+    """Fails at once on the first traceback or stderr output of ``cells`` (``_CELLS_JS``), saying ``what``
+    (a traceback, stderr); else the prompts of the non-empty code cells without an execution count."""
+    errors = [c["error"] for c in cells if c["error"]]
+    assert not errors, f"{name}: {what[0]}:\n{errors[0][-3000:]}"
+    stderr = [c["stderr"] for c in cells if c["stderr"]]
+    assert not stderr, f"{name}: {what[1]}:\n{stderr[0][-3000:]}"
+    return [c["prompt"] for c in cells if not c["empty"] and not re.fullmatch(r"\[\d+\]:", c["prompt"].strip())]
+
+
 def _run_all(page, name: str) -> float:
     """Clear outputs, Run All Cells, wait until every non-empty code cell has an execution count
     and the kernel is idle; fails at once with the text of a traceback or stderr output."""
@@ -318,12 +328,7 @@ def _run_all(page, name: str) -> float:
     t0 = time.monotonic()
     _menu(page, "Run", "Run All Cells")
     while True:
-        cells = page.evaluate(_CELLS_JS)
-        errors = [c["error"] for c in cells if c["error"]]
-        assert not errors, f"{name}: a cell raised:\n{errors[0][-3000:]}"
-        stderr = [c["stderr"] for c in cells if c["stderr"]]
-        assert not stderr, f"{name}: a cell wrote to stderr:\n{stderr[0][-3000:]}"
-        todo = [c["prompt"] for c in cells if not c["empty"] and not re.fullmatch(r"\[\d+\]:", c["prompt"].strip())]
+        todo = _unrun_after_clean(page.evaluate(_CELLS_JS), name, ("a cell raised", "a cell wrote to stderr"))
         if not todo and _kernel_idle(page):
             return time.monotonic() - t0
         assert time.monotonic() - t0 < LAB_RUN_S, \
@@ -464,12 +469,8 @@ def test_make_lab_banner_and_working_copy(lab_server):
 def _committed_outputs_shown(page, name: str, expect: dict) -> None:
     """A notebook opened as committed (not run here): every non-empty code cell shows its execution count,
     no cell shows a traceback or a stderr output, and the committed figures are in the page."""
-    cells = page.evaluate(_CELLS_JS)
-    errors = [c["error"] for c in cells if c["error"]]
-    assert not errors, f"{name}: a committed output is a traceback:\n{errors[0][-3000:]}"
-    stderr = [c["stderr"] for c in cells if c["stderr"]]
-    assert not stderr, f"{name}: a committed output is stderr:\n{stderr[0][-3000:]}"
-    unrun = [c["prompt"] for c in cells if not c["empty"] and not re.fullmatch(r"\[\d+\]:", c["prompt"].strip())]
+    unrun = _unrun_after_clean(page.evaluate(_CELLS_JS), name,
+                               ("a committed output is a traceback", "a committed output is stderr"))
     assert not unrun, f"{name}: committed code cells without an execution count (prompts {unrun[:5]})"
     page.wait_for_function(f"n => document.querySelectorAll('{PANEL} .jp-OutputArea-output img').length >= n",
                            arg=expect["figures"], timeout=30_000)

@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from ..parse.trace import CAUSES, GRAPH_LAUNCH_CALLS, Trace
+from ..parse.trace import CAUSES, GRAPH_LAUNCH_CALLS, Trace, union
 from ..stats import percentile
 
 SHORT_ROW = "short gaps under {t:g} µs (back-to-back launches)"
@@ -51,6 +51,18 @@ def window(tr: Trace) -> tuple[float, float, int]:
     return busy[0][0], busy[-1][1], 1
 
 
+def window_split(tr: Trace, a: float, b: float, min_gap_us: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """The window ``[a, b]`` (µs) split by the merged busy time of the work the profiled steps launched
+    (:meth:`Trace.busy`): ``(busy_us, inside, over)``, the busy time inside the window, each gap's part inside it
+    (one per pair of consecutive busy intervals; 0 for a gap outside) and whether the gap, by its full length, is
+    longer than ``min_gap_us`` (:meth:`Trace.idle_gaps`' rule). ``busy_us + inside.sum()`` is the window's length
+    when its edges are ends of GPU work, as :meth:`Trace.steady_window`'s are."""
+    busy = np.array(tr.busy()).reshape(-1, 2)
+    busy_us = float((np.clip(busy[:, 1], a, b) - np.clip(busy[:, 0], a, b)).sum())
+    g0, g1 = busy[:-1, 1], busy[1:, 0]
+    return busy_us, np.clip(g1, a, b) - np.clip(g0, a, b), (g1 - g0) > min_gap_us
+
+
 def idle_accounting(tr: Trace, min_gap_us: float = 50.0) -> pd.DataFrame:
     """All GPU idle time (no kernel, memcpy or memset on any stream) inside :func:`window`: one row per CPU cause
     of the gaps over ``min_gap_us`` (:meth:`Trace.idle_gaps`, each moment charged to the first matching cause)
@@ -62,11 +74,8 @@ def idle_accounting(tr: Trace, min_gap_us: float = 50.0) -> pd.DataFrame:
     by its full length against the threshold and by its part inside the window (its causes scaled to it);
     the window's edges are ends of GPU work, so no committed trace has one."""
     a, b, n = window(tr)
-    busy = np.array(tr.busy()).reshape(-1, 2)
-    busy_us = float((np.clip(busy[:, 1], a, b) - np.clip(busy[:, 0], a, b)).sum())
-    g0, g1 = busy[:-1, 1], busy[1:, 0]
-    inside = np.clip(g1, a, b) - np.clip(g0, a, b)
-    short = (g1 - g0) <= min_gap_us  # the complement of Trace.idle_gaps' rule (gap > min_gap_us)
+    busy_us, inside, over = window_split(tr, a, b, min_gap_us)
+    short = ~over  # the gaps Trace.idle_gaps leaves out
     gaps = tr.idle_gaps(min_gap_us)
     rows = []
     if len(gaps):
@@ -193,12 +202,8 @@ def stream_idle(tr: Trace) -> pd.DataFrame:
                        - np.clip(gaps["start_us"].to_numpy(float), a, b))
     rows = []
     for stream, s in g.groupby("stream", sort=True):
-        st, en = s["start_us"].to_numpy(float), s["end_us"].to_numpy(float)
-        order = np.argsort(st, kind="stable")
-        st, en = st[order], np.maximum.accumulate(en[order])
-        newrun = np.r_[True, st[1:] > en[:-1]]
-        run_s, run_e = st[newrun], np.r_[en[np.flatnonzero(newrun)[1:] - 1], en[-1]]
-        busy = float((np.clip(run_e, a, b) - np.clip(run_s, a, b)).sum())
+        runs = union(s["start_us"], s["end_us"])
+        busy = float((np.clip(runs[:, 1], a, b) - np.clip(runs[:, 0], a, b)).sum())
         mine = gaps[gaps["stream"] == stream]
         by = {c: float(mine.loc[mine["category"] == c, "in_us"].sum()) for c in STREAM_CATEGORIES}
         idle = sum(by.values())
@@ -287,4 +292,4 @@ def short_kernels(tr: Trace, under_us: float = SHORT_KERNEL_US, top: int = 5) ->
 
 
 __all__ = ["SHORT_KERNEL_US", "SHORT_ROW", "STREAM_CATEGORIES", "idle_accounting", "launch_delay", "launch_records",
-           "short_kernels", "stream_gaps", "stream_idle", "window"]
+           "short_kernels", "stream_gaps", "stream_idle", "window", "window_split"]

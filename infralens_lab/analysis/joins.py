@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
 from ..parse import ncu
@@ -27,6 +26,7 @@ from ..parse.runs import RunConfig
 from ..parse.trace import idle_by_cause, step_gpu_work
 from ..units import ELEM_BYTES, MB
 from . import traffic
+from .idle import window_split
 from .stalls import dominant_item
 
 
@@ -311,11 +311,7 @@ def idle_budget(tr, min_gap_us: float = 50.0) -> dict:
     if sw is None:
         raise ValueError(f"need at least two profiled steps that launched GPU work; got {len(tr.steps())} steps")
     a, b, n = sw
-    busy = np.array(tr.busy()).reshape(-1, 2)  # the work the profiled steps launched (the attribution rule)
-    busy_us = float((np.clip(busy[:, 1], a, b) - np.clip(busy[:, 0], a, b)).sum())
-    g0, g1 = busy[:-1, 1], busy[1:, 0]
-    inside = np.clip(g1, a, b) - np.clip(g0, a, b)  # the part of each gap inside the window
-    over = (g1 - g0) > min_gap_us  # a gap counts by its full length, as in Trace.idle_gaps
+    busy_us, inside, over = window_split(tr, a, b, min_gap_us)  # the work the profiled steps launched
     return {"period_ms": (b - a) / n / 1e3, "busy_ms": busy_us / n / 1e3,
             "idle_over_ms": float(inside[over].sum()) / n / 1e3, "idle_under_ms": float(inside[~over].sum()) / n / 1e3,
             "gaps_over_per_step": int(((inside > 0) & over).sum()) / n, "min_gap_us": float(min_gap_us)}

@@ -1,8 +1,8 @@
 """What changed between two traces of one program (``python -m infralens_lab analyze BEFORE AFTER``): the same
 quantities side by side as before, after, change (after − before) and ratio (after / before).
 
-Pure functions over plain numbers and tables (what :func:`infralens_lab.analyze.single` and
-:class:`~infralens_lab.parse.trace.Trace` give for each trace); nothing here reads a file. Per-step quantities
+Pure functions over plain numbers and tables (what :class:`~infralens_lab.parse.trace.Trace` and
+:mod:`~infralens_lab.analysis.idle` give for each trace); nothing here reads a file. Per-step quantities
 are divided by each trace's own number of profiled steps, so two traces with different schedules compare.
 :func:`compare` gives one row per metric, :func:`changes` one row per kernel (or idle cause) with ``status``
 ``both``, ``added`` (after only) or ``removed`` (before only), and :func:`common_share` says how much of the

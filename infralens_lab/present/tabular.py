@@ -174,9 +174,7 @@ def kernel_names_short(values, limit: int = NAME_MAX_CHARS) -> list:
     import hashlib  # lazy: only here
 
     names = {v for v in values if isinstance(v, str)}
-    cut = limit
-    while cut < KERNEL_NAME_MAX_CHARS and len({kernel_name_short(n, cut) for n in names}) < len(names):
-        cut = min(cut + 8, KERNEL_NAME_MAX_CHARS)
+    cut = _distinct_cut(names, kernel_name_short, limit, KERNEL_NAME_MAX_CHARS)
     short = {n: kernel_name_short(n, cut) for n in names}
     alike: dict[str, list[str]] = {}
     for n, s in short.items():
@@ -251,9 +249,15 @@ def _name_limit(values) -> int:
     """The shortest cut, from NAME_MAX_CHARS up, at which a column's long names that differ still differ
     once shortened (two cuBLAS kernels can share their first and last twenty characters)."""
     names = {v for v in values if _is_long_name(v)}
-    limit, longest = NAME_MAX_CHARS, max(map(len, names), default=0)
-    while limit < longest and len({shorten_name(n, limit) for n in names}) < len(names):
-        limit += 8
+    return _distinct_cut(names, shorten_name, NAME_MAX_CHARS, max(map(len, names), default=0))
+
+
+def _distinct_cut(names: set[str], cut, start: int, stop: int) -> int:
+    """The shortest length, from ``start`` up in steps of 8 and at most ``stop`` (once reached), at which
+    ``cut(name, length)`` keeps the ``names`` that differ different."""
+    limit = start
+    while limit < stop and len({cut(n, limit) for n in names}) < len(names):
+        limit = min(limit + 8, stop)
     return limit
 
 
