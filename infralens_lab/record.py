@@ -43,6 +43,7 @@ import traceback
 from pathlib import Path
 
 from . import device
+from .analysis.clocks import check_physics
 from .analysis.ddp_run import run_violations
 from .analysis.variants import RECORD as VARIANTS_RECORD
 from .analysis.variants import SAME_WORK, trace_digest
@@ -115,9 +116,14 @@ class Recorder:
 
     def step_ceilings(self):
         values, units, notes = ceilings.measure(self.quick)
+        f = device.facts()
+        check_physics(values, f.sm_count, f.compute_capability)  # an impossible clock is an error, not a record
         self.w.write("ceilings", values, units=units, notes=notes)
-        return f"copy {values['copy']['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; " + ", ".join(
+        clock = ", ".join(f"{r['dtype']} at {r['sm_clock_hz'] / 1e9:.2f} GHz" for r in values["matmul"]
+                          if r.get("sm_clock_hz"))
+        return (f"copy {values['copy']['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; " + ", ".join(
             f"{r['dtype']} {r['flops_per_s'] / 1e12:.0f} TFLOP/s" for r in values["matmul"])
+                + f"; SM clocks during the timing (NVML): {clock or 'none'}")
 
     def step_bench(self):
         bench = _optional("infralens_lab.bench", "record_into")

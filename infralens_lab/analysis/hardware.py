@@ -80,6 +80,35 @@ def peaks_for(gpu_name: str) -> Peaks | None:
     return None
 
 
+# Dense FLOP per SM per cycle, by compute capability: the most one SM's units can do in one cycle (fp32 on the CUDA
+# cores, the others on tensor cores with fp32 accumulation, no 2:4 sparsity). Each is a datasheet's dense peak divided
+# by (SM count x the boost clock it is quoted at), rounded to the power of two the architecture's units give:
+# sm_90 H100 SXM5 989.5 TFLOP/s fp16 / (132 x 1.83 GHz) = 4,096, tf32 494.5 -> 2,048, fp32 67 -> 256 (with the
+# FMA counted as 2); sm_80 A100 312 / (108 x 1.41 GHz) = 2,048, tf32 1,024, fp32 128; sm_75 T4 65 / (40 x 1.59 GHz)
+# = 1,024 (no bf16, no tf32); sm_86 / sm_89 / sm_120 the fastest accumulate mode of the family's whitepapers (RTX
+# 3090 fp16 71 TFLOP/s / (82 x 1.695 GHz) = 512; L40S 362 / (142 x 2.52 GHz) = 1,024); sm_100 B200 2.25 PFLOP/s
+# fp16 dense / (148 x 1.965 GHz) ~ 7,740 -> 8,192. Used as an upper bound (physics), never as an expected rate.
+PEAK_PER_CYCLE: dict[str, dict[str, int]] = {
+    "7.5": {"fp32": 128, "fp16": 1024},
+    "8.0": {"fp32": 128, "tf32": 1024, "fp16": 2048, "bf16": 2048},
+    "8.6": {"fp32": 256, "tf32": 256, "fp16": 512, "bf16": 512},
+    "8.9": {"fp32": 256, "tf32": 512, "fp16": 1024, "bf16": 1024},
+    "9.0": {"fp32": 256, "tf32": 2048, "fp16": 4096, "bf16": 4096},
+    "10.0": {"fp32": 256, "tf32": 4096, "fp16": 8192, "bf16": 8192},
+    "12.0": {"fp32": 256, "tf32": 512, "fp16": 1024, "bf16": 1024},
+}
+PEAK_PER_CYCLE_SOURCE = ("dense datasheet peak / (SM count x quoted boost clock), rounded to the unit's power of two "
+                         "(analysis.hardware.PEAK_PER_CYCLE)")
+
+
+def peak_per_cycle(compute_capability: str, dtype: str) -> int | None:
+    """Dense FLOP per SM per cycle for ``dtype`` (``fp32``, ``tf32``, ``fp16``, ``bf16``) on a GPU of
+    ``compute_capability`` (``'9.0'``); None where the table has no such unit (bf16 on sm_75) or no such GPU."""
+    if not isinstance(compute_capability, str) or not isinstance(dtype, str):
+        raise TypeError(f"peak_per_cycle({compute_capability!r}, {dtype!r}); expected strings like ('9.0', 'fp16')")
+    return PEAK_PER_CYCLE.get(compute_capability, {}).get(dtype)
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """Ceilings measured on one GPU by the recorder's ``ceilings`` step. SI units (byte/s, FLOP/s).
@@ -154,7 +183,8 @@ class Ceilings:
 def matmul_rate_table(values: dict[str, Any]) -> pd.DataFrame:
     """The ``ceilings`` record's matmul rates, one row per precision as measured: ``dtype``, ``shape``
     (``MxNxK``), ``rate_TFLOPs`` (median of CUDA-event timings; ``fp32`` with TF32 off) and ``sm_clock_ghz``, the
-    SM clock recorded while that matmul ran (the median of nvidia-smi samples; NaN where the record has none)."""
+    SM clock recorded while that matmul ran (the median of the recorder's clock readings; NaN where the record has
+    none)."""
     if not isinstance(values, dict) or not isinstance(values.get("matmul"), list):
         seen = sorted(values) if isinstance(values, dict) else type(values).__name__
         raise ValueError(f"ceilings values have {seen}; expected a dict with a 'matmul' list")
