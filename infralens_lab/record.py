@@ -43,8 +43,8 @@ import traceback
 from pathlib import Path
 
 from . import device
-from .analysis.clocks import check_physics
 from .analysis.ddp_run import run_violations
+from .analysis.hardware import check_physics
 from .analysis.variants import RECORD as VARIANTS_RECORD
 from .analysis.variants import SAME_WORK, trace_digest
 from .errors import InfraLensError

@@ -27,12 +27,15 @@ def test_every_recorded_launch_has_a_clock_between_1_and_2_1_ghz(path):
     assert (c["clock_ghz"] == c["clock_hz"] / 1e9).all()
 
 
-def test_the_h200_matmuls_slow_down_as_they_grow():
-    """Measured: the larger the cuBLAS matmul, the lower its clock (power), 1.81 GHz at 256³ to 1.55 at 8192³."""
-    mm = ROOT / "data" / "recorded" / "nvidia-h200" / "ncu_matmul.csv"
+@pytest.mark.parametrize("gpu", ["nvidia-h200", "nvidia-h100-80gb-hbm3"])
+def test_the_matmuls_slow_down_as_they_grow(gpu):
+    """Measured on both recorded sets: the larger the cuBLAS matmul, the lower its clock (power), e.g. 1.83 GHz at
+    256³ to 1.56 at 8192³ on the 2026-12-03 H200 set, 1.88 to 1.52 on the H100 set."""
+    mm = ROOT / "data" / "recorded" / gpu / "ncu_matmul.csv"
     per = clocks.kernel_clock_ghz(parse_raw_csv(mm.read_text()))
     by_size = [float(v) for v in per["clock_ghz"].to_numpy()]
-    assert by_size[0] == pytest.approx(1.814, abs=0.001) and by_size[-1] == pytest.approx(1.548, abs=0.001)
+    assert len(by_size) == 6
+    assert all(b <= a + 0.01 for a, b in zip(by_size, by_size[1:])), by_size  # 10 MHz: ncu's clock reading noise
     assert by_size[-1] < by_size[0] - 0.2
 
 
@@ -66,9 +69,10 @@ def test_clock_control_defaults_and_disagreements():
 
 
 def test_frames_without_the_clock_metric_are_refused():
-    text = (ROOT / "data" / "recorded" / "nvidia-h200" / "ncu_train_step.csv").read_text()
+    df = parse_raw_csv((ROOT / "data" / "recorded" / "nvidia-h200" / "ncu_train_step.csv").read_text())
+    assert clocks.has_clock(df)  # recorded with the clock since 2026-12-03; the same file without it is refused
     with pytest.raises(ValueError, match=re.escape("sm__cycles_elapsed.avg.per_second")):
-        clocks.kernel_clocks(parse_raw_csv(text))
+        clocks.kernel_clocks(df[df["metric"] != clocks.CLOCK])
     with pytest.raises(TypeError, match="expected the DataFrame"):
         clocks.kernel_clocks([1, 2])
 

@@ -23,9 +23,7 @@ import re
 
 import pandas as pd
 
-from ..errors import InfraLensError
 from ..parse import ncu
-from .hardware import PEAK_PER_CYCLE_SOURCE, peak_per_cycle
 
 CLOCK = ncu.CLOCK[0]  # sm__cycles_elapsed.avg.per_second, Hz
 CLOCK_METRIC = CLOCK
@@ -136,47 +134,3 @@ def clock_of_peak(peak: float, work_per_cycle: float, units: int = 1) -> float:
     datasheet's FLOP/s were quoted, given the per-cycle work measured for the same units."""
     return _number("peak", peak) / (_number("work_per_cycle", work_per_cycle) * units)
 
-
-class PhysicsError(InfraLensError, ValueError):
-    """A measured rate above what the GPU's SMs can do at the clock recorded beside it."""
-
-
-def physics_rows(values: dict, sm_count: int, compute_capability: str) -> list[dict]:
-    """The physics check of a ``ceilings`` record: per matmul ceiling, the FLOP per SM per cycle its rate needs at
-    its recorded clock (``rate / (sm_count x sm_clock_hz)``) against the unit's peak per cycle
-    (:data:`~infralens_lab.analysis.hardware.PEAK_PER_CYCLE`), ``min_clock_ghz`` (the lowest clock at which the
-    rate is possible: ``rate / (sm_count x peak)``) and ``ok`` (None where the record has no clock or the table no
-    peak). A row with ``ok`` False names a clock that cannot be the one the timing ran at."""
-    if not isinstance(values, dict) or not isinstance(values.get("matmul"), list):
-        seen = sorted(values) if isinstance(values, dict) else type(values).__name__
-        raise ValueError(f"ceilings values have {seen}; expected a dict with a 'matmul' list")
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
-        raise ValueError(f"sm_count={sm_count!r}; expected the GPU's SM count, a positive int")
-    rows = []
-    for r in values["matmul"]:
-        dtype, rate, clock = r.get("dtype"), r.get("flops_per_s"), r.get("sm_clock_hz")
-        peak = peak_per_cycle(compute_capability, dtype) if isinstance(dtype, str) else None
-        need = rate / (sm_count * clock) if rate and clock else None
-        rows.append({"ceiling": f"{dtype} matmul", "rate_TFLOPs": rate / 1e12 if rate else None,
-                     "clock_ghz": clock / 1e9 if clock else None, "flop_per_sm_cycle": need,
-                     "peak_per_sm_cycle": peak,
-                     "min_clock_ghz": rate / (sm_count * peak) / 1e9 if rate and peak else None,
-                     "ok": None if need is None or peak is None else bool(need <= peak)})
-    return rows
-
-
-def physics_violations(values: dict, sm_count: int, compute_capability: str) -> list[str]:
-    """One sentence per matmul ceiling whose recorded clock is impossible (``ok`` False in :func:`physics_rows`):
-    the rate, the clock, the FLOP per SM-cycle it would need, the peak and the lowest possible clock."""
-    return [f"{r['ceiling']}: {r['rate_TFLOPs']:.1f} TFLOP/s at the recorded {r['clock_ghz']:.3f} GHz needs "
-            f"{r['flop_per_sm_cycle']:,.0f} FLOP per SM-cycle on {sm_count} SMs, above the {r['peak_per_sm_cycle']:,} "
-            f"the unit can do ({PEAK_PER_CYCLE_SOURCE}); the timing ran at {r['min_clock_ghz']:.3f} GHz or faster"
-            for r in physics_rows(values, sm_count, compute_capability) if r["ok"] is False]
-
-
-def check_physics(values: dict, sm_count: int, compute_capability: str) -> None:
-    """:class:`PhysicsError` listing every impossible ceiling clock (see :func:`physics_violations`); the
-    recorder calls it before it writes a ``ceilings`` record."""
-    bad = physics_violations(values, sm_count, compute_capability)
-    if bad:
-        raise PhysicsError("ceilings above SMs x peak-per-cycle x clock: " + "; ".join(bad))

@@ -34,7 +34,7 @@ from ..parse.ncu import (
 from ..parse.runs import RunConfig
 from . import roofline as rl
 from . import traffic as tr
-from .hardware import Ceilings
+from .hardware import Ceilings, peak_per_cycle
 
 TIME = "gpu__time_duration.sum"
 DRAM_READ, DRAM_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
@@ -185,8 +185,8 @@ def kernel_table(frames: list, ceilings, tensor_flop_factor: float | None,
                  launch_floor_s: float | None = None) -> pd.DataFrame:
     """One row per kernel (attention kernels by name; a matmul's kernels summed into one row per
     size) from tidy ncu frames, with measured and predicted intensity, achieved FLOP/s, the roof it
-    is judged against (the measured fp16 tensor-core rate if it used tensor cores, else the fp32
-    rate; the measured copy bandwidth), its bound and what would move it. Copies are left out:
+    is judged against (:func:`compute_roof`: SMs x the fp16 tensor or fp32 peak per cycle x the kernel's own clock,
+    ``roof_TFLOPs`` and ``roof_basis``; the measured copy bandwidth for DRAM), its bound and what would move it. Copies are left out:
     they do no floating-point work (see :func:`copy_table`). The verdict is the series' one rule over every
     unit measured (:func:`infralens_lab.analysis.roofline.classify`): ``bound``, ``decided_by`` (the unit:
     ``FLOP/s roof``, ``DRAM roof``, ``SM %``, ``Memory %``) and ``decided_pct`` (its % of peak), ``bound_reasons``
@@ -222,6 +222,18 @@ def _time_weighted(g: pd.DataFrame, metric: str) -> float | None:
     return float((g[metric].fillna(0.0) * t).sum() / t.sum()) if t.sum() > 0 else float(g[metric].mean())
 
 
+def compute_roof(ceilings, dtype: str, clock_hz: float | None, sm_count: float | None) -> tuple[float, str]:
+    """``(FLOP/s, basis)``: the compute roof a kernel is judged against, per cycle at the kernel's own clock, so a
+    verdict never divides a rate measured at one clock by a ceiling timed at another (issue 37): ``sm_count x
+    PEAK_PER_CYCLE[compute capability][dtype] x clock_hz``. Falls back to the measured ceiling (FLOP/s, its own
+    clock) when the kernel's clock, its SM count or the GPU's per-cycle peak is unknown, and says so in ``basis``."""
+    ppc = peak_per_cycle(ceilings.compute_capability, dtype) if getattr(ceilings, "compute_capability", None) else None
+    if ppc and clock_hz and sm_count and clock_hz > 0 and sm_count > 0:
+        return (sm_count * ppc * clock_hz,
+                f"{int(sm_count)} SMs x {ppc:,} FLOP/cycle ({dtype}) x the kernel's {clock_hz / 1e9:.2f} GHz")
+    return ceilings.rate(dtype), f"measured {dtype} ceiling (the kernel's clock or the GPU's per-cycle peak unknown)"
+
+
 def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor_s=None) -> dict:
     launches = len(g) if cfg["family"] != "matmul" else 1
     t = float(_col(g, TIME).sum()) * 1e-9 / launches
@@ -237,12 +249,13 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
         flops = float(pred.flops)
         tensor = tensor or kernel in TENSOR_KERNELS
     roof_name = "fp16 tensor" if tensor else "fp32 CUDA core"
-    peak = ceilings.rate("fp16") if tensor else ceilings.rate("fp32")
+    clock = _time_weighted(g, CLOCK[0])  # Hz: the SM clock the kernel ran at (ncu --clock-control none)
+    peak, roof_basis = compute_roof(ceilings, "fp16" if tensor else "fp32", clock,
+                                    float(g["launch__sm_count"].iloc[0]) if "launch__sm_count" in g.columns else None)
     group = {"attention": "attention naive" if kernel.startswith("naive_") else "attention tiled",
              "matmul": "matmul fp16"}[cfg["family"]]
     waves = float(g[WAVES].max()) if WAVES in g.columns else None
     sol = [_time_weighted(g, m) for m in SOL]  # several kernels (a matmul's): weighted by their time
-    clock = _time_weighted(g, CLOCK[0])  # Hz: the SM clock the kernel ran at (ncu --clock-control none)
     b = rl.classify(flops, dram, t, peak, ceilings.copy_bw, waves=waves, launch_floor_s=launch_floor_s,
                     sm_pct=sol[0], memory_pct=sol[1]) if flops > 0 and dram > 0 and t > 0 else None
     return {
@@ -252,7 +265,7 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
         "intensity": dram and flops / dram, "flops_per_s": flops / t if t else math.nan,
         "predicted_bytes": pred.bytes if pred else math.nan, "predicted_flops": pred.flops if pred else math.nan,
         "predicted_intensity": pred.intensity if pred else math.nan,
-        "roof": roof_name, "ridge": b.ridge if b else math.nan,
+        "roof": roof_name, "roof_basis": roof_basis, "roof_TFLOPs": peak / 1e12, "ridge": b.ridge if b else math.nan,
         "attainable_per_s": b.attainable if b else math.nan,
         "attainable_TFLOPs": b.attainable / 1e12 if b else math.nan,
         "fraction_of_roof": b.fraction_of_roof if b else math.nan,
@@ -276,7 +289,7 @@ def store_kernel_table(store) -> pd.DataFrame | None:
     if "ncu_attention.csv" not in files or "ncu_matmul.csv" not in files or "ceilings" not in names:
         return None
     attn, mm = parse_raw_csv(store.text("ncu_attention.csv")), parse_raw_csv(store.text("ncu_matmul.csv"))
-    ceil = Ceilings.from_evidence(store.load("ceilings"))
+    ceil = Ceilings.from_store(store)
     return kernel_table([attn, mm], ceil, tensor_flops_per_op(tensor_op_check(mm)))
 
 

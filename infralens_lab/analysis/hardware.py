@@ -14,10 +14,12 @@ rates at 8192³) next to them and use the measured ones for rooflines.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pandas as pd
+
+from ..errors import InfraLensError
 
 T = 1e12
 
@@ -109,6 +111,51 @@ def peak_per_cycle(compute_capability: str, dtype: str) -> int | None:
     return PEAK_PER_CYCLE.get(compute_capability, {}).get(dtype)
 
 
+class PhysicsError(InfraLensError, ValueError):
+    """A measured rate above what the GPU's SMs can do at the clock recorded beside it."""
+
+
+def physics_rows(values: dict, sm_count: int, compute_capability: str) -> list[dict]:
+    """The physics check of a ``ceilings`` record: per matmul ceiling, the FLOP per SM per cycle its rate needs at
+    its recorded clock (``rate / (sm_count x sm_clock_hz)``) against the unit's peak per cycle
+    (:data:`~infralens_lab.analysis.hardware.PEAK_PER_CYCLE`), ``min_clock_ghz`` (the lowest clock at which the
+    rate is possible: ``rate / (sm_count x peak)``) and ``ok`` (None where the record has no clock or the table no
+    peak). A row with ``ok`` False names a clock that cannot be the one the timing ran at."""
+    if not isinstance(values, dict) or not isinstance(values.get("matmul"), list):
+        seen = sorted(values) if isinstance(values, dict) else type(values).__name__
+        raise ValueError(f"ceilings values have {seen}; expected a dict with a 'matmul' list")
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise ValueError(f"sm_count={sm_count!r}; expected the GPU's SM count, a positive int")
+    rows = []
+    for r in values["matmul"]:
+        dtype, rate, clock = r.get("dtype"), r.get("flops_per_s"), r.get("sm_clock_hz")
+        peak = peak_per_cycle(compute_capability, dtype) if isinstance(dtype, str) else None
+        need = rate / (sm_count * clock) if rate and clock else None
+        rows.append({"ceiling": f"{dtype} matmul", "rate_TFLOPs": rate / 1e12 if rate else None,
+                     "clock_ghz": clock / 1e9 if clock else None, "flop_per_sm_cycle": need,
+                     "peak_per_sm_cycle": peak,
+                     "min_clock_ghz": rate / (sm_count * peak) / 1e9 if rate and peak else None,
+                     "ok": None if need is None or peak is None else bool(need <= peak)})
+    return rows
+
+
+def physics_violations(values: dict, sm_count: int, compute_capability: str) -> list[str]:
+    """One sentence per matmul ceiling whose recorded clock is impossible (``ok`` False in :func:`physics_rows`):
+    the rate, the clock, the FLOP per SM-cycle it would need, the peak and the lowest possible clock."""
+    return [f"{r['ceiling']}: {r['rate_TFLOPs']:.1f} TFLOP/s at the recorded {r['clock_ghz']:.3f} GHz needs "
+            f"{r['flop_per_sm_cycle']:,.0f} FLOP per SM-cycle on {sm_count} SMs, above the {r['peak_per_sm_cycle']:,} "
+            f"the unit can do ({PEAK_PER_CYCLE_SOURCE}); the timing ran at {r['min_clock_ghz']:.3f} GHz or faster"
+            for r in physics_rows(values, sm_count, compute_capability) if r["ok"] is False]
+
+
+def check_physics(values: dict, sm_count: int, compute_capability: str) -> None:
+    """:class:`PhysicsError` listing every impossible ceiling clock (see :func:`physics_violations`); the
+    recorder calls it before it writes a ``ceilings`` record."""
+    bad = physics_violations(values, sm_count, compute_capability)
+    if bad:
+        raise PhysicsError("ceilings above SMs x peak-per-cycle x clock: " + "; ".join(bad))
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """Ceilings measured on one GPU by the recorder's ``ceilings`` step. SI units (byte/s, FLOP/s).
@@ -128,6 +175,9 @@ class Ceilings:
     bf16: float | None = None
     launch_floor_s: float | None = None
     clock_hz: dict = field(default_factory=dict)
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    values: dict | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_values(cls, values: dict[str, Any], gpu: str = "") -> Ceilings:
@@ -148,12 +198,37 @@ class Ceilings:
                     clocks[row["dtype"]] = float(row["sm_clock_hz"])
         sweep = [r for r in values.get("sweep") or () if r.get("median_ms")]
         floor = min(sweep, key=lambda r: r.get("M", 0))["median_ms"] * 1e-3 if sweep else None
-        return cls(gpu=gpu, copy_bw=float(bw), **rates, launch_floor_s=floor, clock_hz=clocks)
+        return cls(gpu=gpu, copy_bw=float(bw), **rates, launch_floor_s=floor, clock_hz=clocks, values=values)
 
     @classmethod
-    def from_evidence(cls, ev) -> Ceilings:
-        """Build from an :class:`~infralens_lab.evidence.Evidence` named ``ceilings``."""
-        return cls.from_values(ev.values, gpu=ev.provenance.gpu)
+    def from_evidence(cls, ev, device: dict | None = None) -> Ceilings:
+        """Build from an :class:`~infralens_lab.evidence.Evidence` named ``ceilings``; ``device``: the same set's
+        (or the live GPU's) device facts (``compute_capability``, ``sm_count``), which the physics check and the
+        per-cycle roofs need."""
+        c = cls.from_values(ev.values, gpu=ev.provenance.gpu)
+        if device:
+            sms = device.get("sm_count")
+            c = replace(c, compute_capability=device.get("compute_capability"),
+                        sm_count=int(sms) if sms else None)
+        return c
+
+    @classmethod
+    def from_store(cls, store) -> Ceilings:
+        """:meth:`from_evidence` of a recorded set's ``ceilings`` record with the set's own ``device`` record."""
+        dev = store.load("device").values if "device" in store.names() else None
+        return cls.from_evidence(store.load("ceilings"), dev)
+
+    def clock_checks(self) -> list[dict]:
+        """:func:`physics_rows` of this record (empty without the device facts or the raw values)."""
+        if not self.values or not self.compute_capability or not self.sm_count:
+            return []
+        return physics_rows(self.values, self.sm_count, self.compute_capability)
+
+    def trusted_clock_hz(self) -> dict:
+        """``clock_hz`` without the clocks the physics check refutes (a matmul rate above SMs x peak-per-cycle x its
+        recorded clock): the ones a per-cycle figure may use."""
+        bad = {r["ceiling"].split()[0] for r in self.clock_checks() if r["ok"] is False}
+        return {k: v for k, v in self.clock_hz.items() if k not in bad}
 
     def rate(self, dtype: str) -> float:
         """Measured matmul rate for ``dtype`` in FLOP/s; ValueError if it was not measured."""
@@ -164,19 +239,26 @@ class Ceilings:
         return v
 
     def versus_datasheet(self):
-        """DataFrame: measured ceiling, datasheet peak, their ratio and the SM clock the ceiling ran at (GHz,
-        None where not recorded), per quantity."""
+        """DataFrame: measured ceiling, datasheet peak, their ratio and the SM clock the ceiling ran at (GHz; None
+        where not recorded or where the physics check refutes it), and ``clock_read``: ``during the timing`` (NVML
+        readings of the timed repetitions), ``after the timing`` (an older recorder's separate loop),
+        ``impossible (physics)`` or ``not recorded``."""
         p = peaks_for(self.gpu)
+        trusted = self.trusted_clock_hz()
         rows = [("copy bandwidth", "TB/s", self.copy_bw, p.bandwidth if p else None, "copy")]
         rows += [(f"{d} matmul", "TFLOP/s", getattr(self, d), getattr(p, d) if p else None, d)
                  for d in ("fp32", "tf32", "fp16", "bf16")]
         out = []
         for what, unit, meas, peak, key in rows:
-            clock = self.clock_hz.get(key)
+            clock = trusted.get(key)
+            check = ("impossible (physics)" if key in self.clock_hz and key not in trusted else
+                     "during the timing" if self.values and (self.values["copy"] if key == "copy" else next(
+                         (r for r in self.values["matmul"] if r.get("dtype") == key), {})).get("clock_samples")
+                     else "after the timing" if clock else "not recorded")
             out.append({"quantity": what, "unit": unit, "measured": meas / T if meas else None,
                         "datasheet": peak / T if peak else None,
                         "measured_over_datasheet": meas / peak if meas and peak else None,
-                        "clock_GHz": clock / 1e9 if clock else None})
+                        "clock_GHz": clock / 1e9 if clock else None, "clock_read": check})
         return pd.DataFrame(out)
 
 
