@@ -157,6 +157,8 @@ def test_lever_outcome_on_the_untraced_basis():
     inside = bottleneck.lever_outcome(lever, "TF32", 19.8, 12.0, basis="untraced, back to back", traced_speedup=1.05)
     assert inside.startswith("Measured, TF32 gave 1.65x (12.0 ms per step, untraced, back to back): within the bound")
     assert "Under the profiler the same steps gave 1.05x" in inside
+    noisy = bottleneck.lever_outcome(lever, "TF32", 19.8, 10.1, basis="untraced", spread=(1.8, 2.1))
+    assert noisy.startswith("Measured, TF32 gave 1.96x (10.1 ms per step, untraced; p10-p90 1.80-2.10x, the bound inside it)")
     past = bottleneck.lever_outcome(lever, "TF32", 19.8, 9.0, basis="untraced, back to back")
     assert "estimated from the profiled CPU time and the profiler's measured factor" in past
     assert "measured under the profiler" not in past

@@ -64,14 +64,15 @@ def lever_outcome(lever, name: str, base_period_ms: float, period_ms: float, cpu
     which says when the bound lies inside the noise."""
     s = base_period_ms / period_ms
     traced = basis == "traced"
-    head = f"Measured, {name} gave {s:.2f}x ({period_ms:.1f} ms per step, {basis})"
+    noise = ""
+    if spread is not None:
+        lo, hi = spread
+        noise = f"; p10-p90 {lo:.2f}-{hi:.2f}x" + (", the bound inside it" if lo <= lever.bound <= hi else "")
+    head = f"Measured, {name} gave {s:.2f}x ({period_ms:.1f} ms per step, {basis}{noise})"
     plain = f" Without the profiler (steps back to back) it gave {plain_speedup:.2f}x." if plain_speedup else ""
     if traced_speedup:
         plain += (f" Under the profiler the same steps gave {traced_speedup:.2f}x: its CPU cost per op hides the gain "
                   "once the CPU sets the pace.")
-    if spread is not None:
-        lo, hi = spread
-        head += f" (p10-p90 {lo:.2f}-{hi:.2f}x" + ("; the bound lies inside it)" if lo <= lever.bound <= hi else ")")
     if s <= lever.bound:
         share = 100 * (s - 1) / (lever.bound - 1) if lever.bound > 1 else float("nan")
         return f"{head}: within the bound, {share:.0f}% of the possible gain.{plain}"
