@@ -225,7 +225,32 @@ def test_the_statement_names_its_one_gpu(one_gpu_set):
     causes = pd.DataFrame([{"cause": "host", "share": 0.9}])
     values, rates = _inputs(st)
     fx = variants.untraced_fix(values, rates, "fixed+tf32")
-    text = bottleneck.bottleneck_statement(cmp, causes, lever=step_bound(**fx.inputs), gpu=f"{st.gpu} (recorded)",
+    text = bottleneck.bottleneck_statement(cmp, causes, lever=step_bound(**fx.inputs), gpu=st.gpu,
                                            lever_basis="all without the profiler")
-    assert text.startswith(f"On {st.gpu} (recorded): where time goes")
+    assert text.startswith(f"On {st.gpu}: where time goes")
     assert "(the GPU floor alone would allow" in text and "; all without the profiler." in text
+    counters = {"sm_pct": 81.0, "memory_pct": 63.0}  # SYNTHETIC speed of light
+    assert "Why it takes that long" in bottleneck.bottleneck_statement(cmp, causes, counters=counters, gpu=st.gpu,
+                                                                      counters_gpu=st.gpu)
+    other = "NVIDIA H200" if st.gpu != "NVIDIA H200" else "NVIDIA H100 80GB HBM3"
+    with pytest.raises(ValueError, match=f"counters from '{other}', every other number from '{st.gpu}'"):
+        bottleneck.bottleneck_statement(cmp, causes, counters=counters, gpu=st.gpu, counters_gpu=other)
+
+
+def test_live_counters_carry_their_gpu_and_the_recording_can_be_asked_for(monkeypatch):
+    from infralens_lab.measure import ncu as NR
+    from infralens_lab.present.trace_tables import hot_kernel_name
+
+    h100, h200 = evidence.reference("nvidia-h100-80gb-hbm3"), evidence.reference("nvidia-h200")
+    hot = hot_kernel_name(lab01.recorded_traces(h100)["fixed"][0])
+    rec = lab01.hot_kernel_ncu(h100, hot, live=False)
+    assert rec is not None and rec.gpu == h100.gpu and not rec.live and h100.gpu in rec.caption
+    _fake_gpu(monkeypatch, h200.gpu)  # SYNTHETIC live H200: its "live" ncu output is the H200 set's recorded CSV
+    monkeypatch.setattr(lab01, "is_gpu", lambda: True)
+    monkeypatch.setattr(NR, "ncu_binary", lambda: "ncu")
+    monkeypatch.setattr(NR, "run_ncu", lambda *a, **k: h200.text(lab01.TRAIN_STEP_FILE))
+    monkeypatch.setattr(evidence, "current_provenance", lambda command, source="live": h200.provenance)
+    live = lab01.hot_kernel_ncu(h100, hot)
+    assert live is not None and live.live and live.gpu == h200.gpu != h100.gpu
+    forced = lab01.hot_kernel_ncu(h100, hot, live=False)  # what the statement takes on a GPU of another slug
+    assert forced.gpu == h100.gpu and not forced.live

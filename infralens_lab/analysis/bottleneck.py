@@ -93,14 +93,19 @@ def lever_outcome(lever, name: str, base_period_ms: float, period_ms: float, cpu
 
 def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFrame | None = None,
                          counters: dict | None = None, lever=None, lever_name: str = "TF32",
-                         measured: dict | None = None, gpu: str | None = None, lever_basis: str | None = None) -> str:
+                         measured: dict | None = None, gpu: str | None = None, lever_basis: str | None = None,
+                         counters_gpu: str | None = None) -> str:
     """The bottleneck statement, every number taken from the tables passed in: ``cmp`` (rows ``bubble`` and
     ``fixed``), ``causes``, ``hot`` (kernels by GPU time), ``counters`` (the hot kernel's speed of light:
     ``sm_pct``, ``memory_pct``, optional ``dominant_stall`` and ``sm_clock_ghz``) and ``lever`` (a
     :class:`~infralens_lab.analysis.overlap.StepBound` of the next fix, named ``lever_name``, on ``lever_basis``
     when given: words saying which runs its floors come from); ``measured``: the fix as measured, the keyword
     arguments of :func:`lever_outcome`, which then says whether the bound held. ``gpu``: the one GPU every number
-    of the statement was measured on, named in its first words (the caller passes only that GPU's tables)."""
+    of the statement was measured on, named in its first words; ``counters_gpu``: the GPU that ran the counters,
+    which must be ``gpu`` (one statement, one GPU: a ValueError names both otherwise)."""
+    if counters and gpu and counters_gpu and counters_gpu != gpu:
+        raise ValueError(f"bottleneck_statement: counters from {counters_gpu!r}, every other number from {gpu!r}; "
+                         "expected one GPU (pass that GPU's own counters, or none)")
     b = cmp.set_index("version").loc["bubble"]
     f = cmp.set_index("version").loc["fixed"]
     top, bound, r = causes.iloc[0], 100 / b["gpu_util_pct"], b["period_ms"] / f["period_ms"]

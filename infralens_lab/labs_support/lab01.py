@@ -90,10 +90,10 @@ class HotCounters(NamedTuple):  # the hot kernel's ncu launches, caption, the GP
     live: bool
 
 
-def hot_kernel_ncu(st, hot_kernel: str) -> HotCounters | None:
-    """The hot kernel's counters (:class:`HotCounters`): live on a GPU, else the recorded CSV."""
+def hot_kernel_ncu(st, hot_kernel: str, live: bool | None = None) -> HotCounters | None:
+    """The hot kernel's counters (:class:`HotCounters`): live on a GPU (``live`` None or True), else the recorded CSV."""
     rx, text, cap = kernel_regex(hot_kernel), None, None
-    if is_gpu() and NR.ncu_binary():
+    if (is_gpu() if live is None else live) and NR.ncu_binary():
         try:
             text = NR.run_ncu(TARGET, rx, metrics=HOT_METRICS, launch_count=1)
             cap = evidence.live("ncu_hot_kernel", {"csv": text}, NR.command_line(
