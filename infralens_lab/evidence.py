@@ -466,6 +466,25 @@ def reference(gpu: str | None = None, root: str | Path | None = None) -> Recorde
     raise EvidenceError(f"cannot choose a reference set: {why}")
 
 
+def own_set(gpu: str | None = None, root: str | Path | None = None) -> RecordedStore | None:
+    """The recorded set of one GPU, the rule "which recorded set goes with this GPU" (one statement, one GPU): the
+    one-GPU set whose folder is :func:`infralens_lab.device.slug` of ``gpu`` and whose manifest names that slug
+    too; None when that GPU has no set here. ``gpu`` is a GPU name (``'NVIDIA H200'``); by default the GPU this
+    process runs on in gpu mode (``device.facts().name``), and None in interpreter mode, where there is no live
+    GPU to match. A live number is held only against this set's values (or ones measured now), never against the
+    reference set of another GPU."""
+    if gpu is None:
+        if not device.is_gpu():
+            return None
+        gpu = device.facts().name
+    want = device.slug(gpu)
+    root = Path(root) if root is not None else data_root()
+    if want not in recordings(root):
+        return None
+    st = RecordedStore(root / want)
+    return st if st.provenance.gpu_slug == want else None
+
+
 def reference_holding(*files: str) -> RecordedStore | None:
     """The reference set when there is one and it lists every one of ``files``; else None (nothing recorded
     here, or a set recorded before those files were): what the grader's evidence providers ask first."""

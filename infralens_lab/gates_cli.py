@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                   "nothing about a GPU. Run `make gates-gpu` on a machine with an NVIDIA GPU.", file=sys.stderr)
             return 2
 
-        mine = device.slug(device.facts().name)  # this GPU's own recorded set when there is one, else the default
-        st = evidence.reference(mine if mine in evidence.recordings() else None)
+        st = evidence.own_set() or evidence.reference()  # this GPU's own recorded set when there is one, else the default
         print(f"gates: ratio references from the {st.gpu} set ({st.folder})")
         if st.gpu != device.facts().name:
             print(f"gates: note: the reference ratios were recorded on {st.gpu}; this is {device.facts().name}. Ratios "

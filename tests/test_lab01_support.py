@@ -398,7 +398,7 @@ def test_keys_are_what_the_notebook_computes_on_the_recording():
     k = ev[ev["cat"] == "kernel"].groupby("name")["dur_us"].sum()
     assert derive("hot_kernel_pct", keys.fixed_trace()) == pytest.approx(100 * k.max() / k.sum())
     assert k.idxmax() == hot_kernel_name(tr_f)
-    # exercise 4: both floors; the CPU's decides on the recording (issue 26.5: at most ~2.1x, not Amdahl's 3.1x)
+    # exercise 4: both floors on the untraced basis (issue 37.3); the CPU's decides on the recording, under Amdahl's
     fix = keys.tf32_fix()
     got = derive("step_bound", fix)
     g = fix["gpu_ms"] * ((1 - fix["fraction"]) + fix["fraction"] / fix["speedup"])

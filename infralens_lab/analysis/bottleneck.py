@@ -52,23 +52,39 @@ def _meaning(reason: str) -> str:
 
 
 def lever_outcome(lever, name: str, base_period_ms: float, period_ms: float, cpu_ms: float | None = None,
-                  plain_speedup: float | None = None) -> str:
-    """A sentence holding a measured fix against its :class:`~infralens_lab.analysis.overlap.StepBound`: the traced
-    speed-up ``base_period_ms / period_ms``; within the bound, the share of the possible gain it took; past it,
-    which floor failed: every floor above the measured period (``cpu_ms``: the fixed step's own CPU time per step,
-    measured under the profiler like the CPU floor). ``plain_speedup``: the same steps without the profiler."""
+                  plain_speedup: float | None = None, basis: str = "traced", traced_speedup: float | None = None,
+                  spread: tuple[float, float] | None = None) -> str:
+    """A sentence holding a measured fix against its :class:`~infralens_lab.analysis.overlap.StepBound`, both on one
+    ``basis`` (``"traced"``: profiled periods and a CPU floor measured under the profiler; any other words name an
+    untraced basis, whose CPU floor is an estimate): the speed-up ``base_period_ms / period_ms``; within the
+    bound, the share of the possible gain it took; past it, which floor failed: every floor above the measured
+    period (``cpu_ms``: the fixed step's own CPU time per step, on the traced basis). ``plain_speedup``: the same
+    steps without the profiler (traced basis); ``traced_speedup``: the same steps under it (untraced basis);
+    ``spread``: ``(low, high)`` of the speed-up from its runs' p10-p90 (:func:`infralens_lab.stats.ratio_range`),
+    which says when the bound lies inside the noise."""
     s = base_period_ms / period_ms
-    head = f"Measured, {name} gave {s:.2f}x ({period_ms:.1f} ms per step, traced)"
+    traced = basis == "traced"
+    noise = ""
+    if spread is not None:
+        lo, hi = spread
+        noise = f"; p10-p90 {lo:.2f}-{hi:.2f}x" + (", the bound inside it" if lo <= lever.bound <= hi else "")
+    head = f"Measured, {name} gave {s:.2f}x ({period_ms:.1f} ms per step, {basis}{noise})"
     plain = f" Without the profiler (steps back to back) it gave {plain_speedup:.2f}x." if plain_speedup else ""
+    if traced_speedup:
+        plain += (f" Under the profiler the same steps gave {traced_speedup:.2f}x: its CPU cost per op hides the gain "
+                  "once the CPU sets the pace.")
     if s <= lever.bound:
         share = 100 * (s - 1) / (lever.bound - 1) if lever.bound > 1 else float("nan")
         return f"{head}: within the bound, {share:.0f}% of the possible gain.{plain}"
     failed = []
-    if lever.cpu_floor_ms > period_ms:
+    if lever.cpu_floor_ms > period_ms and traced:
         own = (f", and so does the {name} step's own CPU time under the profiler ({cpu_ms:.1f} ms)"
                if cpu_ms is not None and cpu_ms > period_ms else "")
         failed.append(f"the CPU floor ({lever.cpu_floor_ms:.1f} ms, CPU time per step measured under the profiler) "
                       f"sits above the measured period{own}: CPU time measured under the profiler is not a hard floor")
+    elif lever.cpu_floor_ms > period_ms:
+        failed.append(f"the CPU floor ({lever.cpu_floor_ms:.1f} ms, estimated from the profiled CPU time and the "
+                      "profiler's measured factor) sits above the measured period: the estimate was too high")
     if lever.gpu_floor_ms > period_ms:
         failed.append(f"the GPU floor ({lever.gpu_floor_ms:.1f} ms) sits above the measured period: kernels the bound "
                       "held fixed got faster too")
@@ -77,17 +93,24 @@ def lever_outcome(lever, name: str, base_period_ms: float, period_ms: float, cpu
 
 def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFrame | None = None,
                          counters: dict | None = None, lever=None, lever_name: str = "TF32",
-                         measured: dict | None = None) -> str:
+                         measured: dict | None = None, gpu: str | None = None, lever_basis: str | None = None,
+                         counters_gpu: str | None = None) -> str:
     """The bottleneck statement, every number taken from the tables passed in: ``cmp`` (rows ``bubble`` and
     ``fixed``), ``causes``, ``hot`` (kernels by GPU time), ``counters`` (the hot kernel's speed of light:
     ``sm_pct``, ``memory_pct``, optional ``dominant_stall`` and ``sm_clock_ghz``) and ``lever`` (a
-    :class:`~infralens_lab.analysis.overlap.StepBound` of the next fix, named ``lever_name``); ``measured``: the
-    fix as measured, the keyword arguments of :func:`lever_outcome`, which then says whether the bound held."""
+    :class:`~infralens_lab.analysis.overlap.StepBound` of the next fix, named ``lever_name``, on ``lever_basis``
+    when given: words saying which runs its floors come from); ``measured``: the fix as measured, the keyword
+    arguments of :func:`lever_outcome`, which then says whether the bound held. ``gpu``: the one GPU every number
+    of the statement was measured on, named in its first words; ``counters_gpu``: the GPU that ran the counters,
+    which must be ``gpu`` (one statement, one GPU: a ValueError names both otherwise)."""
+    if counters and gpu and counters_gpu and counters_gpu != gpu:
+        raise ValueError(f"bottleneck_statement: counters from {counters_gpu!r}, every other number from {gpu!r}; "
+                         "expected one GPU (pass that GPU's own counters, or none)")
     b = cmp.set_index("version").loc["bubble"]
     f = cmp.set_index("version").loc["fixed"]
     top, bound, r = causes.iloc[0], 100 / b["gpu_util_pct"], b["period_ms"] / f["period_ms"]
     lines = [
-        f"Where time goes: in the bubble step the GPU is busy {b['gpu_util_pct']:.0f}% of each "
+        (f"On {gpu}: w" if gpu else "W") + f"here time goes: in the bubble step the GPU is busy {b['gpu_util_pct']:.0f}% of each "
         f"{b['period_ms']:.1f} ms step; {b['idle_ms_per_step']:.1f} ms per step sit in idle gaps over 50 µs, "
         f"{100 * top['share']:.0f}% of that idle time while the CPU was in '{top['cause']}' work. Removing all "
         f"idle time could make the step at most {bound:.2f}x faster (Amdahl).",
@@ -104,7 +127,8 @@ def bottleneck_statement(cmp: pd.DataFrame, causes: pd.DataFrame, hot: pd.DataFr
         floor = "the CPU's time per step" if lever.limited_by == "cpu" else "the GPU work left"
         lines.append(f"The next lever, {lever_name}, {'was' if measured else 'is'} bounded at {lever.bound:.2f}x with both "
                      f"floors: the GPU work left ({lever.gpu_floor_ms:.1f} ms) and the CPU's time per step "
-                     f"({lever.cpu_floor_ms:.1f} ms); {floor} decides (the GPU floor alone would allow {lever.gpu_only:.1f}x)."
+                     f"({lever.cpu_floor_ms:.1f} ms); {floor} decides (the GPU floor alone would allow {lever.gpu_only:.1f}x)"
+                     + (f"; {lever_basis}." if lever_basis else ".")
                      + (" " + lever_outcome(lever, lever_name, **measured) if measured else ""))
     if counters:
         c = counters

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import pandas as pd
 
+from ..errors import InfraLensError
 from ..parse.trace import LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work
+from ..stats import Spread, ratio_range
 from .joins import idle_budget, trace_comparison
-from .overlap import amdahl, step_bound
+from .overlap import amdahl, host_bound, step_bound
 
 FP32_GEMM = "sgemm|ffma"  # kernel-name marks of fp32 matmuls on the CUDA cores (SIMT FMAs, no tensor cores)
 # kernel-name marks of tensor-core kernels (GEMMs, and attention kernels built on them): TF32/half inputs in
@@ -30,6 +33,13 @@ TENSOR_CORE = r"tf32|bf16|f16|tensorop|gmma|nvjet|hmma|[sh]1688|[sh]16816|[sh]88
 TOP = 5
 SINGLE_CHANGES = ("bubble+prefetch", "bubble+pinned", "bubble+no_sync")  # one edit each, from the bubble
 RECORD = "pipeline_variants"
+PRECISIONS = ("fixed", "fixed+tf32", "fixed+bf16")  # the fixed step and its precision variants, one change each
+SYNCED_SKIP = 10  # the recorder's warm-up steps left out of the synced percentiles (Recorder.step_variants(skip=10))
+# What the recorder would need for an untraced CPU floor of its own (issue 37.3): the untraced CPU floor of a step
+# the GPU paces is hidden behind the GPU; only its issue time, timed without waiting, shows it.
+RECORDER_NEEDS = ("per variant, `cpu_issue_ms`: the CPU's time to issue a few steps without the profiler and without "
+                  "waiting (perf_counter around step() calls right after a synchronize, divided by the steps; the "
+                  "`launch_overhead` record of lab 05 times its steps this way)")
 SAME_WORK = "prefetch_same_work"  # the record's flag: prefetching variants tokenized every batch, in workers
 
 
@@ -294,6 +304,160 @@ def fix_bound(digest: dict, fraction: float, speedup: float):
     return step_bound(**fix_inputs(digest, fraction, speedup))
 
 
+class UntracedFloorMissing(InfraLensError, ValueError):
+    """No untraced CPU floor can be built from a ``pipeline_variants`` record (see :data:`RECORDER_NEEDS`)."""
+
+
+def profiler_overhead(values: dict, names=PRECISIONS) -> pd.DataFrame:
+    """The profiler's measured cost, profiled against untraced runs of the same config, one row per variant:
+    ``traced_period_ms`` (the three profiled steps), ``step_ms`` (the same config back to back, no profiler),
+    ``period_x`` = traced / untraced period; ``traced_cpu_ms`` (CPU time in the profiled step range),
+    ``gpu_work_ms`` (GPU time of the kernels a step launched, timed on the GPU), ``host_bound``
+    (:func:`~infralens_lab.analysis.overlap.host_bound` of ``gpu_work_ms / step_ms``: untraced, the GPU works under
+    half the step, so the step's time is the CPU's time per step) and ``cpu_x`` = ``traced_cpu_ms / step_ms``,
+    the profiler's factor on the CPU's time per step, measured only where the step is host-bound untraced (NaN
+    elsewhere: there the GPU hides the CPU's untraced time)."""
+    rows = []
+    for n, v in _rows(values, names):
+        t, step = v["trace"], v.get("timing", {}).get("throughput_ms_per_step")
+        if not (isinstance(step, (int, float)) and step > 0):
+            raise ValueError(f"record {RECORD}: {n} has timing.throughput_ms_per_step={step!r}; expected the "
+                             "untraced back-to-back step time in ms (> 0)")
+        hb = host_bound(min(t["gpu_work_ms"] / step, 1.0))
+        rows.append({"variant": n, "traced_period_ms": t["period_ms"], "step_ms": step,
+                     "period_x": t["period_ms"] / step, "traced_cpu_ms": t["cpu_step_ms"], "gpu_work_ms": t["gpu_work_ms"],
+                     "host_bound": hb, "cpu_x": t["cpu_step_ms"] / step if hb else math.nan})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class UntracedFix:
+    """A fix of the fixed step bounded on the untraced basis. ``inputs``: the keyword arguments of
+    :func:`~infralens_lab.analysis.overlap.step_bound` (``period_ms``: the base step back to back without the
+    profiler; ``gpu_ms``: its GPU busy time per step, timed on the GPU; ``cpu_ms``: the CPU floor, estimated as
+    ``cpu_traced_ms / cpu_x``; ``fraction``, ``speedup``). ``cpu_x`` is the profiler's factor on the CPU's time per
+    step, measured on ``cpu_x_from`` (another precision of the same step, host-bound untraced); ``period_x``: the
+    base step's traced period over its untraced one (the profiler's cost where the GPU sets the pace)."""
+
+    inputs: dict
+    variant: str
+    cpu_traced_ms: float
+    cpu_x: float
+    cpu_x_from: str
+    period_x: float
+    cpu_x_spread: Spread  # the synced steps of cpu_x_from: the noise around the back-to-back time cpu_x divides by
+
+    def lines(self) -> list[str]:
+        """Where each input comes from, one line each (ms)."""
+        i = self.inputs
+        return [f"period_ms = {i['period_ms']:.3f}: the fixed step back to back, no profiler",
+                f"gpu_ms    = {i['gpu_ms']:.3f}: its GPU busy time per step (kernel times are taken on the GPU; traced "
+                f"{self.period_x:.3f}x its untraced period: the profiler does not stretch the GPU-paced step)",
+                f"cpu_ms    = {i['cpu_ms']:.3f}: its CPU time per step under the profiler, {self.cpu_traced_ms:.3f}, over "
+                f"{self.cpu_x:.3f}, the profiler's factor on the CPU's time per step measured on {self.cpu_x_from} "
+                f"(whose synced steps spread {100 * self.cpu_x_spread.rel:.0f}% p10-p90; an estimate: untraced, the GPU "
+                "hides the fixed step's CPU time)",
+                f"fraction  = {i['fraction']:.3f}: the fp32 GEMMs' share of its kernel time",
+                f"speedup   = {i['speedup']:.3f}: the {self.variant.split('+')[-1]} / fp32 matmul ceilings"]
+
+
+def untraced_fix(values: dict, ceilings: dict, variant: str = "fixed+tf32", base: str = "fixed") -> UntracedFix:
+    """The bound's inputs for ``variant`` (a precision change of ``base``) on the untraced basis, the basis of the
+    speed-up it bounds (back-to-back steps without the profiler): ``ceilings`` is ``{dtype: TFLOP/s}`` (the recorded
+    8192³ matmul rates). The CPU floor is ``base``'s profiled CPU time per step over the profiler's factor
+    ``cpu_x`` (:func:`profiler_overhead`), the largest measured on the record's other precision variants that are
+    host-bound untraced (never on ``variant`` itself, whose result the bound is held against): the smaller floor,
+    so the larger bound. :class:`UntracedFloorMissing` when no such variant exists; :data:`RECORDER_NEEDS` says
+    what would measure the floor directly."""
+    names = tuple(dict.fromkeys((base, *PRECISIONS, variant)))
+    prec = {n: values.get("variants", {}).get(n, {}).get("precision") for n in names}
+    want = prec.get(variant)
+    for d in ("fp32", want):
+        if d not in (ceilings or {}):
+            raise ValueError(f"untraced_fix: no {d!r} ceiling in {sorted(ceilings or {})}; expected the recorded "
+                             f"matmul rates of fp32 and {want!r} (TFLOP/s)")
+    ov = profiler_overhead(values, names).set_index("variant")
+    others = ov.drop(index=[base, variant])
+    others = others[others["host_bound"]]
+    if others.empty:
+        seen = ", ".join(f"{n}'s GPU is busy {100 * r.gpu_work_ms / r.step_ms:.0f}% of its untraced step"
+                         for n, r in ov.drop(index=[base, variant]).iterrows()) or "the record has no other"
+        raise UntracedFloorMissing(f"no untraced CPU floor for {variant}: the profiler's factor on the CPU time is "
+                                   f"measured only on another precision of the step that is host-bound without the "
+                                   f"profiler (GPU busy under half of it), and {seen}. The recorder would need "
+                                   f"{RECORDER_NEEDS}")
+    src = others["cpu_x"].idxmax()
+    d = values["variants"][base]["trace"]
+    cpu_x = float(others.loc[src, "cpu_x"])
+    inputs = fix_inputs(d, d["fp32_gemm_pct"] / 100, max(ceilings[want] / ceilings["fp32"], 1.0))
+    inputs.update(period_ms=float(ov.loc[base, "step_ms"]), cpu_ms=inputs["cpu_ms"] / cpu_x)
+    return UntracedFix(inputs, variant, float(d["cpu_step_ms"]), cpu_x, str(src), float(ov.loc[base, "period_x"]),
+                       synced_spread(values["variants"][src]["timing"]))
+
+
+def synced_spread(timing: dict) -> Spread:
+    """The :class:`~infralens_lab.stats.Spread` of a variant's synced step times (ms): the recorded median, p10 and
+    p90 over the steps after the first :data:`SYNCED_SKIP`."""
+    per = timing.get("per_step_sync_ms") or []
+    return Spread(timing["median_ms"], timing["p10_ms"], timing["p90_ms"], max(len(per) - SYNCED_SKIP, 0))
+
+
+def untraced_bounds(values: dict, ceilings: dict, base: str = "fixed", names=PRECISIONS[1:]) -> pd.DataFrame:
+    """Each precision change of ``base`` on one basis, without the profiler: ``step_ms`` (back to back),
+    ``speedup`` (``base``'s step / this step), ``low``/``high`` (:func:`~infralens_lab.stats.ratio_range` of the
+    synced steps' p10-p90: the run-to-run noise around it), and its bound by :func:`untraced_fix` with both floors
+    (``bound``, ``gpu_floor_ms``, ``cpu_floor_ms``, ``limited_by``, ``gpu_only_bound``, ``cpu_x``, ``cpu_x_from``,
+    ``held``: speed-up <= bound); a variant without an untraced floor keeps NaN there and its reason in ``why``."""
+    v = values["variants"]
+    b = v[base]["timing"]
+    out = []
+    for n in names:
+        t = v[n]["timing"]
+        low, _, high = ratio_range(synced_spread(b), synced_spread(t))
+        r = {"variant": n, "step_ms": t["throughput_ms_per_step"], "speedup": b["throughput_ms_per_step"] /
+             t["throughput_ms_per_step"], "low": low, "high": high, "bound": math.nan, "why": ""}
+        try:
+            fx = untraced_fix(values, ceilings, n, base)
+        except UntracedFloorMissing as exc:
+            r["why"] = str(exc).split(". The recorder would need")[0]
+        else:
+            sb = step_bound(**fx.inputs)
+            r.update(bound=sb.bound, gpu_floor_ms=sb.gpu_floor_ms, cpu_floor_ms=sb.cpu_floor_ms,
+                     limited_by=sb.limited_by, gpu_only_bound=sb.gpu_only, cpu_x=fx.cpu_x, cpu_x_from=fx.cpu_x_from,
+                     cpu_traced_ms=fx.cpu_traced_ms, held=bool(r["speedup"] <= sb.bound))
+        out.append(r)
+    return pd.DataFrame(out)
+
+
+def untraced_notes(table: pd.DataFrame, base: str = "fixed") -> list[str]:
+    """Sentences from :func:`untraced_bounds`: each speed-up without the profiler against its bound on the same
+    basis, which floor decides and where the CPU floor comes from; within the bound the share of the possible
+    gain it took, and whether the bound lies inside the p10-p90 range of the synced steps (then the step sits at
+    its floor, within the noise); past it, which estimate failed; without a floor, why."""
+    out = []
+    for r in table.itertuples(index=False):
+        head = (f"{r.variant} without the profiler: {r.step_ms:.1f} ms per step back to back, {r.speedup:.2f}x the "
+                f"{base} step (the synced steps' p10-p90 give {r.low:.2f}-{r.high:.2f}x)")
+        if r.bound != r.bound:
+            out.append(f"{head}; {r.why} (the recorder would need `cpu_issue_ms` per variant).")
+            continue
+        floor = "the CPU floor" if r.limited_by == "cpu" else "the GPU work left"
+        line = (f"{head}, against the untraced bound of {r.bound:.2f}x ({floor} decides: CPU {r.cpu_floor_ms:.1f} ms = "
+                f"{r.cpu_traced_ms:.1f} ms profiled / {r.cpu_x:.2f}, the profiler's factor measured on {r.cpu_x_from}; "
+                f"GPU work left {r.gpu_floor_ms:.1f} ms)")
+        if r.held:
+            share = 100 * (r.speedup - 1) / (r.bound - 1) if r.bound > 1 else float("nan")
+            line += f": within it, {share:.0f}% of the possible gain"
+            if r.low <= r.bound <= r.high:
+                line += "; the bound lies inside the p10-p90 range, so the step runs at its floor, within the noise"
+        else:
+            line += (f": past it, so the CPU floor's estimate was too high (the profiler's factor at this precision "
+                     f"is larger than on {r.cpu_x_from})" if r.limited_by == "cpu" else
+                     ": past it, so kernels the bound held fixed got faster too")
+        out.append(line + ".")
+    return out
+
+
 def cpu_rise_words(base: dict, digest: dict) -> str:
     """A sentence on how the CPU time per step changed between two trace digests, split (when the digests carry
     launch counts, recorded since the round-2 recorder) into more launch calls, slower launch calls, and the
@@ -374,7 +538,9 @@ def loss_check(values: dict, base: str = "bubble") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["FP32_GEMM", "NOISE_FLOOR_PCT", "RECORD", "SAME_WORK", "SINGLE_CHANGES", "TENSOR_CORE", "baseline_notes",
-           "cpu_rise_words", "effect_words", "expectation_notes", "fix_bound", "fix_inputs", "kernel_kind",
-           "loss_check", "noise_pct", "one_change_notes", "one_change_table", "precision_notes", "precision_table",
-           "same_work", "trace_digest", "within_spread"]
+__all__ = ["FP32_GEMM", "NOISE_FLOOR_PCT", "PRECISIONS", "RECORD", "RECORDER_NEEDS", "SAME_WORK", "SINGLE_CHANGES",
+           "SYNCED_SKIP", "TENSOR_CORE", "UntracedFix", "UntracedFloorMissing", "baseline_notes", "cpu_rise_words",
+           "effect_words", "expectation_notes", "fix_bound", "fix_inputs", "kernel_kind", "loss_check", "noise_pct",
+           "one_change_notes", "one_change_table", "precision_notes", "precision_table", "profiler_overhead",
+           "same_work", "synced_spread", "trace_digest", "untraced_bounds", "untraced_fix", "untraced_notes",
+           "within_spread"]

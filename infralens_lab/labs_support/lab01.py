@@ -2,11 +2,11 @@
 it loads, the ncu commands and counters of the hot kernel (live on a GPU, else recorded). Plumbing only: the
 rules and sentences live in :mod:`infralens_lab.analysis.bottleneck` and :mod:`infralens_lab.analysis.variants`,
 the lesson's arithmetic in the notebook. A loader whose record is absent prints what is missing and returns
-``None``, so cells never crash. Times: ``_us`` microseconds, ``_ms`` milliseconds.
-"""
+``None``, so cells never crash. Times: ``_us`` microseconds, ``_ms`` milliseconds."""
 from __future__ import annotations
 
 import shlex
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -14,7 +14,7 @@ from .. import evidence
 from ..analysis import joins
 from ..analysis.hardware import matmul_rate_table
 from ..analysis.variants import RECORD as VARIANTS_RECORD
-from ..device import is_gpu
+from ..device import facts, is_gpu
 from ..measure import ncu as NR
 from ..measure import nsys
 from ..measure.timing import time_fn
@@ -24,7 +24,7 @@ from ..parse.ncu import demangled_regex
 from ..parse.trace import load_trace
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
-from . import store  # noqa: F401  (re-exported: notebooks call lab01.store)
+from . import copy_ceiling, store  # noqa: F401  (re-exported: notebooks call lab01.store, lab01.copy_ceiling)
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
 CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -83,28 +83,35 @@ def commands(hot_kernel: str) -> dict:
     }
 
 
-def hot_kernel_ncu(st, hot_kernel: str):
-    """``(tidy ncu frame of the hot kernel's launches, caption)``: live on a GPU, else the recorded CSV."""
+class HotCounters(NamedTuple):  # the hot kernel's ncu launches, caption, the GPU that ran them, measured now or not
+    sel: pd.DataFrame
+    caption: str
+    gpu: str
+    live: bool
+
+
+def hot_kernel_ncu(st, hot_kernel: str, live: bool | None = None) -> HotCounters | None:
+    """The hot kernel's counters (:class:`HotCounters`): live on a GPU (``live`` None or True), else the recorded CSV."""
     rx, text, cap = kernel_regex(hot_kernel), None, None
-    if is_gpu() and NR.ncu_binary():
+    if (is_gpu() if live is None else live) and NR.ncu_binary():
         try:
             text = NR.run_ncu(TARGET, rx, metrics=HOT_METRICS, launch_count=1)
             cap = evidence.live("ncu_hot_kernel", {"csv": text}, NR.command_line(
                 TARGET, rx, metrics=HOT_METRICS, launch_count=1)).caption()
         except parse_ncu.NcuError as exc:
             print(f"Live ncu failed: {exc.message}\nfix: {exc.fix}")
-    if text is None and (st is None or TRAIN_STEP_FILE not in st.files()):
+    live = text is not None
+    if not live and (st is None or TRAIN_STEP_FILE not in st.files()):
         print(f"Hot-kernel counters: no {TRAIN_STEP_FILE} recorded and no ncu here; `record --only traces,ncu_train_step`.")
         return None
-    if text is None:
-        text, cap = st.text(TRAIN_STEP_FILE), st.provenance.caption() + f" · file {TRAIN_STEP_FILE}"
+    text, cap = (text, cap) if live else (st.text(TRAIN_STEP_FILE), st.provenance.caption() + f" · file {TRAIN_STEP_FILE}")
     df = parse_ncu.parse_raw_csv(text)
     sel = df[df["kernel"].str.contains(rx, regex=True)]
     if sel.empty:
         print(f"Hot-kernel counters: no launch of {hot_kernel!r} in the ncu data (the recording profiled "
               f"{sorted(set(df['kernel']))[:4]}); re-record with `record --only traces,ncu_train_step`.")
         return None
-    return sel, cap
+    return HotCounters(sel, cap, facts().name if live else st.gpu, live)
 
 
 def matmul_ceilings(st) -> tuple[pd.DataFrame, str] | None:

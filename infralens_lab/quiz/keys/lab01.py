@@ -65,11 +65,14 @@ def one_change():
 
 
 def tf32_fix():
-    """The inputs of the TF32 fix's bound (exercise 4): the recorded fixed variant's period, GPU busy time and CPU
-    time per step, its fp32-GEMM share of kernel time, and the recorded TF32 / fp32 ceiling ratio."""
+    """The inputs of the TF32 fix's bound (exercise 4), on the untraced basis of the speed-up it bounds
+    (:func:`infralens_lab.analysis.variants.untraced_fix`): the fixed step back to back without the profiler, its
+    GPU busy time, its CPU floor (profiled CPU time over the profiler's measured factor), its fp32-GEMM share of
+    kernel time, and the recorded TF32 / fp32 ceiling ratio. None when the record cannot give an untraced floor."""
     v, rates = _variants(), matmul_ceilings()
     if v is None or rates is None:
         return None
-    r = rates.set_index("dtype")["rate_TFLOPs"]
-    fixed = v["variants"]["fixed"]["trace"]
-    return variants.fix_inputs(fixed, fixed["fp32_gemm_pct"] / 100, max(r["tf32"] / r["fp32"], 1.0))
+    try:
+        return variants.untraced_fix(v, rates.set_index("dtype")["rate_TFLOPs"].to_dict(), "fixed+tf32").inputs
+    except variants.UntracedFloorMissing:
+        return None
