@@ -76,3 +76,32 @@ def test_peak_per_cycle_knows_the_architectures_a_learner_may_have_and_refuses_b
         hardware.peak_per_cycle(9.0, "fp16")
     with pytest.raises(ValueError, match="expected the GPU's SM count"):
         physics_rows({"matmul": []}, 0, "9.0")
+
+
+def test_the_lab_sentences_and_table_follow_the_check_on_both_gpus():
+    for gpu, refuted in (("nvidia-h100-80gb-hbm3", 3), ("nvidia-h200", 0)):
+        st = evidence.reference(gpu)
+        values, dev = st.load("ceilings").values, st.load("device").values
+        lines = hardware.clock_sentences(values, dev)
+        assert sum("was not the one the timing ran at" in ln for ln in lines) == refuted
+        assert lines[-1].startswith("clocks that hold: fp32 matmul")  # fp32 passes on both
+        table = hardware.matmul_rate_table(values, dev).set_index("dtype")
+        assert (table["clock_check"] == "impossible").sum() == refuted
+        assert table.loc[table["clock_check"] == "impossible", "sm_clock_ghz"].isna().all()  # never shown as its clock
+        ok = table[table["clock_check"] == "ok"]
+        assert (ok["flop_per_sm_cycle"] <= ok["peak_per_sm_cycle"]).all()
+    plain = hardware.matmul_rate_table(values)  # without the device facts: the record as it is, no physics columns
+    assert "clock_check" not in plain.columns and plain["sm_clock_ghz"].notna().all()
+
+
+def test_a_kernel_s_compute_roof_is_per_cycle_at_its_own_clock_or_says_it_fell_back():
+    from infralens_lab.analysis.counters import compute_roof
+    ceil = Ceilings.from_store(evidence.reference("nvidia-h200"))
+    roof, basis = compute_roof(ceil, "fp16", 1.766e9, 132)
+    assert roof == pytest.approx(132 * 4096 * 1.766e9) and "the kernel's 1.77 GHz" in basis
+    # attn_fwd_fast on the H100 set (issue 37): 482.4 TFLOP/s is 50.5 % of that roof, under the 60 % threshold
+    assert 482.4e12 / roof == pytest.approx(0.505, abs=0.001)
+    bare = Ceilings.from_values(ceil.values, ceil.gpu)  # no device facts: the measured ceiling, and it says so
+    roof, basis = compute_roof(bare, "fp16", 1.766e9, 132)
+    assert roof == bare.fp16 and basis.startswith("measured fp16 ceiling")
+    assert compute_roof(ceil, "fp16", None, 132)[1].startswith("measured fp16 ceiling")

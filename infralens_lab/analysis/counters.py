@@ -151,10 +151,12 @@ _NAIVE_NOTE = {
 }
 
 
-def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", waves: float | None = None) -> str:
+def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", waves: float | None = None,
+                  tensor: bool = False) -> str:
     """A sentence: what would raise this kernel's FLOP/s, given its bound and how close it is to
     the roof (``fraction`` of the attainable rate, or of the bandwidth for a copy); for a latency-bound kernel,
-    ``waves`` (ncu ``launch__waves_per_multiprocessor``) says how much of the GPU its grid fills."""
+    ``waves`` (ncu ``launch__waves_per_multiprocessor``) says how much of the GPU its grid fills; ``tensor``: it
+    already runs on tensor cores (so they are not the lever)."""
     if kernel in _NAIVE_NOTE:
         return _NAIVE_NOTE[kernel]
     if kernel == "copy_strided" and kind == "memory":
@@ -168,6 +170,8 @@ def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", wa
         return "toward the memory roof first (coalescing, wider loads, more bytes in flight), then intensity"
     if kind == "compute":
         if fraction >= rl.BOUND_THRESHOLD:
+            if tensor:
+                return "at its compute roof, already on tensor cores: fewer FLOPs (algorithm) or a lower precision (fp8)"
             return "at its compute roof: fewer FLOPs (algorithm) or a faster unit (tensor cores, lower precision)"
         return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
     if rl.GRID_BELOW_WAVE in reasons:
@@ -277,7 +281,8 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
                        f"{b.kind}-bound: {b.explanation}") if b else "",
         "waves": waves if waves is not None else math.nan,
         "above_ridge": bool(b and b.intensity >= b.ridge),
-        "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel, ", ".join(b.reasons), waves) if b else "",
+        "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel, ", ".join(b.reasons), waves,
+                                            tensor) if b else "",
     }
 
 

@@ -262,14 +262,42 @@ class Ceilings:
         return pd.DataFrame(out)
 
 
-def matmul_rate_table(values: dict[str, Any]) -> pd.DataFrame:
+def matmul_rate_table(values: dict[str, Any], device: dict | None = None) -> pd.DataFrame:
     """The ``ceilings`` record's matmul rates, one row per precision as measured: ``dtype``, ``shape``
     (``MxNxK``), ``rate_TFLOPs`` (median of CUDA-event timings; ``fp32`` with TF32 off) and ``sm_clock_ghz``, the
-    SM clock recorded while that matmul ran (the median of the recorder's clock readings; NaN where the record has
-    none)."""
+    SM clock recorded with that matmul (NaN where the record has none). With the set's ``device`` facts
+    (``sm_count``, ``compute_capability``) the physics check applies (:func:`physics_rows`): ``flop_per_sm_cycle``
+    (the rate per SM per cycle at that clock), ``peak_per_sm_cycle`` and ``clock_check`` (``ok``, or ``impossible``
+    with the clock set to NaN: a clock the rate refutes is never shown as the one it ran at)."""
     if not isinstance(values, dict) or not isinstance(values.get("matmul"), list):
         seen = sorted(values) if isinstance(values, dict) else type(values).__name__
         raise ValueError(f"ceilings values have {seen}; expected a dict with a 'matmul' list")
-    return pd.DataFrame([{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / T,
-                          "sm_clock_ghz": r["sm_clock_hz"] / 1e9 if r.get("sm_clock_hz") else float("nan")}
-                         for r in values["matmul"]])
+    out = pd.DataFrame([{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "rate_TFLOPs": r["flops_per_s"] / T,
+                         "sm_clock_ghz": r["sm_clock_hz"] / 1e9 if r.get("sm_clock_hz") else float("nan")}
+                        for r in values["matmul"]])
+    if device and device.get("sm_count") and device.get("compute_capability"):
+        phys = physics_rows(values, int(device["sm_count"]), str(device["compute_capability"]))
+        ok = [r["ok"] for r in phys]
+        out["flop_per_sm_cycle"] = [r["flop_per_sm_cycle"] if r["ok"] else float("nan") for r in phys]
+        out["peak_per_sm_cycle"] = [r["peak_per_sm_cycle"] for r in phys]
+        out["clock_check"] = ["ok" if o else "impossible" if o is False else "no clock" for o in ok]
+        out.loc[[o is False for o in ok], "sm_clock_ghz"] = float("nan")
+    return out
+
+
+def clock_sentences(values: dict[str, Any], device: dict) -> list[str]:
+    """What a lab says about the ceilings' clocks, from the physics check: one line per refuted clock (the rate, the
+    clock it was recorded with, the FLOP per SM-cycle that would take, the peak, and the lowest clock the rate allows),
+    then one line for the clocks that pass (each ceiling's share of its unit's peak per cycle, at its own clock)."""
+    rows = physics_rows(values, int(device["sm_count"]), str(device["compute_capability"]))
+    lines = [f"{r['ceiling']}: recorded at {r['clock_ghz']:.2f} GHz, but {r['rate_TFLOPs']:.0f} TFLOP/s at that clock "
+             f"needs {r['flop_per_sm_cycle']:,.0f} FLOP per SM-cycle, above the {r['peak_per_sm_cycle']:,} its units "
+             f"can do: that clock was not the one the timing ran at (it ran at {r['min_clock_ghz']:.2f} GHz or faster)"
+             for r in rows if r["ok"] is False]
+    good = [r for r in rows if r["ok"]]
+    if good:
+        lines.append("clocks that hold: " + "; ".join(
+            f"{r['ceiling']} {r['rate_TFLOPs']:.0f} TFLOP/s at {r['clock_ghz']:.2f} GHz = {r['flop_per_sm_cycle']:,.0f} "
+            f"FLOP per SM-cycle, {r['flop_per_sm_cycle'] / r['peak_per_sm_cycle']:.0%} of its units' "
+            f"{r['peak_per_sm_cycle']:,}" for r in good))
+    return lines

@@ -46,14 +46,15 @@ LATENCY_NOT_HIDDEN = "latency not hidden"
 REASONS = (GRID_BELOW_WAVE, LATENCY_NOT_HIDDEN)
 # the units a verdict can name, the bound each one stands for, and what it measures
 UNITS = {
-    "FLOP/s roof": ("compute", "the kernel's FLOP/s over the measured compute ceiling (the roofline)"),
+    "FLOP/s roof": ("compute", "the kernel's FLOP/s over its compute roof at its own clock: SMs x peak FLOP per "
+                               "SM-cycle x the clock it ran at (the roofline, per cycle)"),
     "DRAM roof": ("memory", "the kernel's DRAM bytes/s (or FLOP/s at its intensity) over the measured memory roof"),
     "SM %": ("compute", "sm__throughput.avg.pct_of_peak_sustained_elapsed: the busiest SM pipeline or issue"),
     "Memory %": ("memory", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed: the busiest memory "
                            "unit (L1, L2 or DRAM)"),
 }
 RULE = (f"bound by a roof when one unit reaches at least {BOUND_THRESHOLD:.0%} of its peak (the roofline's FLOP/s or "
-        f"DRAM bytes/s against the measured roof at its intensity, or Nsight Compute's SM % or Memory %); the "
+        f"DRAM bytes/s against the roof at its intensity, per cycle at the kernel's own clock for FLOP/s, or Nsight Compute's SM % or Memory %); the "
         f"verdict names that unit. Below {BOUND_THRESHOLD:.0%} on every unit it is latency-bound: a grid below one "
         f"wave when launch__waves_per_multiprocessor < {BOUND_THRESHOLD:g} (the grid alone keeps it under the "
         f"threshold), else latency not hidden. Launch overhead is outside gpu__time_duration and is judged per call")

@@ -115,12 +115,13 @@ def hot_kernel_ncu(st, hot_kernel: str, live: bool | None = None) -> HotCounters
 
 
 def matmul_ceilings(st) -> tuple[pd.DataFrame, str] | None:
-    """The recorded 8192³ matmul rate per precision (median of CUDA-event timings): ``dtype, rate_TFLOPs``."""
+    """The recorded 8192³ matmul rate per precision (median of CUDA-event timings) with the physics check's columns
+    (:func:`~infralens_lab.analysis.hardware.matmul_rate_table` with the set's device facts)."""
     if st is None or "ceilings" not in st.names():
         print("Matmul ceilings: no `ceilings` record yet.")
         return None
-    ev = st.load("ceilings")
-    return matmul_rate_table(ev.values), ev.caption()
+    ev, dev = st.load("ceilings"), st.load("device").values if "device" in st.names() else None
+    return matmul_rate_table(ev.values, dev), ev.caption()
 
 
 def variants(st):

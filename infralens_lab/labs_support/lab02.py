@@ -15,7 +15,7 @@ import torch
 from .. import evidence
 from ..analysis.counters import ncu_peak_bandwidths, store_kernel_table
 from ..analysis.hardware import Ceilings
-from ..device import is_gpu, torch_device
+from ..device import facts, is_gpu, torch_device
 from ..kernels import attention, copies, reference
 from ..kernels.check import matches, tolerance
 from ..measure import ceilings as measure_ceilings
@@ -42,7 +42,7 @@ def ceilings_from(store):
         print("No recorded ceilings in this checkout yet: they appear here once the recorder has run on a GPU.")
         return None, None
     ev = store.load("ceilings")
-    return ev, Ceilings.from_evidence(ev)
+    return ev, Ceilings.from_store(store)
 
 
 def live_ceilings():
@@ -57,7 +57,7 @@ def live_ceilings():
         return None, None
     ev = evidence.live("ceilings", values, command="infralens_lab.measure.ceilings.measure(quick=True)",
                        units=units, notes=notes)
-    return ev, Ceilings.from_evidence(ev)
+    return ev, Ceilings.from_evidence(ev, facts().as_dict())
 
 
 def check_kernels(seed: int = 0) -> pd.DataFrame:
