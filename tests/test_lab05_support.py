@@ -415,3 +415,31 @@ def test_grader_keys_use_the_recorded_set(monkeypatch):
         assert grader.expected_for_grading(question("lab05.ex3")) > 1  # launch-bound: the CPU takes longer
     finally:
         grader.grader_evidence.cache_clear()
+
+
+def test_step_periods_refuse_a_trace_without_two_steps_of_gpu_work():
+    one = Trace({"traceEvents": [X("ProfilerStep#0", "user_annotation", 0, 100),
+                                 X("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=1),
+                                 X("k", "kernel", 50, 10, pid=0, tid=7, correlation=1)]})
+    with pytest.raises(ValueError, match="expected two or more profiled steps"):
+        analysis_overlap.step_periods(one)
+
+
+def test_basis_lines_on_the_recorded_sets():
+    """Per GPU, the graph-break row's two-bases reading is computed and named as not the verdict; a fix with no
+    unprofiled timing is said to have an unmeasured overhead; a two-bases flip is reported only where one basis
+    agrees across the GPUs."""
+    tables = _recorded_fix_tables()
+    lines = overlap_tables.basis_lines(tables)
+    for gpu, t in tables.items():
+        r = t.set_index("fix").loc["remove graph breaks"]
+        two = bounds.bound_check(r["untraced"], r["bound"]).verdict
+        mine = [x for x in lines if x.startswith(f"{gpu}, remove graph breaks:")]
+        assert len(mine) == 1 and f"would read {two}: two bases, so it is not the verdict" in mine[0]
+        assert f": {r['verdict']}." in mine[0]
+    assert lines[-1].startswith("side stream + 2nd buffer, second pipeline buffer: ") and "not measured" in lines[-1]
+    flip = [x for x in lines if "on two bases the verdict flips" in x]
+    by = overlap_tables.verdicts_by_gpu(tables).set_index("fix")
+    two = {g: bounds.bound_check(t.set_index("fix").loc["remove graph breaks", "untraced"],
+                                 t.set_index("fix").loc["remove graph breaks", "bound"]).verdict for g, t in tables.items()}
+    assert bool(flip) == (len(set(two.values())) > 1 and not by.loc["remove graph breaks", "flips"])

@@ -325,7 +325,8 @@ def fix_tables_by_gpu(stores, copy_modes, copy_bytes: float) -> dict[str, pd.Dat
         if not {"launch_overhead", "compile_study", *names.values()} <= set(st.names()):
             continue
         t = {k: load_trace(st.load(n)) for k, n in names.items()}  # each trace read once
-        out[st.gpu] = fix_table(copy_table({m: t[m] for m in copy_modes}, copy_bytes), pipeline_table({d: t[d] for d in (1, 2)}),
+        key = st.gpu if st.gpu not in out else f"{st.gpu} ({st.folder.name})"  # two sets of one GPU stay apart
+        out[key] = fix_table(copy_table({m: t[m] for m in copy_modes}, copy_bytes), pipeline_table({d: t[d] for d in (1, 2)}),
                                 launch_table(st.load("launch_overhead").values, {v: t[v] for v in ("eager", "graph")}),
                                 compile_times(st.load("compile_study").values), {k: t[k] for k in ("whole", "breaks")})
     return out
@@ -336,11 +337,14 @@ def basis_lines(tables: dict) -> list[str]:
     one-basis verdict (profiled periods, the runs its f comes from), the unprofiled speedup with its range and the
     profiler's overhead on each config, and what comparing that speedup with the profiled bound (two bases) would
     have said; and, when two bases give different verdicts on the GPUs where one basis gives the same, that the
-    flip follows the profiler's overhead, not the GPU."""
-    out = []
+    flip follows the profiler's overhead, not the GPU; last, the fixes whose configs were timed only under the
+    profiler (their overhead is not measured)."""
+    out, profiled_only = [], []
     for fix in pd.unique(pd.concat([t["fix"] for t in tables.values()])):
         rows = {g: t.set_index("fix").loc[fix] for g, t in tables.items() if fix in set(t["fix"])}
         rows = {g: r for g, r in rows.items() if r["untraced"] is not None and not pd.isna(r["untraced"])}
+        if not rows:
+            profiled_only.append(fix)
         mixed = {}
         for g, r in rows.items():
             lo, hi = r["untraced_low"], r["untraced_high"]
@@ -363,6 +367,9 @@ def basis_lines(tables: dict) -> list[str]:
             out.append(f"{fix}: on two bases the verdict flips between GPUs ({said}); on one basis it does not. The "
                        f"flip follows how unevenly the profiler's overhead fell on the two configs (after over before: {over}), "
                        "not the GPU")
+    if profiled_only:
+        out.append(f"{', '.join(profiled_only)}: these recordings time the configs only under the profiler, so the "
+                   "profiler's overhead on them is not measured; their verdicts hold for profiled runs")
     return out
 
 
