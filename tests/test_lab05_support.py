@@ -443,3 +443,21 @@ def test_basis_lines_on_the_recorded_sets():
     two = {g: bounds.bound_check(t.set_index("fix").loc["remove graph breaks", "untraced"],
                                  t.set_index("fix").loc["remove graph breaks", "bound"]).verdict for g, t in tables.items()}
     assert bool(flip) == (len(set(two.values())) > 1 and not by.loc["remove graph breaks", "flips"])
+
+
+def test_launch_bound_premise_on_every_recorded_set():
+    """lab05.q5's premise on every recorded GPU, one basis (busy and period from the same eager trace): the eager
+    step is host-bound, and the CUDA graph step is not, on the H100 and on the H200 alike (no flip to flag)."""
+    from infralens_lab import evidence
+    from infralens_lab.parse.trace import load_trace
+
+    seen = 0
+    for st in evidence.load_all_sets():
+        if not {"launch_overhead", "trace_launch_eager", "trace_launch_graph"} <= set(st.names()):
+            continue
+        t = overlap_tables.launch_table(st.load("launch_overhead").values,
+                                        {v: load_trace(st.load(f"trace_launch_{v}")) for v in ("eager", "graph")}).set_index("variant")
+        assert analysis_overlap.host_bound(t.loc["eager", "gpu_busy_pct"] / 100), st.gpu
+        assert not analysis_overlap.host_bound(t.loc["graph", "gpu_busy_pct"] / 100), st.gpu
+        seen += 1
+    assert seen >= 2, "expected the H100 and the H200 recorded sets"

@@ -88,7 +88,7 @@ def launch_table(values: dict, traces: dict) -> pd.DataFrame:
     ``launch_overhead`` record's ``rows``: ``cpu_issue_ms``, ``step_ms``), and from the traces
     (``{variant: Trace}``, profiled) launch calls, GPU events, GPU busy time and the CPU's time per step
     (``cpu_ms``: the step's range), the steady period (``period_ms``, :func:`idle_budget`, with
-    :func:`period_spread`), and the GPU busy share of the unprofiled step (``gpu_busy_pct``: the trace's busy time over ``step_ms``)."""
+    :func:`period_spread`), and the GPU busy share of that period (``gpu_busy_pct``: both from the trace)."""
     t = pd.DataFrame(values["rows"])
     per = {}
     for v, tr in traces.items():
@@ -97,7 +97,7 @@ def launch_table(values: dict, traces: dict) -> pd.DataFrame:
                   "gpu_busy_ms": s["gpu_busy_us"].mean() / 1e3, "cpu_ms": s["cpu_us"].mean() / 1e3,
                   "period_ms": idle_budget(tr)["period_ms"], **period_spread(tr)}
     t = t.join(pd.DataFrame.from_dict(per, orient="index"), on="variant")
-    t["gpu_busy_pct"] = 100 * t["gpu_busy_ms"] / t["step_ms"]
+    t["gpu_busy_pct"] = 100 * t["gpu_busy_ms"] / t["period_ms"]  # one basis: busy and period from the same trace
     return t
 
 
