@@ -28,3 +28,12 @@ def dtype_bytes(dtype: Any) -> int:
     if name not in ELEM_BYTES:
         raise ValueError(f"dtype {dtype!r}: unknown; expected a torch.dtype or one of {sorted(ELEM_BYTES)}")
     return ELEM_BYTES[name]
+
+
+def decimals_to_show(agrees, start: int = 2, most: int = 6) -> int:
+    """How many decimals a printed number needs: the fewest ``d`` from ``start`` to ``most`` for which
+    ``agrees(d)`` is True (the printed arithmetic or comparison at ``d`` decimals is the one done, e.g. ``f =
+    0.045`` and not ``0.04`` when the sentence prints ``2 x (1 - f)``); ``most`` when none does."""
+    if not 0 <= start <= most:
+        raise ValueError(f"start={start!r}, most={most!r}; expected 0 <= start <= most")
+    return next((d for d in range(start, most + 1) if agrees(d)), most)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from infralens_lab import evidence
-from infralens_lab.analysis import buckets, ddp_run, scaling
+from infralens_lab.analysis import bounds, buckets, ddp_run, scaling
 from infralens_lab.analysis import distributed as analysis_distributed
 from infralens_lab.labs_support import lab06
 from infralens_lab.measure import distributed as measure_distributed
@@ -67,7 +67,43 @@ def test_no_sync_bench_and_scaling_tables():
     rest = p["ddp_step_ms"] * (1 - p["exposed_fraction"])  # the DDP step less its exposed all-reduce
     assert p["ddp_overhead_ms"] == pytest.approx(rest - p["one_rank_step_ms"]) and pd.isna(s.loc["timed", "ddp_overhead_ms"])
     said = lab06.scaling_sentence(p)
-    assert "within the bound" in said and f"is {rest:.1f} ms against one rank alone's" in said
+    c = bounds.bound_check(p["speedup"], p["weak_scaling_bound"], p["speedup_low"], p["speedup_high"])
+    assert p["speedup_low"] <= p["speedup"] <= p["speedup_high"]
+    assert said.endswith({"holds": f"{p['ddp_overhead_ms']:+.1f} ms the bound does not see.",
+                          "undecided": "cannot tell whether the bound holds.",
+                          "BEATEN": "how much the exposed communication cost."}[c.verdict])
+    if c.verdict == "holds":
+        assert "within the bound" in said and f"is {rest:.1f} ms against one rank alone's" in said
+
+
+def _scaling_sets():
+    """Every committed NCCL set (one RankRun per recorded set holding ddp_meta), each from its own recording."""
+    out = []
+    for st in evidence.load_all_sets():
+        if "ddp_meta" in st.names():
+            evs = [st.load(f"ddp_rank{r}") for r in range(st.load("ddp_meta").values["world"])]
+            out.append(RankRun([e.values for e in evs], evs[0]))
+    if not out:
+        pytest.skip("no recorded NCCL set")
+    return out
+
+
+def test_scaling_sentence_prints_the_arithmetic_it_does_on_every_recorded_set():
+    """The printed n x (1 - f) equals the printed bound (f = 0.045 prints as 0.045, never 0.04), the verdict word
+    is bound_check's on the profiled row, and the tolerance is printed with it."""
+    for run in _scaling_sets():
+        p = ddp_run.scaling_table(run).set_index("basis").loc["profiled"]
+        said = lab06.scaling_sentence(p)
+        m = re.search(r"n\(1 - f\) = (\d+) x \(1 - ([0-9.]+)\) = ([0-9.]+)x", said)
+        assert m, said
+        n, f_shown, bound_shown = int(m.group(1)), m.group(2), m.group(3)
+        d = len(bound_shown.split(".")[1])
+        assert f"{n * (1 - float(f_shown)):.{d}f}" == bound_shown, said
+        assert abs(float(f_shown) - p["exposed_fraction"]) <= 0.5 * 10 ** -len(f_shown.split(".")[1])
+        c = bounds.bound_check(p["speedup"], p["weak_scaling_bound"], p["speedup_low"], p["speedup_high"])
+        assert f"x {bounds.BOUND_SLACK:g} = " in said and ({"holds": "within the bound", "BEATEN": "ABOVE the bound",
+                                                             "undecided": "undecided"}[c.verdict] in said)
+        assert ddp_run.run_violations(run) == []  # the recorder's gate on the medians agrees with a committed set
 
 
 def test_times_are_fractions_and_parts_of_their_wholes():
@@ -239,3 +275,15 @@ def test_reducer_spans_mark_averages_no_steady_step_could_hold():
     said = lab06.reducer_sentence(ddp_run.sweep_times(rec), rs)
     assert (f"cap 1 MiB: rank 0's average communication span is {r0.comm_ms:.1f} ms against a steady step of "
             f"{r0.step_ms:.1f} ms") in said and said.count("No steady iteration spans more than its step") == 1
+
+
+def test_scaling_by_set_gives_one_line_per_set_and_flags_a_flip():
+    """One line per NCCL set, each from its own recording; FLIP exactly when the sets' verdicts differ (here the
+    recorded set against the live gloo run of this file, as two sets); one set says there is no second to compare."""
+    runs = [(name, run) for name, run in [("recorded", r) for r in _scaling_sets()[:1]] + [("gloo", RUN)]]
+    lines = ddp_run.scaling_by_set(runs)
+    verdicts = {bounds.bound_check(p["speedup"], p["weak_scaling_bound"], p["speedup_low"], p["speedup_high"]).verdict
+                for p in (ddp_run.scaling_table(r).set_index("basis").loc["profiled"] for _, r in runs)}
+    assert lines[0].startswith("recorded: Profiled steps") and lines[1].startswith("gloo: Profiled steps")
+    assert (len(lines) == 3 and "FLIP" in lines[2]) == (len(verdicts) > 1) and len(lines) == 2 + (len(verdicts) > 1)
+    assert "no second GPU to compare" in ddp_run.scaling_by_set(runs[:1])[0]

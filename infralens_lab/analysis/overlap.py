@@ -33,6 +33,7 @@ runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measur
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -247,6 +248,20 @@ def overlap_bound(period: float, hidden: float, floors) -> dict:
     binds = "both" if abs(rest - floor) <= BOUND_TIE * best else "amdahl" if rest > floor else "overlap floor"
     return {"amdahl": math.inf if rest == 0 else p / rest, "overlap_floor": p / floor, "bound": p / best,
             "best_period": best, "binds": binds}
+
+
+def step_periods(trace) -> list[float]:
+    """The steady periods of a profiled trace one by one, in milliseconds: from the end of each profiled step's
+    GPU work (the attribution rule, :func:`~infralens_lab.parse.trace.step_gpu_work`) to the end of the next
+    one's, the periods :meth:`~infralens_lab.parse.trace.Trace.steady_window` spans (their mean is
+    :func:`~infralens_lab.analysis.joins.idle_budget`'s ``period_ms``). Their spread
+    (:func:`infralens_lab.stats.spread_of`) is what a ratio of two such periods carries. Raises ValueError for a
+    trace with fewer than two profiled steps that launched GPU work."""
+    ends = step_gpu_work(trace)["gpu_end_us"].to_numpy(dtype=float)
+    if len(ends) < 2 or not all(math.isfinite(e) for e in ends):
+        raise ValueError(f"per-step GPU work ends {list(ends)!r}; expected two or more profiled steps, each "
+                         "launching GPU work")
+    return [(b - a) / 1e3 for a, b in itertools.pairwise(ends)]
 
 
 BOUND_TIE = 0.01  # two floors within 1% of each other both bind: the timings behind them are not finer than that

@@ -54,6 +54,11 @@ def copy_traces(st) -> dict | None:
     return recorded_traces(st, {m: f"trace_copy_{m}" for m in COPY_MODES})
 
 
+def fix_tables_by_gpu() -> dict[str, pd.DataFrame]:
+    """``{gpu: fix table}`` of every recorded set holding the fix table's records, each from its own recording."""
+    return overlap_tables.fix_tables_by_gpu(evidence.load_all_sets(), COPY_MODES, COPY_BYTES)
+
+
 def h2d_table(ev) -> pd.DataFrame:
     """The recorded host-to-device bandwidth rows; a recording made before the recorder timed written pages
     and two sizes has neither column, and says so in ``attrs['note']``."""

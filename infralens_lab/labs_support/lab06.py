@@ -10,6 +10,7 @@ import sys
 
 from .. import evidence
 from ..analysis import ddp_run
+from ..analysis.ddp_run import scaling_sentence  # noqa: F401  (the notebook prints it)
 from ..analysis.scaling import LINK_PEAKS_GBS
 from ..measure import distributed
 from ..measure.torch_trace import quiet_profiler_chatter
@@ -124,17 +125,9 @@ def sweep_sentence(t) -> str:
             f"({t['step_ms'].min():.1f} ms; slowest {t['step_ms'].max():.1f} ms).")
 
 
-def scaling_sentence(s) -> str:
-    """The profiled row of the scaling table against its bound, with the rule that says what it means."""
-    ok = s["speedup"] <= s["weak_scaling_bound"] * ddp_run.BOUND_SLACK
-    head = (f"Profiled steps: speedup {s['speedup']:.2f}x against n(1 - f) = {s['ranks']} x (1 - "
-            f"{s['exposed_fraction']:.2f}) = {s['weak_scaling_bound']:.2f}x: ")
-    if not ok:
-        return head + ("ABOVE the bound by more than 5 %: the one-rank baseline ran slower than the ranks' own compute "
-                       "(a busy machine), so this run cannot say how much the exposed communication cost.")
-    return head + (f"within the bound (x 1.05 allowed for noise). It charges only the exposed all-reduce; the DDP "
-                   f"step less it is {s['one_rank_step_ms'] + s['ddp_overhead_ms']:.1f} ms against one rank alone's "
-                   f"{s['one_rank_step_ms']:.1f} ms: {s['ddp_overhead_ms']:+.1f} ms the bound does not see.")
+def scaling_by_set() -> list[str]:
+    """:func:`~infralens_lab.analysis.ddp_run.scaling_by_set` over every committed NCCL set."""
+    return ddp_run.scaling_by_set(ranks.recorded_runs())
 
 
 def link_peak(run: RankRun) -> tuple[float | None, str]:

@@ -62,6 +62,17 @@ class RankRun:
         return self._traces[label]
 
 
+def recorded_runs() -> list[tuple[str, RankRun]]:
+    """``[(set folder name, RankRun)]``: the recorder's NCCL run of every recorded set that has one, each from its
+    own recording (the default reference first)."""
+    out = []
+    for store in evidence.load_all_sets():
+        if "ddp_meta" in store.names():
+            evs = [store.load(f"ddp_rank{r}") for r in range(store.load("ddp_meta").values["world"])]
+            out.append((store.folder.name, RankRun([e.values for e in evs], evs[0])))
+    return out
+
+
 def recorded_run() -> RankRun | None:
     """The recorder's NCCL run (``ddp_meta``, ``ddp_rank0`` …) from the first recorded set that has it (the
     default reference first), or None; a set that does not load raises :class:`~infralens_lab.evidence.EvidenceError`."""
