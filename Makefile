@@ -45,8 +45,9 @@ doctor: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m infralens_lab bench
 
-# Count gates (interpreter mode: their thresholds were measured there), then the time-ratio gates (GPU)
-# against the reference set's own recorded gate samples; both read data/gates.json.
+# Count gates (interpreter mode; data/gates.json keys the counts that differ by build, peak bytes, to the build
+# they were measured on: on a CUDA wheel they are held to counts_by_build's entry for it, else left out with the
+# reason printed), then the time-ratio gates (GPU) against the reference set's own recorded gate samples.
 gates-gpu: $(STAMP)
 	INFRALENS_MODE=interpreter $(PY) -m infralens_lab gates --counts
 	$(PY) -m infralens_lab gates --ratios

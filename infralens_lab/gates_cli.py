@@ -10,21 +10,63 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import device, evidence
-from .analysis.gates import count_verdict, ratio_verdict, suggest
+from .analysis.gates import count_verdict, ratio_verdict, skipped_verdict, suggest
 from .measure import gates
 from .parse.gates import DEFAULT_THRESHOLDS, ThresholdError, gate_references, load_thresholds
 
 
-def check_counts(thresholds: dict, workloads: list[str] | None = None) -> list:
-    """Every count gate of the threshold file (or of ``workloads`` only): a list of
-    :class:`infralens_lab.analysis.gates.Verdict`."""
-    out = []
+def count_rules(thresholds: dict, build: str) -> dict[str, tuple[dict, dict]]:
+    """Per workload of the threshold file, ``(rules held on build, rules left out)``: on the build ``counts`` were
+    measured on (``counts_build``) every rule holds; on another build a build-dependent metric
+    (``build_dependent``) is held to that build's own rule from ``counts_by_build`` when the file has one, and left
+    out otherwise (its reason is the file's ``build_dependent`` text)."""
+    home = thresholds.get("counts_build", gates.COUNTS_BUILD)
+    dep = thresholds.get("build_dependent", {})
+    mine = thresholds.get("counts_by_build", {}).get(build, {})
+    out = {}
     for wl, rules in thresholds["counts"].items():
+        held, left = dict(rules), {}
+        if build != home:
+            for m in [m for m in held if m in dep]:
+                if m in mine.get(wl, {}):
+                    held[m] = mine[wl][m]
+                else:
+                    left[m] = held.pop(m)
+        out[wl] = (held, left)
+    return out
+
+
+def check_counts(thresholds: dict, workloads: list[str] | None = None, build: str | None = None) -> list:
+    """Every count gate of the threshold file (or of ``workloads`` only) on this build (``build``, default
+    :func:`infralens_lab.measure.gates.count_build`): a list of :class:`infralens_lab.analysis.gates.Verdict`,
+    the rules :func:`count_rules` leaves out on this build measured too and reported as skipped, with the reason."""
+    build = build or gates.count_build()
+    home = thresholds.get("counts_build", gates.COUNTS_BUILD)
+    out = []
+    for wl, (held, left) in count_rules(thresholds, build).items():
         if workloads is not None and wl not in workloads:
             continue
-        got = gates.measure_counts(wl, list(rules))
-        out += [count_verdict(wl, m, got[m], rule) for m, rule in rules.items()]
+        got = gates.measure_counts(wl, list(held) + list(left))
+        out += [count_verdict(wl, m, got[m], rule) for m, rule in held.items()]
+        out += [skipped_verdict(wl, m, got[m], rule, build, home, thresholds["build_dependent"][m])
+                for m, rule in left.items()]
     return out
+
+
+def record_counts(thresholds: dict, build: str | None = None) -> dict:
+    """This build's own rules for the file's build-dependent counts, measured now: ``{"build", "torch",
+    "counts_by_build": {build: {workload: {metric: rule}}}}``, each rule ``{"max": measured}`` with the slack of the
+    file's rule for that metric. Paste the ``counts_by_build`` entry into the threshold file to key them."""
+    build = build or gates.count_build()
+    dep = thresholds.get("build_dependent", {})
+    keyed = {}
+    for wl, rules in thresholds["counts"].items():
+        ms = [m for m in rules if m in dep]
+        if ms:
+            got = gates.measure_counts(wl, ms)
+            keyed[wl] = {m: {"max": got[m], **({"slack": rules[m]["slack"]} if "slack" in rules[m] else {})}
+                         for m in ms}
+    return {"build": build, "torch": gates.torch.__version__, "counts_by_build": {build: keyed}}
 
 
 def check_ratios(thresholds: dict, names: list[str] | None = None, store=None, k: int | None = None) -> list:
@@ -59,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thresholds", default=None, help=f"threshold file (default {DEFAULT_THRESHOLDS})")
     ap.add_argument("--k", type=int, default=None, help="runs per ratio (default: the file's k)")
     ap.add_argument("--json", default="", help="also write the verdicts as JSON here")
+    ap.add_argument("--record-counts", default="", metavar="PATH",
+                    help="measure the threshold file's build-dependent counts (peak bytes) on this build and write "
+                         "them as a counts_by_build entry to PATH, to key them in data/gates.json; any mode")
     ap.add_argument("--suggest", action="store_true", help="print the tolerance and k each ratio gate's recorded "
                     "samples call for (every recorded set with gates_gpu), then exit; any machine")
     args = ap.parse_args(argv)
@@ -76,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     except ThresholdError as exc:
         print(f"gates: {exc}", file=sys.stderr)
         return 2
+    if args.record_counts:
+        rec = record_counts(th)
+        Path(args.record_counts).write_text(json.dumps(rec, indent=1))
+        print(f"gates: {rec['build']} build (torch {rec['torch']}): wrote {args.record_counts}; add its "
+              f"counts_by_build entry to {th['path']} (a threshold change, in the commit a reviewer sees):")
+        print(json.dumps(rec["counts_by_build"]))
+        return 0
     verdicts = []
     if args.counts or not args.ratios:
         bad = device.numpy_interpreter_problem()
@@ -83,12 +135,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gates: cannot run the count gates (they run kernels in Triton's interpreter): {bad}", file=sys.stderr)
             return 2
         if device.is_gpu():
-            print("gates: refusing the count gates in gpu mode: data/gates.json's counts were measured in "
-                  "interpreter mode on a CPU (aten ops, launches and bytes differ on a CUDA build). Run them with "
-                  "INFRALENS_MODE=interpreter (`make gates-gpu` does), and the time ratios with --ratios alone.",
-                  file=sys.stderr)
+            print("gates: refusing the count gates in gpu mode: `make gates-gpu` runs them with "
+                  "INFRALENS_MODE=interpreter (the steps on the CPU, the counts that differ by build keyed to it); "
+                  "run the time ratios with --ratios alone.", file=sys.stderr)
             return 2
-        verdicts += check_counts(th)
+        build = gates.count_build()
+        home = th.get("counts_build", gates.COUNTS_BUILD)
+        print(f"gates: counts on the {build} build; the file's counts were measured on {home}"
+              + ("" if build == home else f": counts that differ by build ({', '.join(th['build_dependent'])}) are "
+                 "held to this build's own rules where the file has them, else left out with the reason"))
+        verdicts += check_counts(th, build=build)
     if args.ratios:
         if not device.is_gpu():
             print("gates: refusing the time-ratio gates in interpreter mode: timings of Triton's interpreter say "
@@ -102,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"move less between GPUs than times do, but a failure here may be the GPU, not the code.")
         verdicts += check_ratios(th, store=st, k=args.k)
     for v in verdicts:
-        print(f"{'PASS' if v.passed else 'FAIL'}  {v.gate:<52} {v.message}")
+        print(f"{'SKIP' if v.skipped else 'PASS' if v.passed else 'FAIL'}  {v.gate:<52} {v.message}")
     if args.json:
         Path(args.json).write_text(json.dumps([v.as_dict() for v in verdicts], indent=1))
     failed = [v for v in verdicts if not v.passed]
-    print(f"gates: {len(verdicts) - len(failed)} passed, {len(failed)} failed")
+    skipped = [v for v in verdicts if v.skipped]
+    print(f"gates: {len(verdicts) - len(failed) - len(skipped)} passed, {len(failed)} failed"
+          + (f", {len(skipped)} skipped on this build (reasons above)" if skipped else ""))
     return 1 if failed else 0
 
 

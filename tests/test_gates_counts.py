@@ -14,7 +14,8 @@ from infralens_lab.measure import gates_record as GR
 from infralens_lab.workloads.gated import GATED, REGRESSIONS, MLPStep, make_gated
 
 pytestmark = pytest.mark.gates
-CPU_ONLY = "thresholds were measured on a CPU (aten ops and bytes differ on a GPU build)"
+CPU_ONLY = ("the file's counts were measured on a CPU build; gpu mode is not where they run (`make gates-gpu` runs them "
+            "in interpreter mode, the counts that differ by build keyed to it)")
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,13 @@ def _write(tmp_path, data) -> str:
     ({"schema": 1, "counts": {"copies": {"syncs_per_step": {"atmost": 0}}}}, "expected {\"max\": number}"),
     ({"schema": 1, "ratios": {"copy": {"tolerance": 0.05, "k": 5}}}, "unknown ratio 'copy'"),
     ({"schema": 1, "ratios": {"coalesced / copy_ (float32)": {"tolerance": 5, "k": 5}}}, "fraction in"),
+    ({"schema": 1, "counts_build": "gpu"}, "counts_build 'gpu'; expected one of"),
+    ({"schema": 1, "build_dependent": {"kernels": "why"}}, "build_dependent = "),
+    ({"schema": 1, "build_dependent": {"peak_bytes": "why"}, "counts_by_build": {"rocm": {}}}, "builds among"),
+    ({"schema": 1, "counts": {"copies": {"syncs_per_step": {"max": 0}}}, "build_dependent": {"peak_bytes": "why"},
+      "counts_by_build": {"cuda-gpu": {"copies": {"syncs_per_step": {"max": 0}}}}}, "only for the build-dependent"),
+    ({"schema": 1, "counts": {"copies": {"peak_bytes": {"max": 1}}}, "build_dependent": {"peak_bytes": "why"},
+      "counts_by_build": {"cuda-gpu": {"copies": {"peak_bytes": {"below": 1}}}}}, "counts_by_build\\['cuda-gpu'\\]"),
 ])
 def test_bad_threshold_files(tmp_path, data, match):
     with pytest.raises(gates.ThresholdError, match=match):
@@ -150,3 +158,61 @@ def test_gates_command_is_wired(tmp_path, capsys):
 
     assert cli(["gates", "--thresholds", str(tmp_path / "nope.json")]) == 2
     assert "no threshold file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- counts keyed to the build (issue 37.8)
+def test_the_committed_file_keys_peak_bytes_to_the_cpu_build(thresholds):
+    """On the build the counts were measured on every rule holds; on a CUDA build exactly the build-dependent
+    counts (peak bytes) are left out, and the rest are kept."""
+    assert thresholds["counts_build"] == "cpu" and set(thresholds["build_dependent"]) == {"peak_bytes"}
+    assert all(not left for _, left in gates_cli.count_rules(thresholds, "cpu").values())
+    for build in ("cuda-interpreter", "cuda-gpu"):
+        for wl, (held, left) in gates_cli.count_rules(thresholds, build).items():
+            rules = thresholds["counts"][wl]
+            assert set(left) == {"peak_bytes"} & set(rules) and set(held) == set(rules) - {"peak_bytes"}, (build, wl)
+
+
+def test_count_build_names_this_machine():
+    import torch
+
+    assert gates.count_build() == ("cpu" if torch.version.cuda is None else f"cuda-{'gpu' if is_gpu() else 'interpreter'}")
+    assert gates.count_build() in gates.BUILDS
+
+
+def test_on_another_build_peak_bytes_is_skipped_with_its_reason(thresholds):
+    if is_gpu():
+        pytest.skip(CPU_ONLY)
+    vs = {v.metric: v for v in gates_cli.check_counts(thresholds, ["attention_tiled"], build="cuda-gpu")}
+    assert all(v.passed for v in vs.values()) and [m for m, v in vs.items() if v.skipped] == ["peak_bytes"]
+    msg = vs["peak_bytes"].message
+    assert "not gated on this build (cuda-gpu)" in msg and "measured on cpu" in msg and "allocator" in msg
+    assert "--record-counts" in msg and vs["peak_bytes"].as_dict()["skipped"] is True
+
+
+def test_a_build_keyed_limit_is_held_not_skipped(tmp_path, thresholds):
+    if is_gpu():
+        pytest.skip(CPU_ONLY)
+    data = {"schema": 1, "counts": {"attention_tiled": thresholds["counts"]["attention_tiled"]},
+            "build_dependent": thresholds["build_dependent"],
+            "counts_by_build": {"cuda-gpu": {"attention_tiled": {"peak_bytes": {"max": 1}}}}}
+    th = gates.load_thresholds(_write(tmp_path, data))
+    (v,) = [v for v in gates_cli.check_counts(th, build="cuda-gpu") if v.metric == "peak_bytes"]
+    assert not v.skipped and not v.passed and v.limit == 1
+
+
+def test_record_counts_writes_this_builds_entry_and_the_cli_prints_skips(tmp_path, thresholds, capsys, monkeypatch):
+    if is_gpu():
+        pytest.skip(CPU_ONLY)
+    data = {"schema": 1, "counts": {"attention_tiled": thresholds["counts"]["attention_tiled"]},
+            "build_dependent": thresholds["build_dependent"]}
+    path = _write(tmp_path, data)
+    out = tmp_path / "counts.json"
+    assert gates_cli.main(["--thresholds", path, "--record-counts", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    entry = rec["counts_by_build"][rec["build"]]["attention_tiled"]
+    assert list(entry) == ["peak_bytes"] and entry["peak_bytes"]["max"] == thresholds["counts"]["attention_tiled"]["peak_bytes"]["max"]
+    assert entry["peak_bytes"]["slack"] == 0.05 and "counts_by_build" in capsys.readouterr().out
+    monkeypatch.setattr(gates, "count_build", lambda: "cuda-interpreter")
+    assert gates_cli.main(["--thresholds", path, "--counts"]) == 0
+    text = capsys.readouterr().out
+    assert "SKIP  attention_tiled" in text and "1 skipped on this build" in text and "measured on cpu" in text

@@ -99,15 +99,15 @@ def test_suggest_command_prints_one_line_per_gate(capsys):
 
 
 def test_count_gates_are_refused_in_gpu_mode(monkeypatch, capsys):
-    """Their thresholds are interpreter-mode counts: on a CUDA build they would all fail, so the command says
-    how to run them instead of failing them."""
+    """`make gates-gpu` runs the count gates in interpreter mode (keyed to that build), so the command run in gpu
+    mode says how to run them instead of running them."""
     import infralens_lab.device as device
 
     monkeypatch.setattr(device, "is_gpu", lambda: True)
     monkeypatch.setattr(device, "numpy_interpreter_problem", lambda: None)  # the lent GPU's own numpy is 2.5
     assert gates_cli.main(["--counts"]) == 2
     err = capsys.readouterr().err
-    assert "measured in interpreter mode" in err and "INFRALENS_MODE=interpreter" in err
+    assert "refusing the count gates in gpu mode" in err and "INFRALENS_MODE=interpreter" in err
 
 
 def test_numpy_too_new_for_the_interpreter_is_explained(monkeypatch, capsys):

@@ -83,7 +83,7 @@ def test_self_and_inclusive_times_by_hand():
 
 
 def test_outermost_ops_and_forward_busy_by_hand():
-    from infralens_lab.measure.top_ops import format_gain, forward_busy, outermost_ops
+    from infralens_lab.measure.top_ops import family_us, forward_busy, gpu_work_samples, outermost_ops
 
     tr = Trace({"traceEvents": [X("ProfilerStep#0", "user_annotation", 0, 200)] + conv_trace().data["traceEvents"]})
     o = outermost_ops(tr).set_index("op")
@@ -93,7 +93,5 @@ def test_outermost_ops_and_forward_busy_by_hand():
     # kernels 30-40, 50-150, 150-155: 115 µs of a forward from its CPU start (0) to its last kernel's end (155)
     assert b["kernels"] == 3 and b["kernel_ms"] == pytest.approx(0.115) and b["profiled_ms"] == pytest.approx(0.155)
     assert b["busy_pct"] == pytest.approx(100 * 115 / 155) and b["busy_pct_unprofiled"] == pytest.approx(23.0)
-    g = format_gain({"channels_first": 3.0, "channels_last": 2.0}, {"channels_first": 9.0, "channels_last": 8.5})
-    assert g["share"] == pytest.approx(0.5) and g["wall_saved_pct"] == pytest.approx(100 * 0.5 / 9)
-    with pytest.raises(ValueError, match="saved none"):
-        format_gain({"channels_first": 2.0, "channels_last": 2.0}, {"channels_first": 9.0, "channels_last": 8.5})
+    assert sum(family_us(tr).values()) == pytest.approx(115.0)  # the same three kernels, by family, per forward
+    assert gpu_work_samples(tr) == pytest.approx([115.0])  # one profiled forward: one sample

@@ -137,13 +137,15 @@ def test_live_op_counts():
 
 
 def test_derived_questions_mark_against_the_notebooks_evidence(store):
-    from infralens_lab.measure.top_ops import format_gain, op_times
+    from infralens_lab.measure.top_ops import op_times
 
     rec = lab07.recorded_resnet(store)
     ot = op_times(rec["channels_first"][0])  # conv2d keeps 100 - 90 = 10 µs, cudnn_convolution 90 - 5 - 5 = 80 µs
     assert check("lab07.ex1", 0.08, evidence=ot).correct and not check("lab07.ex1", 0.09, evidence=ot).correct
-    g = format_gain({"channels_first": 4.0, "channels_last": 2.0}, {"channels_first": 10.0, "channels_last": 9.0})
-    assert check("lab07.q5", 0.5, evidence=g).correct and not check("lab07.q5", 2.0, evidence=g).correct
+    # the hand-made traces: channels_first 130 µs of kernels (30 of them the layout transform), channels_last 100
+    g = lab07.layout_saving(rec, lab07.recorded_gates(store))
+    assert g["share"] == pytest.approx(1.0)
+    assert check("lab07.q5", 1.0, evidence=g).correct and not check("lab07.q5", 0.3 / 1.3, evidence=g).correct
     kt = gates.k_table(lab07.recorded_gates(store).values["aa_ratios"], 0.05)
     assert check("lab07.ex2", 1, evidence=kt).correct and not check("lab07.ex2", 3, evidence=kt).correct
     import pandas as pd
@@ -158,7 +160,7 @@ def test_derived_questions_mark_against_the_notebooks_evidence(store):
 def test_grader_keys_use_the_recorded_set():
     """quiz.keys.lab07 builds the notebook's evidence from the committed default set by the same functions:
     the grader's keys for ex1, q5, ex2 and q6 are what the notebook's cells compute."""
-    from infralens_lab.measure.top_ops import format_gain, forward_busy, op_times
+    from infralens_lab.measure.top_ops import op_times
     from infralens_lab.quiz import grader, question
 
     st = lab07.store()
@@ -169,9 +171,9 @@ def test_grader_keys_use_the_recorded_set():
     try:
         top = op_times(rec["channels_first"][0]).iloc[0]["self_ms"]
         assert grader.expected_for_grading(question("lab07.ex1")) == pytest.approx(top)
-        k = {f: forward_busy(tr)["kernel_ms"] for f, (tr, _) in rec.items()}
-        share = format_gain(k, {f: gev.values["resnet"][f]["median_ms"] for f in rec})["share"]
-        assert grader.expected_for_grading(question("lab07.q5")) == pytest.approx(share)
+        cmp = lab07.format_compare(rec).set_index("family")  # the family table the notebook shows
+        d = cmp["channels_first_us"] - cmp["channels_last_us"]
+        assert grader.expected_for_grading(question("lab07.q5")) == pytest.approx(d["layout transform"] / d["all kernels"])
         assert grader.expected_for_grading(question("lab07.ex2")) == gates.smallest_k(gates.k_table(gev.values["aa_ratios"], gates.LAB_TOLERANCE))
         procs = gev.values.get("aa_processes")
         if procs:  # q6: the median over processes of ratio spread / a's spread, from the table the notebook shows

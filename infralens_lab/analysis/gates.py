@@ -46,10 +46,25 @@ class Verdict:
     rule: str
     passed: bool
     message: str
+    skipped: bool = False  # measured but not held to a limit (a build-dependent count on another build)
 
     def as_dict(self) -> dict:
         return {"gate": self.gate, "metric": self.metric, "measured": self.measured, "limit": self.limit,
-                "rule": self.rule, "passed": self.passed, "message": self.message}
+                "rule": self.rule, "passed": self.passed, "skipped": self.skipped, "message": self.message}
+
+
+def skipped_verdict(gate: str, metric: str, measured: float, rule: dict, build: str, home: str, why: str) -> Verdict:
+    """A count measured on ``build`` whose rule was measured on another build (``home``) and differs by build
+    (``why``): reported with its value and the reason, never held to the other build's limit (``passed`` True,
+    ``skipped`` True)."""
+    if build == home:
+        raise ValueError(f"gate {gate!r} metric {metric!r}: build {build!r} is the build its rule was measured on; "
+                         "expected another build to skip it on")
+    kind = "max" if "max" in rule else "equals"
+    limit = float(rule[kind])
+    msg = (f"{metric} = {measured:g}, not gated on this build ({build}): the file's limit {limit:g} was measured on "
+           f"{home}, and {why}; record this build's own limit with `python -m infralens_lab gates --record-counts`")
+    return Verdict(gate, metric, float(measured), limit, kind, True, msg, skipped=True)
 
 
 def count_verdict(gate: str, metric: str, measured: float, rule: dict) -> Verdict:
@@ -383,4 +398,20 @@ def ratio_gate_table(samples: dict, rules: dict, bench: dict):
         rows.append({"ratio": name, "gate_reference": med, "bench_ratio": b,
                      "procedure_gap_pct": 100 * (med / b - 1) if b else None, "n": len(x), "spread_pct": 100 * s,
                      "tolerance_pct": 100 * rule["tolerance"], "k": rule["k"], "k_needed": runs_needed(s, rule["tolerance"])})
+    return pd.DataFrame(rows)
+
+
+def regression_times(ev, tolerance: float) -> pd.DataFrame | None:
+    """Recorded on the GPU, per regression and mode: launches and CUDA syncs per step and the median and p10-p90 of the k
+    wall-clock ratios ``t_intended / t_regressed``; ``caught``: the median is below ``1 - tolerance``."""
+    if ev is None or "regressions" not in ev.values:
+        return None
+    rows = []
+    for r in ev.values["regressions"]:
+        if r["regression"] != "intended":
+            x = r["ratio_samples"]
+            rows.append({"regression": r["regression"], "mode": "compiled" if r["compiled"] else "eager",
+                         "launches": r.get("launches_per_step"), "syncs": r.get("cuda_syncs_per_step"),
+                         "ratio": percentile(x, 50), "p10": percentile(x, 10),
+                         "p90": percentile(x, 90), "caught": bool(percentile(x, 50) < 1 - tolerance)})
     return pd.DataFrame(rows)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # (re-exported)
+from ..stats import Spread
 from .intervals import hidden as _hidden
 from .traffic import Traffic
 
@@ -299,6 +300,116 @@ def host_bound(busy_share: float) -> bool:
     if not 0.0 <= b <= 1.0:
         raise ValueError(f"busy_share={busy_share!r}; expected a fraction between 0 and 1")
     return b < HOST_BOUND_BELOW
+
+
+PACE_VERDICTS = ("host-bound", "not host-bound", "borderline")
+
+
+@dataclass(frozen=True)
+class PaceVerdict:
+    """:func:`host_bound` applied with the forward's spread (:func:`host_pace`): ``busy`` is the GPU's busy share
+    of the forward at its median time, ``low`` / ``high`` at its p90 / p10 time (fractions 0..1), ``threshold`` the
+    rule's :data:`HOST_BOUND_BELOW`; ``verdict`` one of :data:`PACE_VERDICTS` (``borderline`` when the threshold
+    lies within ``low``..``high``: the spread of the evidence itself can put the forward on either side)."""
+
+    verdict: str
+    busy: float
+    low: float
+    high: float
+    busy_ms: float
+    forward: Spread
+    threshold: float = HOST_BOUND_BELOW
+
+    def as_row(self) -> dict:
+        """The numbers behind the verdict, for a table: ms, and shares in percent."""
+        return {"kernel_ms": self.busy_ms, "forward_ms": self.forward.median, "forward_p10_ms": self.forward.p10,
+                "forward_p90_ms": self.forward.p90, "busy_pct": 100 * self.busy, "busy_low_pct": 100 * self.low,
+                "busy_high_pct": 100 * self.high, "verdict": self.verdict}
+
+    def short(self) -> str:
+        """``'borderline (busy 50.0%, 42.9-54.2% over the forward's p10-p90; threshold 50%)'``."""
+        return (f"{self.verdict} (busy {100 * self.busy:.1f}%, {100 * self.low:.1f}-{100 * self.high:.1f}% over the "
+                f"forward's p10-p90; threshold {100 * self.threshold:.0f}%)")
+
+    def sentence(self) -> str:
+        """The verdict with both numbers: the busy share (and its range over the forward's p10-p90) and the
+        threshold, e.g. ``'borderline: the GPU ran kernels 50.0% of the forward (42.9-54.2% over its p10-p90
+        time), and the rule's threshold, 50%, lies inside that range'``."""
+        busy = (f"the GPU ran kernels {100 * self.busy:.1f}% of the forward ({100 * self.low:.1f}-"
+                f"{100 * self.high:.1f}% over its p10-p90 time)")
+        rule = f"the rule's threshold, {100 * self.threshold:.0f}%"
+        if self.verdict == "borderline":
+            return f"borderline: {busy}, and {rule}, lies inside that range: the rule cannot call it either way"
+        side = "below" if self.verdict == "host-bound" else "at or above"
+        return f"{self.verdict}: {busy}, all of it {side} {rule}"
+
+
+def host_pace(busy_ms: float, forward: Spread) -> PaceVerdict:
+    """Who sets the pace of a forward, with the spread of its time: ``busy_ms`` (GPU busy time per forward, from
+    a trace: kernel durations, steady run to run) over the forward's wall time ``forward`` (a
+    :class:`~infralens_lab.stats.Spread` in ms, timed without the profiler). :func:`host_bound` (the one rule)
+    decides at the median, at p90 (the lowest share) and at p10 (the highest, at most 1): one answer at all
+    three is the verdict; otherwise ``borderline``. ValueError for a non-positive time or a busy time longer
+    than the forward's median."""
+    if not (busy_ms > 0 and forward.p10 > 0 and forward.p10 <= forward.median <= forward.p90):
+        raise ValueError(f"busy_ms={busy_ms!r}, forward p10/median/p90={forward.p10!r}/{forward.median!r}/"
+                         f"{forward.p90!r}; expected positive times with p10 <= median <= p90")
+    if busy_ms > forward.median:
+        raise ValueError(f"busy_ms={busy_ms!r} exceeds the forward's median {forward.median!r} ms; a part never "
+                         "exceeds its whole: expected the busy time of the same forward")
+    busy, low, high = busy_ms / forward.median, busy_ms / forward.p90, min(1.0, busy_ms / forward.p10)
+    calls = {host_bound(x) for x in (low, busy, high)}
+    verdict = "borderline" if len(calls) > 1 else ("host-bound" if calls.pop() else "not host-bound")
+    return PaceVerdict(verdict, busy, low, high, float(busy_ms), forward)
+
+
+def pace_flip_reason(a: PaceVerdict, b: PaceVerdict, gpu_a: str, gpu_b: str) -> str:
+    """Why one forward gets two verdicts on two GPUs (each :class:`PaceVerdict` from its own recording): a
+    borderline side is named with its range, and the busy share's move is traced to its two parts, the GPU busy
+    time and the forward's wall time, whichever changed more (the forward's length is the host's issue time
+    when the GPU waits), or, when both medians sit on one side of the threshold, to the spread alone. ValueError
+    when the verdicts agree."""
+    if a.verdict == b.verdict:
+        raise ValueError(f"both verdicts are {a.verdict!r}; a flip needs two different verdicts")
+    parts = []
+    for v, g in ((a, gpu_a), (b, gpu_b)):
+        if v.verdict == "borderline":
+            parts.append(f"on the {g} the forward's own spread ({v.forward.p10:.2f}-{v.forward.p90:.2f} ms) "
+                         f"puts the busy share at {100 * v.low:.1f}-{100 * v.high:.1f}%, across the "
+                         f"{100 * v.threshold:.0f}% threshold")
+    k = b.busy_ms / a.busy_ms - 1
+    f = b.forward.median / a.forward.median - 1
+    if host_bound(a.busy) == host_bound(b.busy):
+        side = "below" if host_bound(a.busy) else "at or above"
+        cause = (f"at their medians both forwards sit {side} the threshold ({100 * a.busy:.1f}% on the {gpu_a}, "
+                 f"{100 * b.busy:.1f}% on the {gpu_b}): the verdicts differ because of how widely the forward's time "
+                 "spreads, not because the share moved")
+    elif abs(f) >= abs(k):
+        cause = (f"the forward's wall time differs more ({100 * f:+.0f}% on the {gpu_b} against the {gpu_a}) than "
+                 f"the GPU's busy time ({100 * k:+.0f}%): the share moved with the forward's length, which is the "
+                 "host's time to issue the launches when the GPU waits: the host machine, not the GPU, moved "
+                 "the verdict")
+    else:
+        cause = (f"the GPU's busy time differs more ({100 * k:+.0f}% on the {gpu_b} against the {gpu_a}) than the "
+                 f"forward's wall time ({100 * f:+.0f}%): the share moved with the kernels")
+    return "; ".join([*parts, cause])
+
+
+def pace_flips(verdicts: dict[str, dict[str, PaceVerdict]]) -> list[str]:
+    """One line per format (and pair of GPUs) whose verdict differs between two GPUs, ``verdicts``:
+    ``{gpu: {format: PaceVerdict}}``, each from its own recording, saying why (:func:`pace_flip_reason`); empty
+    when every GPU gives each format one verdict."""
+    gpus = list(verdicts)
+    formats = list(dict.fromkeys(f for g in gpus for f in verdicts[g]))
+    out = []
+    for f in formats:
+        for i, ga in enumerate(gpus):
+            for gb in gpus[i + 1:]:
+                a, b = verdicts[ga].get(f), verdicts[gb].get(f)
+                if a is not None and b is not None and a.verdict != b.verdict:
+                    out.append(f"{f}: {a.verdict} on the {ga}, {b.verdict} on the {gb}. Why: "
+                               f"{pace_flip_reason(a, b, ga, gb)}.")
+    return out
 
 
 COMPILED_REGION = "Torch-Compiled Region"  # torch.compile's range around each call of a compiled graph

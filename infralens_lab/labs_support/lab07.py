@@ -8,11 +8,13 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import evidence
-from ..measure.top_ops import forward_busy, kernel_families, kernel_family
+from ..analysis.formats import family_saving, forward_spread, forward_times  # noqa: F401  (the notebook uses them)
+from ..analysis.gates import regression_times  # noqa: F401  (re-exported for the notebook)
+from ..analysis.overlap import host_pace
+from ..measure.top_ops import forward_busy, kernel_families, kernel_family, kernel_sums
 from ..measure.torch_trace import profile
 from ..measure.torch_trace import quiet_profiler_chatter as quiet_stderr  # (the notebook uses it)
 from ..parse.trace import Trace, load_trace
-from ..stats import percentile
 from ..workloads.resnet import MEMORY_FORMATS, inference_step
 from . import store  # noqa: F401  (re-exported for the notebook)
 
@@ -58,14 +60,40 @@ def recorded_gates(st) -> evidence.Evidence | None:
 
 def busy_table(traces: dict, gev) -> pd.DataFrame:
     """Per memory format, how much of the forward the GPU ran kernels (:func:`measure.top_ops.forward_busy`),
-    profiled and against the forward timed without the profiler (the ``gates_gpu`` record)."""
+    profiled and against the forward timed without the profiler (the ``gates_gpu`` record), with that share at
+    the forward's p90 and p10 (``busy_low_pct``, ``busy_high_pct``) and the one rule's ``verdict``
+    (:func:`infralens_lab.analysis.overlap.host_pace`: host-bound, not host-bound, or borderline)."""
     rows = []
     for f, (tr, _) in traces.items():
         b = forward_busy(tr, gev.values["resnet"][f]["median_ms"] if gev is not None else None)
+        v = host_pace(b["busy_ms"], forward_spread(gev.values, f)).as_row() if gev is not None else {}
         rows.append({"format": f, "kernels": b["kernels"], "kernel_ms": b["kernel_ms"], "profiled_ms": b["profiled_ms"],
                      "busy_profiled_pct": b["busy_pct"], "forward_ms": b.get("forward_ms"),
-                     "busy_pct": b.get("busy_pct_unprofiled")})
+                     "busy_pct": b.get("busy_pct_unprofiled"), "busy_low_pct": v.get("busy_low_pct"),
+                     "busy_high_pct": v.get("busy_high_pct"), "verdict": v.get("verdict")})
     return pd.DataFrame(rows)
+
+
+def pace_verdicts(traces: dict, gev) -> dict:
+    """``{format: PaceVerdict}`` for the recorded forwards (the one rule, with the forward's spread)."""
+    return {f: host_pace(forward_busy(tr)["busy_ms"], forward_spread(gev.values, f)) for f, (tr, _) in traces.items()}
+
+
+def pace_by_gpu(root=None) -> tuple[pd.DataFrame, dict]:
+    """The rule on every recorded single-GPU set holding lab 07's evidence, each GPU from its own recording: a table
+    (``gpu, format`` and :meth:`PaceVerdict.as_row`) and ``{gpu: {format: PaceVerdict}}``."""
+    verdicts = {st.gpu: pace_verdicts({f: (load_trace(st.load(f"resnet_trace_{f}")), None) for f in MEMORY_FORMATS},
+                                      st.load("gates_gpu")) for st in evidence.load_all_sets(root)
+                if {"gates_gpu", *(f"resnet_trace_{f}" for f in MEMORY_FORMATS)} <= set(st.names())}
+    rows = [{"gpu": g, "format": f, **v.as_row()} for g, vs in verdicts.items() for f, v in vs.items()]
+    return pd.DataFrame(rows), verdicts
+
+
+def layout_saving(traces: dict, gev) -> dict:
+    """lab07.q5's evidence: :func:`analysis.formats.family_saving` of the recorded kernel sums, each with its spread
+    (:func:`measure.top_ops.kernel_sums`), as the grading key builds it."""
+    fams, samples = kernel_sums({f: tr for f, (tr, _) in traces.items()}, gev.values)
+    return family_saving(fams, samples=samples)
 
 
 def format_compare(traces: dict) -> pd.DataFrame:
@@ -78,12 +106,6 @@ def format_compare(traces: dict) -> pd.DataFrame:
     out = pd.concat(parts, axis=1).fillna(0)
     out.loc["all kernels"] = out.sum()
     return out.reset_index().rename(columns={"index": "family"})
-
-
-def forward_times(ev) -> pd.DataFrame:
-    """Recorded ResNet-50 forward time per memory format: batch, dtype, median and p10/p90 (ms, CUDA events)."""
-    return pd.DataFrame([{"format": f, "batch": r["batch"], "dtype": r["dtype"], "median_ms": r["median_ms"],
-                          "p10_ms": r["p10_ms"], "p90_ms": r["p90_ms"]} for f, r in ev.values.get("resnet", {}).items()])
 
 
 def variants_table(ev) -> pd.DataFrame | None:
@@ -100,22 +122,6 @@ def variants_table(ev) -> pd.DataFrame | None:
     if v.get("compile_error"):
         t.attrs["note"] = f"torch.compile failed on the recording GPU: {v['compile_error']}"
     return t
-
-
-def regression_times(ev, tolerance: float) -> pd.DataFrame | None:
-    """Recorded on the GPU, per regression and mode: launches and CUDA syncs per step and the median and p10-p90 of the k
-    wall-clock ratios ``t_intended / t_regressed``; ``caught``: the median is below ``1 - tolerance``."""
-    if ev is None or "regressions" not in ev.values:
-        return None
-    rows = []
-    for r in ev.values["regressions"]:
-        if r["regression"] != "intended":
-            x = r["ratio_samples"]
-            rows.append({"regression": r["regression"], "mode": "compiled" if r["compiled"] else "eager",
-                         "launches": r.get("launches_per_step"), "syncs": r.get("cuda_syncs_per_step"),
-                         "ratio": percentile(x, 50), "p10": percentile(x, 10),
-                         "p90": percentile(x, 90), "caught": bool(percentile(x, 50) < 1 - tolerance)})
-    return pd.DataFrame(rows)
 
 
 def matmul_kernels(ev) -> pd.DataFrame | None:

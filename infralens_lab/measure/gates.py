@@ -18,7 +18,11 @@
 
 **Threshold file** (``data/gates.json``, :func:`load_thresholds`): ``{"schema": 1, "counts":
 {workload: {metric: {"max"|"equals": number, "slack"?: fraction}}}, "ratios": {bench ratio name:
-{"tolerance": fraction, "k": runs}}}``. Missing or malformed files, unknown workloads and unknown
+{"tolerance": fraction, "k": runs}}}``, and, keyed to the build (:func:`count_build`): ``"counts_build"``
+(the build ``counts`` were measured on), ``"build_dependent"`` (``{metric: why it differs by build}``) and
+``"counts_by_build"`` (``{build: {workload: {metric: rule}}}``, the build-dependent metrics measured on another
+build). On another build a build-dependent metric is held to that build's own rule, or left out with the reason
+(:func:`infralens_lab.gates_cli.check_counts`). Missing or malformed files, unknown workloads and unknown
 metrics raise :class:`ThresholdError` saying what was seen and what was expected.
 
 **Time ratios** (:func:`ratio_samples`, GPU only; :func:`infralens_lab.gates_cli.check_ratios` runs them): for each ratio the bench
@@ -44,9 +48,11 @@ import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..device import is_gpu, torch_device
+from ..device import is_gpu, mode, torch_device
 from ..kernels.reference import naive_torch
 from ..parse.gates import (  # noqa: F401  (re-exported)
+    BUILDS,
+    COUNTS_BUILD,
     DEFAULT_THRESHOLDS,
     METRICS,
     RATIO_GATE_PAIRS,
@@ -267,6 +273,15 @@ def cuda_syncs(step_fn: Callable[[], Any], steps: int = 2) -> int:
 
 
 # ---------------------------------------------------------------- thresholds
+def count_build() -> str:
+    """The build counts are measured on here, one of :data:`~infralens_lab.parse.gates.BUILDS`: ``'cpu'`` for a
+    CPU wheel of torch, ``'cuda-interpreter'`` / ``'cuda-gpu'`` for a CUDA wheel in interpreter or gpu mode.
+    Counts are the same on every run of one build; peak bytes, which follow the allocator, differ between builds."""
+    if torch.version.cuda is None:
+        return "cpu"
+    return f"cuda-{mode()}"
+
+
 def measure_counts(workload: str, metrics: list[str] | None = None) -> dict[str, float]:
     """Measure the count metrics of a gated workload (``workloads.gated.GATED``): ``{metric: value}``.
     ``graph_breaks`` compiles the workload's step with dynamo's explain."""

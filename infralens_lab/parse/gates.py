@@ -18,6 +18,10 @@ METRICS = {
     "peak_bytes": "peak bytes live above the step's start (byte)",
 }
 SCHEMA = 1
+# The builds a count can be measured on (measure.gates.count_build): a CPU wheel of torch (interpreter mode), a CUDA
+# wheel in interpreter mode (the steps on the CPU, as `make gates-gpu` runs the count gates), a CUDA wheel on its GPU.
+BUILDS = ("cpu", "cuda-interpreter", "cuda-gpu")
+COUNTS_BUILD = "cpu"  # the build the file's "counts" hold for when the file does not say
 DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "gates.json"
 
 
@@ -51,9 +55,11 @@ def load_thresholds(path: str | Path | None = None) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         seen = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ThresholdError(f"threshold file {p}: schema {seen!r}; expected an object with \"schema\": {SCHEMA}")
-    extra = sorted(set(data) - {"schema", "note", "counts", "ratios"})
+    extra = sorted(set(data) - {"schema", "note", "counts", "ratios", "counts_build", "build_dependent",
+                                "counts_by_build"})
     if extra:
-        raise ThresholdError(f"threshold file {p}: unknown keys {extra}; expected schema, note, counts, ratios")
+        raise ThresholdError(f"threshold file {p}: unknown keys {extra}; expected schema, note, counts, ratios, "
+                             "counts_build, build_dependent, counts_by_build")
     counts = data.get("counts", {})
     if not isinstance(counts, dict):
         raise ThresholdError(f"threshold file {p}: \"counts\" is {type(counts).__name__}; expected an object")
@@ -66,12 +72,27 @@ def load_thresholds(path: str | Path | None = None) -> dict:
             if metric not in METRICS:
                 raise ThresholdError(f"threshold file {p}: unknown metric {metric!r} for {wl!r}; expected one "
                                      f"of {sorted(METRICS)}")
-            bad = not isinstance(rule, dict) or sum(k in rule for k in ("max", "equals")) != 1 \
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rule.values()) \
-                or set(rule) - {"max", "equals", "slack"}
-            if bad:
-                raise ThresholdError(f"threshold file {p}: counts[{wl!r}][{metric!r}] = {rule!r}; expected "
-                                     f"{{\"max\": number}} or {{\"equals\": number}}, optionally with \"slack\"")
+            _check_rule(p, f"counts[{wl!r}][{metric!r}]", rule)
+    home = data.get("counts_build", COUNTS_BUILD)
+    if home not in BUILDS:
+        raise ThresholdError(f"threshold file {p}: counts_build {home!r}; expected one of {list(BUILDS)}")
+    dep = data.get("build_dependent", {})
+    if not isinstance(dep, dict) or any(m not in METRICS or not isinstance(why, str) or not why
+                                        for m, why in dep.items()):
+        raise ThresholdError(f"threshold file {p}: build_dependent = {dep!r}; expected {{metric: reason (text)}} "
+                             f"with metrics among {sorted(METRICS)}")
+    by_build = data.get("counts_by_build", {})
+    if not isinstance(by_build, dict) or any(b not in BUILDS for b in by_build):
+        raise ThresholdError(f"threshold file {p}: counts_by_build has builds {sorted(by_build) if isinstance(by_build, dict) else by_build!r}; "
+                             f"expected an object keyed by builds among {list(BUILDS)}")
+    for b, wls in by_build.items():
+        for wl, rules in (wls.items() if isinstance(wls, dict) else [(None, None)]):
+            if wl not in counts or not isinstance(rules, dict) or any(m not in dep for m in rules):
+                raise ThresholdError(f"threshold file {p}: counts_by_build[{b!r}][{wl!r}] = {rules!r}; expected "
+                                     f"rules for a workload of \"counts\" ({sorted(counts)}) and only for the "
+                                     f"build-dependent metrics {sorted(dep)}")
+            for metric, rule in rules.items():
+                _check_rule(p, f"counts_by_build[{b!r}][{wl!r}][{metric!r}]", rule)
     ratios = data.get("ratios", {})
     if not isinstance(ratios, dict):
         raise ThresholdError(f"threshold file {p}: \"ratios\" is {type(ratios).__name__}; expected an object")
@@ -82,7 +103,17 @@ def load_thresholds(path: str | Path | None = None) -> dict:
         if not (isinstance(tol, (int, float)) and 0 < tol < 1 and isinstance(k, int) and k >= 1):
             raise ThresholdError(f"threshold file {p}: ratios[{name!r}] = {r!r}; expected "
                                  f"{{\"tolerance\": fraction in (0, 1), \"k\": int >= 1}}")
-    return {"path": str(p), "counts": counts, "ratios": ratios, "note": data.get("note", "")}
+    return {"path": str(p), "counts": counts, "ratios": ratios, "note": data.get("note", ""), "counts_build": home,
+            "build_dependent": dep, "counts_by_build": by_build}
+
+
+def _check_rule(p, where: str, rule) -> None:
+    bad = not isinstance(rule, dict) or sum(k in rule for k in ("max", "equals")) != 1 \
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rule.values()) \
+        or set(rule) - {"max", "equals", "slack"}
+    if bad:
+        raise ThresholdError(f"threshold file {p}: {where} = {rule!r}; expected "
+                             f"{{\"max\": number}} or {{\"equals\": number}}, optionally with \"slack\"")
 
 
 def reference_ratios(store=None) -> dict[str, float]:

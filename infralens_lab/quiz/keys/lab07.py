@@ -4,6 +4,7 @@ returns None when the recorded set lacks what it needs."""
 from __future__ import annotations
 
 from ... import evidence
+from ...analysis import formats
 from ...analysis import gates as analysis_gates
 from ...measure import gates as measure_gates
 from ...measure import top_ops
@@ -30,14 +31,16 @@ def op_times_first():
     return None if got is None else top_ops.op_times(got[0]["channels_first"])
 
 
-def format_gain():
-    """Kernel time and wall time channels_last saves over channels_first (lab07.q5)."""
+def layout_saving():
+    """The share of the kernel time channels_last saves that the layout transforms account for, each kernel sum
+    with its spread over the recorded forwards (lab07.q5; :func:`analysis.formats.family_saving` of
+    :func:`measure.top_ops.kernel_sums`, as ``labs_support.lab07.layout_saving`` builds it)."""
     got = _resnet()
     if got is None:
         return None
     trs, vals = got
-    kernel = {f: top_ops.forward_busy(trs[f])["kernel_ms"] for f in FORMATS}
-    return top_ops.format_gain(kernel, {f: vals["resnet"][f]["median_ms"] for f in FORMATS})
+    fams, samples = top_ops.kernel_sums(trs, vals)
+    return formats.family_saving(fams, samples=samples)
 
 
 def aa_k_table():
