@@ -424,9 +424,11 @@ DEFAULT_FILE = "DEFAULT"  # data/recorded/DEFAULT: the committed choice of refer
 def default_reference(root: str | Path | None = None) -> tuple[str | None, str]:
     """The reference set the labs use and why: ``(slug, reason)``.
 
-    Order: ``$INFRALENS_REFERENCE_GPU``; else the slug committed in ``data/recorded/DEFAULT``;
-    else the only recorded set when there is exactly one. Adding a set therefore changes nothing
-    until it is chosen. ``slug`` is None when none can be chosen (the reason says why).
+    Order: ``$INFRALENS_REFERENCE_GPU``; else, in gpu mode, this GPU's own recorded set when there is one
+    (one statement, one GPU: a live table is never set beside another GPU's recording as "the" reference);
+    else the slug committed in ``data/recorded/DEFAULT``; else the only recorded set when there is exactly one.
+    Adding a set therefore changes nothing until it is chosen or its GPU runs the labs. ``slug`` is None when none
+    can be chosen (the reason says why).
     """
     root = Path(root) if root is not None else data_root()
     have = recordings(root)
@@ -439,6 +441,8 @@ def default_reference(root: str | Path | None = None) -> tuple[str | None, str]:
         ignored = f"; ${REFERENCE_ENV} is set but empty ({raw!r}), so it was ignored: set a slug or unset it"
         warnings.warn(f"{REFERENCE_ENV}={raw!r} is empty; expected a recorded set's slug, one of {have}. "
                       "Using the committed default instead.", stacklevel=2)
+    if device.is_gpu() and (own := device.slug(device.facts().name)) in have:
+        return own, f"this GPU's own recorded set ({own}){ignored}"
     default = root / DEFAULT_FILE
     if default.is_file():
         slug = default.read_text().strip()

@@ -302,6 +302,30 @@ def test_default_reference_is_the_committed_choice_not_the_first_by_name(tmp_pat
     assert evidence.REFERENCE_ENV in evidence.default_reference(root)[1]
 
 
+def test_in_gpu_mode_the_reference_is_this_gpu_s_own_set_when_there_is_one(tmp_path, monkeypatch):
+    """One statement, one GPU: a live H200 reads the H200 recording as its reference, not the committed default;
+    a GPU without a set here falls back to the default; the environment variable still wins."""
+    from types import SimpleNamespace
+
+    from infralens_lab import device
+    monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
+    root = _two_sets(tmp_path)
+    (root / evidence.DEFAULT_FILE).write_text("nvidia-b\n")
+    monkeypatch.setattr(device, "is_gpu", lambda: True)
+    monkeypatch.setattr(device, "slug", lambda name: name.lower())
+    monkeypatch.setattr(device, "facts", lambda: SimpleNamespace(name="NVIDIA-A"))
+    slug, why = evidence.default_reference(root)
+    assert slug == "nvidia-a" and "this GPU's own recorded set" in why
+    monkeypatch.setattr(device, "facts", lambda: SimpleNamespace(name="NVIDIA-C"))  # no set for this GPU
+    assert evidence.default_reference(root)[0] == "nvidia-b"
+    monkeypatch.setattr(device, "facts", lambda: SimpleNamespace(name="NVIDIA-A"))
+    monkeypatch.setenv(evidence.REFERENCE_ENV, "nvidia-b")
+    assert evidence.default_reference(root)[0] == "nvidia-b"
+    monkeypatch.setattr(device, "is_gpu", lambda: False)  # interpreter mode: the committed default
+    monkeypatch.delenv(evidence.REFERENCE_ENV)
+    assert evidence.default_reference(root)[0] == "nvidia-b"
+
+
 def test_two_sets_and_no_default_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv(evidence.REFERENCE_ENV, raising=False)
     root = _two_sets(tmp_path)
