@@ -65,13 +65,14 @@ def test_invariants_on_every_committed_trace(cache, gpu, name):
 
 
 def test_h200_hot_kernel_counts_only_the_profiled_steps(cache):
-    # 68 launches, 14.26 ms, 17.4 % over the whole trace; the profiled steps launched 51 (17 per step)
+    # the H200 set of 2026-12-03: the profiled steps launched 51 (17 per step), 10.72 ms, 19.09 % of their kernel
+    # time; the trace's other kernels (166 outside the steps) launch none of it
     tr = _tr(cache, "h200", "trace_fixed")
     top = tr.kernels().iloc[0]
     assert top["name"].startswith("sm80_xmma_gemm_f32f32") and top["count"] == 51
-    assert top["total_us"] == pytest.approx(10_692, abs=5) and top["pct"] == pytest.approx(19.05, abs=0.01)
+    assert top["total_us"] == pytest.approx(10_722, abs=5) and top["pct"] == pytest.approx(19.09, abs=0.01)
     everything = tr.kernels(scope="all").set_index("name").loc[top["name"]]
-    assert everything["count"] == 68 and tr.leftover()["kernels"] == 348
+    assert everything["count"] >= top["count"] and tr.leftover()["kernels"] == 166
 
 
 def test_h100_hot_kernel_is_the_one_the_steps_launched(cache):
@@ -95,9 +96,9 @@ def test_busy_share_is_measured_on_the_work_the_steps_launched(cache):
     assert s["window_us"] > 0 and s["cpu_window_us"] < s["window_us"]
 
 
-# the H200 numbers are the review's (issue 27); the H100 set was re-recorded after it, so its are None: the same
-# checks without the review's values
-@pytest.mark.parametrize("gpu,copy_ms,exposed_ms", [("h200", 0.6375, 0.0428), ("h100", None, None)])
+# the H200 numbers are those of its set of 2026-12-03 (the review's, issue 27, were 0.6375 and 0.0428 ms on the set
+# of 2026-11-23); the H100 set's are None: the same checks without pinned values
+@pytest.mark.parametrize("gpu,copy_ms,exposed_ms", [("h200", 0.6083, 0.0773), ("h100", None, None)])
 def test_lab05_copy_per_step_counts_three_copies_not_four(cache, gpu, copy_ms, exposed_ms):
     pinned = overlap.copy_overlap(_tr(cache, gpu, "trace_copy_pinned"))
     assert pinned["copies"] == pinned["steps"] == 3  # one copy per step; the warm-up's copy is left out

@@ -115,8 +115,7 @@ def hot_kernel_ncu(st, hot_kernel: str, live: bool | None = None) -> HotCounters
 
 
 def matmul_ceilings(st) -> tuple[pd.DataFrame, str] | None:
-    """The recorded 8192³ matmul rate per precision (median of CUDA-event timings) with the physics check's columns
-    (:func:`~infralens_lab.analysis.hardware.matmul_rate_table` with the set's device facts)."""
+    """The recorded 8192³ matmul rates with the physics check's columns (``hardware.matmul_rate_table``)."""
     if st is None or "ceilings" not in st.names():
         print("Matmul ceilings: no `ceilings` record yet.")
         return None

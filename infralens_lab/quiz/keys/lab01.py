@@ -48,9 +48,12 @@ def before_after():
 
 
 def matmul_ceilings():
-    """The recorded matmul rate per precision (``dtype, rate_TFLOPs``)."""
+    """The recorded matmul rate per precision (``dtype, rate_TFLOPs``), with the physics check's columns: the table
+    lab 01 shows (``labs_support.lab01.matmul_ceilings``)."""
     st = _store()
-    return matmul_rate_table(st.load("ceilings").values) if st is not None and "ceilings" in st.names() else None
+    if st is None or "ceilings" not in st.names():
+        return None
+    return matmul_rate_table(st.load("ceilings").values, st.load("device").values if "device" in st.names() else None)
 
 
 def _variants():
