@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..parse.ranks import RankRun
+from ..parse.trace import SYNC_NAMES, Trace
 from ..stats import ratio_range, spread_of
 from ..units import MiB, decimals_to_show
 from . import distributed, ledger
@@ -219,6 +220,93 @@ def model_inputs(rec: RankRun | None, m) -> dict:
                   "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()),
                   "intra_busbw_gbs": largest_busbw(bench(rec)), "ddp_overhead_s": max(0.0, row["ddp_overhead_ms"] / 1e3),
                   "source": "measured on the recorded NCCL run"}
+
+
+# ---------------------------------------------------------------- what a collective cost: wait, transfer, host
+DDP_FORWARD = "DistributedDataParallel.forward"  # the range DDP's forward runs in (its runtime-stats timers sync there)
+
+
+def split_table(run: RankRun, label: str) -> pd.DataFrame:
+    """Per rank, per steady profiled step of config ``label``: collectives, and what they cost split into the
+    host's launch cost, waiting for a peer and transfer (ms; :func:`.distributed.split_per_step` of
+    :func:`.distributed.collective_split`). Kept on the run."""
+    key = ("split", label)
+    if key not in run._traces:
+        run._traces[key] = distributed.split_per_step(distributed.collective_split(run.traces(label)))
+    return run._traces[key]
+
+
+def practice_split(run: RankRun) -> pd.DataFrame:
+    """:func:`split_table` of the practice project's two runs (``mystery``, ``reference``), one row per config and
+    rank, with the config's timed (unprofiled) step time (ms)."""
+    parts = [split_table(run, label).assign(config=label, timed_step_ms=1e3 * run.config(label)["step_s"])
+             for label in PRACTICE]
+    out = pd.concat(parts, ignore_index=True)
+    return out[["config", "rank", "calls", "host_ms", "wait_ms", "transfer_ms", "cost_ms", "per_call_transfer_us",
+                "timed_step_ms"]]
+
+
+def host_syncs(trace: Trace) -> pd.DataFrame:
+    """The calls that make the host wait (:data:`~infralens_lab.parse.trace.SYNC_NAMES`, and any ``…Synchronize``
+    runtime call) per profiled step of one rank: ``step``, ``name``, ``calls``, ``in_ddp_forward`` (how many sit
+    inside DDP's forward range, where its runtime-stats timers read their CUDA events on the iterations DDP
+    samples: the first ten, then every hundredth)."""
+    ev = trace.events
+    sync = ev[ev["name"].isin(SYNC_NAMES) | ev["name"].str.contains("Synchronize", regex=False)]
+    st = trace.steps()
+    fwd = ev[ev["name"].str.startswith(DDP_FORWARD)]
+    rows = []
+    for _, e in sync.iterrows():
+        t = float(e["start_us"])
+        k = st[(st["cpu_start_us"] <= t) & (t < st["cpu_end_us"])]
+        if k.empty:
+            continue
+        inside = bool(((fwd["start_us"] <= t) & (t < fwd["end_us"]) & (fwd["tid"] == e["tid"])).any())
+        rows.append({"step": int(k["step"].iloc[0]), "name": e["name"], "in_ddp_forward": int(inside)})
+    df = pd.DataFrame(rows, columns=["step", "name", "in_ddp_forward"])
+    return (df.groupby(["step", "name"]).agg(calls=("in_ddp_forward", "size"), in_ddp_forward=("in_ddp_forward", "sum"))
+            .reset_index())
+
+
+def sync_sentence(run: RankRun, label: str, rank: int = 0) -> str:
+    """Rank ``rank``'s host syncs per profiled step of ``label`` (:func:`host_syncs`), in one line."""
+    h = host_syncs(run.traces(label)[rank])
+    steps = len(run.traces(label)[rank].steps())
+    if h.empty:
+        return f"host syncs: none in {steps} profiled steps"
+    per = h.groupby("name").agg(calls=("calls", "sum"), fwd=("in_ddp_forward", "sum"))
+    said = ", ".join(f"{r.calls / steps:g} {n}" + (f" ({r.fwd / steps:g} inside {DDP_FORWARD})" if r.fwd else "")
+                     for n, r in per.iterrows())
+    return f"host syncs per profiled step: {said}"
+
+
+def practice_sentence(run: RankRun) -> str:
+    """The practice project's diagnosis from its numbers: where the mystery run's collectives spend their cost
+    against the reference (:func:`practice_split`: waiting for a peer, transfer, the host's ``c10d::allreduce_``),
+    who waits for whom (:func:`.distributed.stragglers`), and the timed step's change beside the host's."""
+    t = practice_split(run)
+    m, r = (t[t["config"] == c].set_index("rank") for c in PRACTICE)
+    waiter = int(m["wait_ms"].idxmax())
+    late = int(distributed.stragglers(distributed.align(run.traces("mystery")))["rank"].iloc[0])
+    stream = m["wait_ms"] + m["transfer_ms"]
+    d_timed = m["timed_step_ms"].iloc[0] - r["timed_step_ms"].iloc[0]
+    host = (f"the host's c10d::allreduce_ calls take {m['host_ms'].min():.2f}-{m['host_ms'].max():.2f} ms of CPU per "
+            f"step over {int(m['calls'].iloc[0])} calls against {r['host_ms'].min():.2f}-{r['host_ms'].max():.2f} ms over "
+            f"{int(r['calls'].iloc[0])}")
+    head = (f"Per steady profiled step, mystery against reference: transfer {m['transfer_ms'].mean():.2f} ms a rank "
+            f"({m['per_call_transfer_us'].mean():.1f} µs a call) against {r['transfer_ms'].mean():.2f}; waiting for a "
+            f"peer: rank {waiter} waits {m.loc[waiter, 'wait_ms']:.2f} of its {stream[waiter]:.2f} ms of all-reduce, "
+            f"for rank {late}, which arrives last; {host}. Timed step: {m['timed_step_ms'].iloc[0]:.1f} against "
+            f"{r['timed_step_ms'].iloc[0]:.1f} ms ({d_timed:+.2f} ms). ")
+    if m["wait_ms"].mean() >= m["transfer_ms"].mean():
+        return head + (f"So the all-reduce time is mostly waiting, not moving bytes: rank {waiter}'s collectives sit on "
+                       f"the stream until rank {late} launches its own. What the extra calls cost is the host's launch "
+                       f"work, {m['host_ms'].mean() - r['host_ms'].mean():+.2f} ms of CPU a rank per step: a host-bound "
+                       "cost that a larger bucket_cap_mb removes with the calls.")
+    return head + (f"So the all-reduce time is mostly transfer: {m['transfer_ms'].mean():.2f} ms against "
+                   f"{r['transfer_ms'].mean():.2f} for the same bytes in {int(m['calls'].iloc[0])} calls instead of "
+                   f"{int(r['calls'].iloc[0])} (sums of each call's time: calls that run at once count twice); fewer, "
+                   "larger buckets (a larger bucket_cap_mb) remove the calls.")
 
 
 # ---------------------------------------------------------------- the evidence the lab's exercises work on
