@@ -332,9 +332,13 @@ def step_waits(al: pd.DataFrame) -> pd.Series:
         lambda g: _length(_union(zip(g["start_us"], g["start_us"] + g["wait_us"], strict=True))), include_groups=False)
 
 
-def wait_per_step(al: pd.DataFrame, rank: int) -> float:
+def blocked_per_step(al: pd.DataFrame, rank: int) -> float:
     """Mean over the steady profiled steps (step >= 1; all when there is one) of :func:`step_waits` of
-    ``rank`` (µs), from :func:`align`: the straggler's cost to this rank."""
+    ``rank`` (µs), from :func:`align`: how long per step this rank had a collective waiting for a peer. It is not
+    the straggler's delay: once the first collective has waited for the late rank, each later one waits again
+    while that rank's backward produces its next bucket, so a planted 10 ms straggler reads 15-16 ms here
+    (the recorded NCCL sets). The straggler's delay itself is :func:`wait_at` ``(seq=0)`` (about 11 ms there).
+    Named ``wait_per_step`` until issue 39 (docs/trace_definitions.md)."""
     w = step_waits(al)
     if rank not in w.index.get_level_values("rank"):
         raise ValueError(f"no collectives of rank {rank}; ranks present: {sorted(al['rank'].unique())}")
