@@ -444,3 +444,13 @@ def test_the_committed_multi_gpu_sets_are_stored_compressed_and_verify():
         assert ranks and all(st.path(f).name == f + ".gz" for f in ranks), st.folder
         assert all(st.manifest["files"][f]["stored"] == "gzip" for f in ranks)
         assert sum(p.stat().st_size for p in st.folder.iterdir()) < 8e6, st.folder
+
+
+def test_the_command_line_verifies_and_names_a_bad_file(store_dir, capsys):
+    assert evidence.main(["verify", str(store_dir)]) == 0
+    assert "every file matches manifest.json" in capsys.readouterr().out
+    (store_dir / "ncu_copies.csv").write_text(CSV.replace("538", "138"))
+    assert evidence.main(["verify", str(store_dir)]) == 1
+    assert "ncu_copies.csv: checksum" in capsys.readouterr().err
+    assert evidence.main(["compress", str(store_dir)]) == 1  # a set that does not verify is not compressed
+    assert not list(store_dir.glob("*.gz"))
