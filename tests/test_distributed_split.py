@@ -36,7 +36,7 @@ def test_the_parts_sum_to_the_whole_and_none_is_negative(runs, name):
         for col in distributed.SPLIT_PARTS:
             assert (sp[col] >= 0).all(), (name, label, col, sp[col].min())
         assert (sp["host_us"] > 0).all()  # every collective has its c10d::allreduce_ call on the CPU
-        assert_close(sp["cost_us"].to_numpy(), (sp["host_us"] + sp["wait_us"] + sp["transfer_us"]).to_numpy())
+        assert_close(sp["cost_us"].to_numpy(copy=True), (sp["host_us"] + sp["wait_us"] + sp["transfer_us"]).to_numpy(copy=True))
         # the stream part is the collective's own duration, read independently from each rank's events
         for r, tr in enumerate(traces):
             c = distributed.comm_events(tr)
@@ -47,7 +47,7 @@ def test_the_parts_sum_to_the_whole_and_none_is_negative(runs, name):
         # calls per step = DDP's buckets
         per = distributed.split_per_step(sp)
         assert set(per["calls"]) == {len(run.config(label)["bucket_bytes"])}, (name, label)
-        assert_close(per["cost_ms"].to_numpy(), (per["host_ms"] + per["wait_ms"] + per["transfer_ms"]).to_numpy())
+        assert_close(per["cost_ms"].to_numpy(copy=True), (per["host_ms"] + per["wait_ms"] + per["transfer_ms"]).to_numpy(copy=True))
 
 
 @pytest.mark.parametrize("name", [*NCCL_SETS, "gloo"])
@@ -125,12 +125,12 @@ def test_the_four_rank_set_keeps_every_invariant_and_finds_rank_3(runs):
     st = distributed.stragglers(distributed.align(run.traces("straggler")))
     assert int(st["rank"].iloc[0]) == 3 and st["caused_ms_per_step"].iloc[0] > 5
     b = ddp_run.bench(run)
-    assert_close(b["algbw_GBps"].to_numpy(), (b["bytes"] / b["seconds"] / 1e9).to_numpy())
-    assert_close(b["busbw_GBps"].to_numpy(), b["algbw_GBps"].to_numpy() * 1.5)  # 2(n-1)/n at n = 4
+    assert_close(b["algbw_GBps"].to_numpy(copy=True), (b["bytes"] / b["seconds"] / 1e9).to_numpy(copy=True))
+    assert_close(b["busbw_GBps"].to_numpy(copy=True), b["algbw_GBps"].to_numpy() * 1.5)  # 2(n-1)/n at n = 4
     big = b.loc[b["bytes"].idxmax()]
     assert big["bytes"] == 2**30 and 300 < big["busbw_GBps"] < 400 and 200 < big["algbw_GBps"] < 260
     two = ddp_run.bench(runs["2x-nvidia-h200"])
-    assert_close(two["busbw_GBps"].to_numpy(), two["algbw_GBps"].to_numpy())  # n = 2: the factor is 1
+    assert_close(two["busbw_GBps"].to_numpy(copy=True), two["algbw_GBps"].to_numpy(copy=True))  # n = 2: the factor is 1
 
 
 @pytest.mark.parametrize("name", NCCL_SETS)
@@ -181,7 +181,7 @@ def test_ring_and_straggler_tables_side_by_side(runs):
     nccl = [(n, runs[n]) for n in NCCL_SETS]
     ring = ddp_run.ring_table(nccl).set_index("set")
     assert ring["ring_factor"].tolist() == [1.0, 1.0, 1.5]
-    assert_close(ring["busbw_GBps"].to_numpy(), (ring["algbw_GBps"] * ring["ring_factor"]).to_numpy())
+    assert_close(ring["busbw_GBps"].to_numpy(copy=True), (ring["algbw_GBps"] * ring["ring_factor"]).to_numpy(copy=True))
     assert (ring["busbw_of_link"] < 1).all()
     said = lab06.ring_sentence(ring.reset_index())
     four = ring.loc["4x-nvidia-h200"]
