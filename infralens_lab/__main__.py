@@ -18,6 +18,7 @@ COMMANDS = {
     "record": ("infralens_lab.record", "record the evidence the labs show, with provenance (GPU)"),
     "site": ("infralens_lab.site", "build the offline HTML edition from the committed notebooks"),
     "analyze": ("infralens_lab.analyze", "what the labs show, for your own torch.profiler trace (or rank folder)"),
+    "evidence": ("infralens_lab.evidence", "recorded sets: store large traces compressed, verify checksums"),
     "gates": ("infralens_lab.gates_cli", "regression gates: counts (any machine), time ratios (GPU)"),
     "target": ("infralens_lab.measure.target", "run one kernel workload (what ncu/nsys profile)"),
 }

@@ -35,6 +35,7 @@ no ``ProfilerStep`` ranges ("use a schedule"), no GPU events ("profiled without 
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import sys
@@ -59,6 +60,7 @@ NO_GPU = ("no GPU events (kernels, memcpys, memsets) in {what}: profiled without
           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a machine with a GPU; or allow a "
           "CPU-only report (analyze(..., cpu_ok=True), or --cpu on the command line)")
 TRACE_SUFFIXES = (".json", ".json.gz")
+GZIP_MAGIC = b"\x1f\x8b"
 NAME_COLUMNS = ("kernel", "name", "op")  # columns of kernel or op names: shortened when printed
 ALIGN_TABLE = "collectives aligned across ranks"
 ALIGN_ROWS_SHOWN = 12  # rows of the collectives-aligned table printed (the largest waits); --json has all
@@ -124,7 +126,10 @@ def _provenance(path: Path | None, data: dict, what: str, record: dict | None = 
     provenance, else the trace's ``deviceProperties``) and the number of events."""
     parts = ["Evidence: your trace" if record is None else "Evidence: recorded evidence file", what]
     if path is not None and path.is_file():
-        parts.append(f"sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:12]}")
+        raw = path.read_bytes()
+        if raw[:2] == GZIP_MAGIC:  # the JSON's checksum, as a recorded set's manifest lists it for a .json.gz
+            raw = gzip.decompress(raw)
+        parts.append(f"sha256 {hashlib.sha256(raw).hexdigest()[:12]}")
     gpus = sorted({str(d.get("name")) for d in data.get("deviceProperties", []) or [] if d.get("name")})
     if record is not None:
         prov = record.get("provenance") or {}

@@ -10,11 +10,18 @@ Recorded sets are written only by the package's recorder (:class:`EvidenceWriter
 ``manifest.json`` listing every file with its SHA-256. Loading checks the manifest, the
 checksum and the schema, and raises :class:`EvidenceError` naming the file and what was
 wrong. Only JSON and CSV are read: no pickle, no eval.
+
+A large JSON record (a set of traces) is stored gzip-compressed, as ``<name>.json.gz``: the recorder writes it
+so, and ``python -m infralens_lab.evidence compress <set>`` compresses a set recorded before. The manifest still
+lists ``<name>.json``, with the SHA-256 and size of the decompressed bytes (the content the recorder wrote), and
+that checksum is held to the decompressed bytes at every load: compressing changes how a file is stored, never
+what it holds, so the provenance holds (docs/instructors.md, 'Provenance').
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gzip
 import hashlib
 import json
 import math
@@ -204,8 +211,10 @@ def _jsonable(v: Any) -> Any:
     raise TypeError(f"cannot store a {type(v).__name__} as evidence; expected JSON-shaped values")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _hashed_content(path: Path) -> tuple[bytes, str]:
+    """(content, its SHA-256): the bytes ``path`` holds, decompressed for a ``.gz`` file (:func:`_content`)."""
+    data = _content(path)
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def _check_name(name: str) -> None:
@@ -215,6 +224,29 @@ def _check_name(name: str) -> None:
 
 # ---------------------------------------------------------------- writing
 COMPACT_ABOVE = 1_000_000  # bytes of compact JSON above which a record is written without indentation
+COMPRESS_ABOVE = 1_000_000  # bytes of a JSON record above which it is stored gzip-compressed (<name>.json.gz)
+GZIP_SUFFIX = ".gz"
+STORED_GZIP = "gzip"  # a manifest entry's "stored": the file sits on disk as <file>.gz
+STORAGE_NOTE = ("Entries with \"stored\": \"gzip\" sit on disk as <file>.gz (gzip, mtime 0); their sha256 and bytes "
+                "are of the decompressed content, which is what the recorder wrote and what every load checks.")
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` gzip-compressed the one way the store writes it (level 9, mtime 0: the same bytes every time)."""
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def _content(path: Path) -> bytes:
+    """The bytes a stored file holds: decompressed for a ``.gz`` file. Raises EvidenceError for a ``.gz`` file
+    that does not decompress."""
+    raw = path.read_bytes()
+    if not path.name.endswith(GZIP_SUFFIX):
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise EvidenceError(f"{path}: a gzip file that does not decompress ({exc}); expected the gzip stream the "
+                            f"store wrote. {_restore_fix(path)}") from None
 
 
 class EvidenceWriter:
@@ -241,15 +273,27 @@ class EvidenceWriter:
 
     def write(self, name: str, values: Any, units: dict[str, str] | None = None, notes: str = "") -> Path:
         """Write ``<name>.json`` holding values plus provenance: indented, or compact when it is larger than
-        :data:`COMPACT_ABOVE` bytes (a set of traces must fit a checkout and the GPU machine's 64 MiB tree)."""
+        :data:`COMPACT_ABOVE` bytes, and then stored gzip-compressed as ``<name>.json.gz`` when larger than
+        :data:`COMPRESS_ABOVE` (a set of traces must fit a checkout and the GPU machine's 64 MiB tree). The
+        manifest lists ``<name>.json`` either way, with the checksum of the uncompressed JSON. Returns the path
+        written."""
         _check_name(name)
         ev = Evidence(name, _jsonable(values), self.provenance, dict(units or {}), notes)
         path = self.out / f"{name}.json"
         body = json.dumps(ev.to_json(), separators=(",", ":"), allow_nan=False)
         if len(body) <= COMPACT_ABOVE:  # small records stay readable in a diff; traces are written compact
             body = json.dumps(ev.to_json(), indent=1, allow_nan=False)
-        path.write_text(body + "\n")
-        self.files[path.name] = {"kind": "json", "name": name}
+        data = (body + "\n").encode()
+        entry = {"kind": "json", "name": name}
+        gz = path.with_name(path.name + GZIP_SUFFIX)
+        if len(data) > COMPRESS_ABOVE:
+            path.unlink(missing_ok=True)  # a set recorded again into its folder keeps one form of each file
+            gz.write_bytes(gzip_bytes(data))
+            entry["stored"], path = STORED_GZIP, gz
+        else:
+            gz.unlink(missing_ok=True)
+            path.write_bytes(data)
+        self.files[f"{name}.json"] = entry
         return path
 
     def write_text(self, filename: str, text: str, kind: str = "csv") -> Path:
@@ -266,8 +310,11 @@ class EvidenceWriter:
         """Write ``manifest.json`` over everything written so far and return its path."""
         entries = {}
         for fname, meta in sorted(self.files.items()):
-            p = self.out / fname
-            entries[fname] = {**meta, "sha256": _sha256(p), "bytes": p.stat().st_size}
+            p = self.out / (fname + GZIP_SUFFIX if meta.get("stored") == STORED_GZIP else fname)
+            data, digest = _hashed_content(p)
+            entries[fname] = {**meta, "sha256": digest, "bytes": len(data)}
+            if meta.get("stored") == STORED_GZIP:
+                entries[fname]["stored_bytes"] = p.stat().st_size
         manifest = {
             "schema": MANIFEST_SCHEMA,
             "gpu": self.provenance.gpu,
@@ -275,6 +322,8 @@ class EvidenceWriter:
             "provenance": asdict(self.provenance),
             "files": entries,
         }
+        if any(e.get("stored") == STORED_GZIP for e in entries.values()):
+            manifest["storage"] = STORAGE_NOTE
         path = self.out / "manifest.json"
         path.write_text(json.dumps(manifest, indent=1) + "\n")
         return path
@@ -290,10 +339,11 @@ def _restore_fix(path: Path) -> str:
             "(docs/instructors.md, 'Provenance').")
 
 
-def _json_object(path: Path, schema: str) -> dict:
-    """The JSON object in ``path``, whose ``"schema"`` must be ``schema`` (a manifest or an evidence record)."""
+def _json_object(path: Path, schema: str, data: bytes | None = None) -> dict:
+    """The JSON object in ``path`` (or in ``data``, its content already read), whose ``"schema"`` must be
+    ``schema`` (a manifest or an evidence record)."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(data if data is not None else _content(path))
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("schema") != schema:
@@ -348,45 +398,66 @@ class RecordedStore:
     def _checked_path(self, filename: str) -> Path:
         return self._checked(filename)[0]
 
-    def _checked(self, filename: str) -> tuple[Path, tuple | None]:
-        """(path, cache key or None) of a listed file whose checksum matches the manifest (hashed once per
+    def stored_path(self, filename: str) -> Path:
+        """Where listed file ``filename`` sits on disk: ``<filename>`` or, stored compressed, ``<filename>.gz``
+        (not checked; :meth:`path` checks it). Raises EvidenceError when neither is there, or both are."""
+        path = self.folder / filename
+        gz = path.with_name(filename + GZIP_SUFFIX)
+        if path.is_file() and gz.is_file():
+            raise EvidenceError(f"{self.folder}: both {filename} and {gz.name} are there; expected one stored form "
+                                f"of each listed file (remove the one not in git)")
+        if gz.is_file():
+            return gz
+        if not path.is_file():
+            raise EvidenceError(f"{path}: listed in manifest.json but missing on disk (neither {filename} nor "
+                                f"{gz.name} is there)")
+        return path
+
+    def _checked(self, filename: str) -> tuple[Path, tuple | None, bytes | None]:
+        """(path on disk, cache key or None, content when it was read here else None) of a listed file whose
+        checksum, over its content (decompressed for a ``.gz`` file), matches the manifest (hashed once per
         process while the file is unchanged: see _VERIFIED)."""
         entry = self.manifest["files"].get(filename)
         if entry is None:
             raise EvidenceError(f"{self.folder}: {filename!r} is not listed in manifest.json; "
                                 f"known files: {self.files()}")
-        path = self.folder / filename
-        if not path.is_file():
-            raise EvidenceError(f"{path}: listed in manifest.json but missing on disk")
+        path = self.stored_path(filename)
         key = _settled_key(path)
         known = _VERIFIED.get(key) if key is not None else None
-        digest = known[0] if known is not None else _sha256(path)
+        data = None
+        if known is not None:
+            digest = known[0]
+        else:
+            data, digest = _hashed_content(path)
         if key is not None and known is None:
             _VERIFIED[key] = [digest, None]
         if digest != entry.get("sha256"):
-            raise EvidenceError(f"{path}: checksum {digest[:12]}… does not match the manifest's "
-                                f"{str(entry.get('sha256'))[:12]}…: this file changed after recording. "
+            what = "its decompressed content" if path.name.endswith(GZIP_SUFFIX) else "this file"
+            raise EvidenceError(f"{path}: checksum {digest[:12]}… of {what} does not match the manifest's "
+                                f"{str(entry.get('sha256'))[:12]}… for {filename}: it changed after recording. "
                                 f"{_restore_fix(path)}")
-        return path, key
+        return path, key, data
 
     def verify(self) -> None:
         """Check every listed file's checksum and that no unlisted file sits in the folder."""
         for fname in self.files():
             self._checked_path(fname)
+        listed = set(self.manifest["files"])
         unknown = sorted(p.name for p in self.folder.iterdir()
-                         if p.is_file() and p.name != "manifest.json" and p.name not in self.manifest["files"])
+                         if p.is_file() and p.name != "manifest.json" and p.name not in listed
+                         and p.name.removesuffix(GZIP_SUFFIX) not in listed)
         if unknown:
             raise EvidenceError(f"{self.folder}: files not in manifest.json: {unknown}")
 
     def load(self, name: str) -> Evidence:
         """Load and validate the JSON record ``name``."""
         _check_name(name)
-        path, key = self._checked(f"{name}.json")
+        path, key, data = self._checked(f"{name}.json")
         known = _VERIFIED.get(key) if key is not None else None
         if known is not None and known[1] is not None:
             doc = pickle.loads(known[1])  # parsed and schema-checked before: a fresh copy
         else:
-            doc = _json_object(path, EVIDENCE_SCHEMA)
+            doc = _json_object(path, EVIDENCE_SCHEMA, data)
             if known is not None:
                 known[1] = pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL)
         for key, typ in (("name", str), ("units", dict), ("notes", str)):
@@ -402,11 +473,16 @@ class RecordedStore:
         return Evidence(name, doc["values"], prov, doc["units"], doc["notes"])
 
     def text(self, filename: str) -> str:
-        """A raw text artefact (e.g. ``ncu_copies.csv``) after its checksum is verified."""
-        return self._checked_path(filename).read_text()
+        """A raw text artefact (e.g. ``ncu_copies.csv``) after its checksum is verified (decompressed when it is
+        stored as ``<filename>.gz``)."""
+        path, _, data = self._checked(filename)
+        text = (data if data is not None else _content(path)).decode()
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as Path.read_text reads
 
     def path(self, filename: str) -> Path:
-        """Path of a listed file after its checksum is verified (for parsers that read paths)."""
+        """Path on disk of a listed file after its checksum is verified (for parsers that read paths): ``<filename>``,
+        or ``<filename>.gz`` when it is stored compressed, which such a parser must read as gzip
+        (:func:`infralens_lab.parse.trace.read_trace_file` does)."""
         return self._checked_path(filename)
 
 
@@ -544,3 +620,75 @@ def load_all(name: str, root: str | Path | None = None) -> dict[str, Evidence]:
             out.setdefault(ev.provenance.gpu, ev)
     return out
 
+
+
+# ---------------------------------------------------------------- storing a set compressed
+COMPRESSED_AFTER = " Compressed after recording by `python -m infralens_lab.evidence compress`."
+
+
+def compress_set(folder: str | Path, above: int = COMPRESS_ABOVE) -> list[tuple[str, int, int]]:
+    """Store every JSON record of the recorded set ``folder`` larger than ``above`` bytes gzip-compressed, as the
+    recorder now writes them: ``<name>.json`` becomes ``<name>.json.gz``. The set is verified first (only what
+    the manifest vouches for is compressed), each compressed file is read back and compared with the original
+    before that is removed, and the manifest keeps each entry's sha256 and bytes (of the content) and gains
+    ``"stored": "gzip"``, ``stored_bytes`` and a ``storage`` note saying so. Returns ``(file, bytes, stored
+    bytes)`` per file compressed; a set with nothing left to compress is left as it is."""
+    store = RecordedStore(folder)
+    store.verify()
+    manifest = store.manifest
+    done = []
+    for fname, entry in sorted(manifest["files"].items()):
+        path = store.stored_path(fname)
+        if entry.get("kind") != "json" or path.name.endswith(GZIP_SUFFIX):
+            continue
+        data = path.read_bytes()
+        if len(data) <= above:
+            continue
+        gz = path.with_name(fname + GZIP_SUFFIX)
+        gz.write_bytes(gzip_bytes(data))
+        if _content(gz) != data:
+            gz.unlink()
+            raise EvidenceError(f"{gz}: reads back different from {fname}; expected the same bytes. Nothing removed")
+        path.unlink()
+        entry["stored"], entry["stored_bytes"] = STORED_GZIP, gz.stat().st_size
+        done.append((fname, len(data), entry["stored_bytes"]))
+    if done:
+        manifest["storage"] = STORAGE_NOTE + COMPRESSED_AFTER
+        (store.folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        RecordedStore(folder).verify()
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m infralens_lab.evidence compress SET [SET ...] [--above BYTES]``: store each recorded set's large
+    JSON records gzip-compressed (:func:`compress_set`); ``verify SET ...`` checks every file's checksum."""
+    import argparse  # lazy: only the command line needs it
+
+    ap = argparse.ArgumentParser(prog="python -m infralens_lab.evidence",
+                                 description="recorded sets: store large records compressed, or verify them")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compress", help="store JSON records over --above bytes as <name>.json.gz")
+    c.add_argument("sets", nargs="+", help="recorded set folders, e.g. data/recorded/2x-nvidia-h200")
+    c.add_argument("--above", type=int, default=COMPRESS_ABOVE, help=f"bytes (default {COMPRESS_ABOVE})")
+    v = sub.add_parser("verify", help="check every listed file against the manifest")
+    v.add_argument("sets", nargs="+")
+    args = ap.parse_args(argv)
+    try:
+        for folder in args.sets:
+            if args.cmd == "verify":
+                RecordedStore(folder).verify()
+                print(f"{folder}: every file matches manifest.json")
+                continue
+            done = compress_set(folder, args.above)
+            for fname, before, after in done:
+                print(f"{folder}/{fname}: {before / 1e6:.1f} MB -> {fname}.gz {after / 1e6:.1f} MB")
+            if not done:
+                print(f"{folder}: no JSON record over {args.above} bytes left uncompressed")
+    except EvidenceError as exc:
+        print(f"evidence: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -171,8 +171,8 @@ def test_align_separates_wait_from_transfer():
     assert list(first["wait_us"]) == pytest.approx([5.0, 0.0])
     assert list(first["transfer_us"]) == pytest.approx([20.0, 20.0])
     assert al.attrs["violations"] == 0 and al.attrs["tolerance_us"] == distributed.CAUSALITY_TOL_US["nccl"]
-    assert distributed.wait_per_step(al, 0) == pytest.approx(10.0)  # both all-reduces of a step waited 5 µs
-    assert distributed.wait_per_step(al, 1) == 0.0
+    assert distributed.blocked_per_step(al, 0) == pytest.approx(10.0)  # both all-reduces of a step waited 5 µs
+    assert distributed.blocked_per_step(al, 1) == 0.0
     t = distributed.overlap_table([early, late])
     assert list(t[t["rank"] == 0]["wait_us"]) == pytest.approx([10.0] * 3)
     assert list(t[t["rank"] == 1]["exposed_us"]) == pytest.approx([14.0] * 3)  # the late rank waits for nobody

@@ -105,8 +105,8 @@ def test_a_file_is_hashed_once_while_unchanged_and_still_checked(store_dir, monk
     monkeypatch.setattr(evidence, "_VERIFIED", {})
     monkeypatch.setattr(evidence, "_SETTLED_NS", 0)  # the files were just written: cache them anyway
     hashed = []
-    real = evidence._sha256
-    monkeypatch.setattr(evidence, "_sha256", lambda p: hashed.append(p.name) or real(p))
+    real = evidence._hashed_content
+    monkeypatch.setattr(evidence, "_hashed_content", lambda p: hashed.append(p.name) or real(p))
     first = RecordedStore(store_dir).load("bench")
     first.values["rows"][0]["gbps"] = -1.0  # a caller changing what it got changes nobody else's
     again = RecordedStore(store_dir).load("bench")
@@ -349,7 +349,7 @@ def test_large_records_are_written_compact_and_read_back_the_same(tmp_path):
     w.write("big", big)
     w.write("small", {"a": 1})
     w.close()
-    big_text = (tmp_path / "set" / "big.json").read_text()
+    big_text = evidence.gzip.decompress((tmp_path / "set" / "big.json.gz").read_bytes()).decode()  # and compressed
     small_text = (tmp_path / "set" / "small.json").read_text()
     assert len(big_text) > evidence.COMPACT_ABOVE and big_text.count("\n") == 1 and ", " not in big_text
     assert small_text.count("\n") > 3
@@ -365,3 +365,116 @@ def test_load_all_keeps_the_default_where_two_sets_are_of_one_gpu(root):
     got = evidence.load_all("device", root=root)
     assert list(got) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert "2x-" not in got["NVIDIA H100 80GB HBM3"].provenance.command  # the committed default's, not the 2x set's
+
+
+# ---------------------------------------------------------------- sets stored compressed (issue 39, item 4)
+REAL_SET = evidence.data_root() / "nvidia-h200"  # a one-GPU set committed uncompressed: its traces are real
+
+
+def test_a_large_record_is_stored_compressed_with_the_checksum_of_its_json(tmp_path):
+    """Over COMPRESS_ABOVE bytes the recorder writes <name>.json.gz; the manifest lists <name>.json with the sha256
+    and size of the JSON itself, and loading gives back the values."""
+    w = EvidenceWriter(tmp_path / "set", command="x", provenance=PROV)
+    big = {"xs": [{"ts": i + 0.125, "name": f"k{i % 7}"} for i in range(evidence.COMPRESS_ABOVE // 20)]}
+    w.write("big", big)
+    w.write("small", {"a": 1})
+    m = json.loads(w.close().read_text())
+    folder = tmp_path / "set"
+    assert sorted(p.name for p in folder.iterdir()) == ["big.json.gz", "manifest.json", "small.json"]
+    content = evidence.gzip.decompress((folder / "big.json.gz").read_bytes())
+    assert m["files"]["big.json"]["sha256"] == hashlib.sha256(content).hexdigest()
+    assert m["files"]["big.json"]["bytes"] == len(content) > evidence.COMPRESS_ABOVE
+    assert m["files"]["big.json"]["stored"] == "gzip" and "stored" not in m["files"]["small.json"]
+    assert "decompressed content" in m["storage"]
+    store = RecordedStore(folder)
+    store.verify()
+    assert store.load("big").values == big and store.names() == ["big", "small"]
+    assert store.path("big.json") == folder / "big.json.gz"
+
+
+def test_a_compressed_file_whose_content_changed_is_refused(tmp_path):
+    w = EvidenceWriter(tmp_path / "set", command="x", provenance=PROV)
+    w.write("big", {"xs": list(range(evidence.COMPRESS_ABOVE // 4))})
+    w.close()
+    gz = tmp_path / "set" / "big.json.gz"
+    text = evidence.gzip.decompress(gz.read_bytes()).decode()
+    gz.write_bytes(evidence.gzip_bytes(text.replace("[0,1,2,", "[0,1,7,").encode()))
+    with pytest.raises(EvidenceError, match=r"big.json.gz: checksum .* of its decompressed content does not match"):
+        RecordedStore(tmp_path / "set").load("big")
+    gz.write_bytes(gz.read_bytes()[:1000])  # cut short: not a gzip stream that ends
+    with pytest.raises(EvidenceError, match="a gzip file that does not decompress"):
+        RecordedStore(tmp_path / "set").load("big")
+
+
+def test_a_file_stored_both_ways_is_refused(store_dir):
+    (store_dir / "bench.json.gz").write_bytes(evidence.gzip_bytes((store_dir / "bench.json").read_bytes()))
+    with pytest.raises(EvidenceError, match=r"both bench.json and bench.json.gz are there"):
+        RecordedStore(store_dir).load("bench")
+
+
+@pytest.fixture(scope="module")
+def compressed_copy(tmp_path_factory):
+    """A copy of a real recorded set with its JSON records over 500 kB compressed by the package command."""
+    import shutil
+
+    dst = tmp_path_factory.mktemp("compressed") / REAL_SET.name
+    shutil.copytree(REAL_SET, dst)
+    assert evidence.main(["compress", str(dst), "--above", "500000"]) == 0
+    return dst
+
+
+def test_a_compressed_real_set_loads_the_same_as_the_recorded_one(compressed_copy):
+    plain, packed = RecordedStore(REAL_SET), RecordedStore(compressed_copy)
+    packed.verify()
+    gz = sorted(p.name for p in compressed_copy.glob("*.gz"))
+    assert gz == sorted(f"{f}.gz" for f in plain.files() if f.endswith(".json") and
+                        (REAL_SET / f).stat().st_size > 500_000) and len(gz) >= 4
+    m_plain, m_packed = plain.manifest, packed.manifest
+    for f, entry in m_plain["files"].items():  # the recorder's checksums and sizes are kept as written
+        assert {k: m_packed["files"][f][k] for k in entry} == entry
+    assert m_packed["provenance"] == m_plain["provenance"] and "compress" in m_packed["storage"]
+    for name in plain.names():
+        assert packed.load(name).values == plain.load(name).values, name
+    for f in plain.files():
+        if f.endswith(".csv"):
+            assert packed.text(f) == plain.text(f)
+    assert evidence.compress_set(compressed_copy, above=500_000) == []  # nothing left to do: left as it is
+
+
+def test_readers_by_path_read_a_compressed_record(compressed_copy):
+    """`analyze` and parse.trace read a recorded trace stored as .json.gz as the plain file, and the report's
+    sha256 is the manifest's (that of the JSON)."""
+    from infralens_lab.analyze import analyze
+    from infralens_lab.parse.trace import load_trace
+
+    packed = RecordedStore(compressed_copy)
+    path = packed.path("trace_fixed.json")
+    assert path.name == "trace_fixed.json.gz"
+    assert load_trace(path).events.equals(load_trace(REAL_SET / "trace_fixed.json").events)
+    a, b = analyze(path), analyze(REAL_SET / "trace_fixed.json")
+    assert list(a.tables) == list(b.tables)
+    for name in a.tables:
+        pd.testing.assert_frame_equal(a.tables[name], b.tables[name])
+    assert f"sha256 {packed.manifest['files']['trace_fixed.json']['sha256'][:12]}" in a.provenance
+
+
+def test_the_committed_multi_gpu_sets_are_stored_compressed_and_verify():
+    """Every set with per-rank traces keeps them as .json.gz (a GPU machine carries at most 64 MiB of tree)."""
+    sets = [s for s in evidence.load_all_sets() if "ddp_meta" in s.names()]
+    assert len(sets) >= 2
+    for st in sets:
+        st.verify()
+        ranks = [f for f in st.files() if f.startswith("ddp_rank")]
+        assert ranks and all(st.path(f).name == f + ".gz" for f in ranks), st.folder
+        assert all(st.manifest["files"][f]["stored"] == "gzip" for f in ranks)
+        assert sum(p.stat().st_size for p in st.folder.iterdir()) < 8e6, st.folder
+
+
+def test_the_command_line_verifies_and_names_a_bad_file(store_dir, capsys):
+    assert evidence.main(["verify", str(store_dir)]) == 0
+    assert "every file matches manifest.json" in capsys.readouterr().out
+    (store_dir / "ncu_copies.csv").write_text(CSV.replace("538", "138"))
+    assert evidence.main(["verify", str(store_dir)]) == 1
+    assert "ncu_copies.csv: checksum" in capsys.readouterr().err
+    assert evidence.main(["compress", str(store_dir)]) == 1  # a set that does not verify is not compressed
+    assert not list(store_dir.glob("*.gz"))

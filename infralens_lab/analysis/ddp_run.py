@@ -10,13 +10,14 @@ from __future__ import annotations
 import pandas as pd
 
 from ..parse.ranks import RankRun
+from ..parse.trace import SYNC_NAMES, Trace
 from ..stats import ratio_range, spread_of
 from ..units import MiB, decimals_to_show
 from . import distributed, ledger
 from .bounds import BOUND_SLACK, bound_check
 from .buckets import bucket_plan
 from .hardware import PEAKS
-from .scaling import bench_table, largest_busbw, scaling, weak_scaling_bound
+from .scaling import LINK_PEAKS_GBS, bench_table, largest_busbw, scaling, weak_scaling_bound
 
 PRACTICE = ("mystery", "reference")
 SCALING_CONFIG = "cap 25 MiB"  # the config the scaling table, its f and exercise 3 are measured on
@@ -219,6 +220,200 @@ def model_inputs(rec: RankRun | None, m) -> dict:
                   "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()),
                   "intra_busbw_gbs": largest_busbw(bench(rec)), "ddp_overhead_s": max(0.0, row["ddp_overhead_ms"] / 1e3),
                   "source": "measured on the recorded NCCL run"}
+
+
+# ---------------------------------------------------------------- what a collective cost: wait, transfer, host
+DDP_FORWARD = "DistributedDataParallel.forward"  # the range DDP's forward runs in (its runtime-stats timers sync there)
+
+
+def split_table(run: RankRun, label: str) -> pd.DataFrame:
+    """Per rank, per steady profiled step of config ``label``: collectives, and what they cost split into the
+    host's launch cost, waiting for a peer and transfer (ms; :func:`.distributed.split_per_step` of
+    :func:`.distributed.collective_split`). Kept on the run."""
+    key = ("split", label)
+    if key not in run._traces:
+        run._traces[key] = distributed.split_per_step(distributed.collective_split(run.traces(label)))
+    return run._traces[key]
+
+
+def practice_split(run: RankRun) -> pd.DataFrame:
+    """:func:`split_table` of the practice project's two runs (``mystery``, ``reference``), one row per config and
+    rank, with the config's timed (unprofiled) step time (ms)."""
+    parts = [split_table(run, label).assign(config=label, timed_step_ms=1e3 * run.config(label)["step_s"])
+             for label in PRACTICE]
+    out = pd.concat(parts, ignore_index=True)
+    return out[["config", "rank", "calls", "host_ms", "wait_ms", "transfer_ms", "cost_ms", "per_call_transfer_us",
+                "timed_step_ms"]]
+
+
+def host_syncs(trace: Trace) -> pd.DataFrame:
+    """The calls that make the host wait (:data:`~infralens_lab.parse.trace.SYNC_NAMES`, and any ``…Synchronize``
+    runtime call) per profiled step of one rank: ``step``, ``name``, ``calls``, ``in_ddp_forward`` (how many sit
+    inside DDP's forward range, where its runtime-stats timers read their CUDA events on the iterations DDP
+    samples: the first ten, then every hundredth)."""
+    ev = trace.events
+    sync = ev[ev["name"].isin(SYNC_NAMES) | ev["name"].str.contains("Synchronize", regex=False)]
+    st = trace.steps()
+    fwd = ev[ev["name"].str.startswith(DDP_FORWARD)]
+    rows = []
+    for _, e in sync.iterrows():
+        t = float(e["start_us"])
+        k = st[(st["cpu_start_us"] <= t) & (t < st["cpu_end_us"])]
+        if k.empty:
+            continue
+        inside = bool(((fwd["start_us"] <= t) & (t < fwd["end_us"]) & (fwd["tid"] == e["tid"])).any())
+        rows.append({"step": int(k["step"].iloc[0]), "name": e["name"], "in_ddp_forward": int(inside)})
+    df = pd.DataFrame(rows, columns=["step", "name", "in_ddp_forward"])
+    return (df.groupby(["step", "name"]).agg(calls=("in_ddp_forward", "size"), in_ddp_forward=("in_ddp_forward", "sum"))
+            .reset_index())
+
+
+def sync_sentence(run: RankRun, label: str, rank: int = 0) -> str:
+    """Rank ``rank``'s host syncs per profiled step of ``label`` (:func:`host_syncs`), in one line."""
+    h = host_syncs(run.traces(label)[rank])
+    steps = len(run.traces(label)[rank].steps())
+    if h.empty:
+        return f"host syncs: none in {steps} profiled steps"
+    per = h.groupby("name").agg(calls=("calls", "sum"), fwd=("in_ddp_forward", "sum"))
+    said = ", ".join(f"{r.calls / steps:g} {n}" + (f" ({r.fwd / steps:g} inside {DDP_FORWARD})" if r.fwd else "")
+                     for n, r in per.iterrows())
+    return f"host syncs per profiled step: {said}"
+
+
+def practice_sentence(run: RankRun) -> str:
+    """The practice project's diagnosis from its numbers: where the mystery run's collectives spend their cost
+    against the reference (:func:`practice_split`: waiting for a peer, transfer, the host's ``c10d::allreduce_``),
+    who waits for whom (:func:`.distributed.stragglers`), and the timed step's change beside the host's."""
+    t = practice_split(run)
+    m, r = (t[t["config"] == c].set_index("rank") for c in PRACTICE)
+    waiter = int(m["wait_ms"].idxmax())
+    late = int(distributed.stragglers(distributed.align(run.traces("mystery")))["rank"].iloc[0])
+    stream = m["wait_ms"] + m["transfer_ms"]
+    d_timed = m["timed_step_ms"].iloc[0] - r["timed_step_ms"].iloc[0]
+    host = (f"the host's c10d::allreduce_ calls take {m['host_ms'].min():.2f}-{m['host_ms'].max():.2f} ms of CPU per "
+            f"step over {int(m['calls'].iloc[0])} calls against {r['host_ms'].min():.2f}-{r['host_ms'].max():.2f} ms over "
+            f"{int(r['calls'].iloc[0])}")
+    head = (f"Per steady profiled step, mystery against reference: transfer {m['transfer_ms'].mean():.2f} ms a rank "
+            f"({m['per_call_transfer_us'].mean():.1f} µs a call) against {r['transfer_ms'].mean():.2f}; waiting for a "
+            f"peer: rank {waiter} waits {m.loc[waiter, 'wait_ms']:.2f} of its {stream[waiter]:.2f} ms of all-reduce, "
+            f"for rank {late}, which arrives last; {host}. Timed step: {m['timed_step_ms'].iloc[0]:.1f} against "
+            f"{r['timed_step_ms'].iloc[0]:.1f} ms ({d_timed:+.2f} ms). ")
+    if m["wait_ms"].mean() >= m["transfer_ms"].mean():
+        return head + (f"So the all-reduce time is mostly waiting, not moving bytes: rank {waiter}'s collectives sit on "
+                       f"the stream until rank {late} launches its own. The cost the extra calls carry is host-bound: "
+                       f"{m['host_ms'].mean() - r['host_ms'].mean():+.2f} ms of CPU a rank per step in c10d::allreduce_ "
+                       f"(of the timed step's {d_timed:+.2f} ms), which a larger bucket_cap_mb removes with the calls.")
+    return head + (f"So the all-reduce time is mostly transfer: {m['transfer_ms'].mean():.2f} ms against "
+                   f"{r['transfer_ms'].mean():.2f} for the same bytes in {int(m['calls'].iloc[0])} calls instead of "
+                   f"{int(r['calls'].iloc[0])} (sums of each call's time: calls that run at once count twice); fewer, "
+                   "larger buckets (a larger bucket_cap_mb) remove the calls.")
+
+
+def launch_delays(run: RankRun, labels=None) -> pd.DataFrame:
+    """How long after its launch call each collective started (``start_us - enqueue_us`` of
+    :func:`.distributed.comm_events`, every rank, the profiled steps), per config: ``collectives``, ``median_ms``,
+    ``p90_ms``, ``max_ms``. On NCCL the kernel waits on its stream for the gradient bucket it reduces (an event
+    from the compute stream) before it starts; on gloo the range waits for a worker thread."""
+    rows = []
+    for label in run.labels() if labels is None else labels:
+        d = pd.concat([(c["start_us"] - c["enqueue_us"])[c["step"] >= 0]
+                       for c in (distributed.comm_events(t) for t in run.traces(label))]) / 1e3
+        rows.append({"config": label, "collectives": len(d), "median_ms": float(d.median()),
+                     "p90_ms": float(d.quantile(0.9)), "max_ms": float(d.max())})
+    return pd.DataFrame(rows)
+
+
+def reducer_sentence(t, spans=None) -> str:
+    """DDP's reducer timers against the trace's intervals, row by row of the sweep's times (no adjective of size);
+    with ``spans`` (:func:`reducer_spans`), also each of those configs whose reducer average spans more
+    than a whole steady step, which says the two numbers describe different iterations."""
+    parts = [f"{r.config}: trace {r.hidden_under_backward:.2f}, reducer {r.ddp_reducer_overlap:.2f}"
+             for r in t.itertuples() if r.hidden_under_backward is not None and r.ddp_reducer_overlap is not None]
+    higher = sum(r.ddp_reducer_overlap > r.hidden_under_backward for r in t.itertuples()
+                 if r.hidden_under_backward is not None and r.ddp_reducer_overlap is not None)
+    out = f"Hidden fraction, trace vs DDP's reducer timers: {'; '.join(parts)}. The reducer reads higher in {higher} of {len(parts)}."
+    if spans is not None and len(spans):
+        long = spans[spans["longer_than_step"] & spans["config"].isin(set(t["config"]))]
+        for config, g in long.groupby("config", sort=False):
+            said = [f"rank {r.rank}'s average {'communication' if r.comm_ms >= r.compute_ms else 'backward compute'} "
+                    f"span is {max(r.comm_ms, r.compute_ms):.1f} ms against a steady step of {r.step_ms:.1f} ms"
+                    for r in g.itertuples()]
+            out += (f" {config}: {'; '.join(said)}. No steady iteration spans more than its step, so these averages "
+                    f"include iterations that were not steady (DDP averages the iterations it samples: the first ten, "
+                    f"then every hundredth), which the trace's steady steps leave out.")
+    return out
+
+
+# ---------------------------------------------------------------- n ranks side by side
+def ring_table(runs: list) -> pd.DataFrame:
+    """The largest all-reduce of each run's benchmark (``runs``: ``[(name, RankRun)]``), one row per run: ``ranks``
+    n, ``ring_factor`` 2(n-1)/n (the bytes each rank sends and receives per byte of buffer in a ring all-reduce),
+    ``MiB``, ``ms``, ``algbw_GBps``, ``busbw_GBps`` (algbw x the factor) and ``busbw_of_link`` (busbw over the
+    link's per-direction peak, None on gloo)."""
+    rows = []
+    for name, run in runs:
+        b = bench(run)
+        big = b.loc[b["bytes"].idxmax()]
+        peak = LINK_PEAKS_GBS.get(run.backend, ("", None))[1]
+        rows.append({"set": name, "ranks": run.world, "ring_factor": 2 * (run.world - 1) / run.world,
+                     "MiB": big["MiB"], "ms": big["ms"], "algbw_GBps": big["algbw_GBps"], "busbw_GBps": big["busbw_GBps"],
+                     "busbw_of_link": big["busbw_GBps"] / peak if peak else None})
+    return pd.DataFrame(rows)
+
+
+def straggler_table(runs: list, label: str = "straggler") -> pd.DataFrame:
+    """The planted straggler of each run (``runs``: ``[(name, RankRun)]``), one row per run: ``ranks``, ``sleep_ms``
+    (how long the last rank stops before each forward), ``found`` (the rank :func:`.distributed.stragglers` names)
+    and ``caused_ms_per_step`` (its median caused wait per step), ``others_wait_ms`` (the mean over the other
+    ranks of their collectives' waiting per step, :func:`split_table`), ``straggler_wait_ms`` (its own),
+    ``step_ms`` and ``calm_step_ms`` (the steady profiled step with it and at :data:`SCALING_CONFIG`, which has no
+    straggler)."""
+    rows = []
+    for name, run in runs:
+        st = distributed.stragglers(distributed.align(run.traces(label)))
+        sp = split_table(run, label).set_index("rank")
+        late = run.world - 1
+        rows.append({"set": name, "ranks": run.world, "sleep_ms": float(run.config(label).get("straggle_ms") or 0.0),
+                     "found": int(st["rank"].iloc[0]), "caused_ms_per_step": float(st["caused_ms_per_step"].iloc[0]),
+                     "others_wait_ms": float(sp.drop(index=late)["wait_ms"].mean()),
+                     "straggler_wait_ms": float(sp.loc[late, "wait_ms"]),
+                     "step_ms": float(steady(table(run, label))["step_us"].mean()) / 1e3,
+                     "calm_step_ms": float(steady(table(run, SCALING_CONFIG))["step_us"].mean()) / 1e3})
+    return pd.DataFrame(rows)
+
+
+def launch_delay_sentence(d, name: str) -> str:
+    """How long collectives started after their launch calls (:func:`launch_delays`), in one line."""
+    calm = d[d["config"] == SCALING_CONFIG].iloc[0]
+    late = d[d["config"] == "straggler"].iloc[0]
+    return (f"{name}: at {calm.config} an all-reduce starts a median {calm.median_ms:.1f} ms after its launch call "
+            f"(p90 {calm.p90_ms:.1f}, max {calm.max_ms:.1f} ms over {calm.collectives} collectives); in the straggler "
+            f"run up to {late.max_ms:.1f} ms.")
+
+
+def ring_sentence(t) -> str:
+    """What the ring factor does, from :func:`ring_table` (n = 2 beside the widest run)."""
+    two, wide = t[t["ranks"] == 2], t.loc[t["ranks"].idxmax()]
+    if two.empty or wide["ranks"] == 2:
+        return "Only one rank count recorded: the ring factor cannot be seen changing here."
+    a = two.iloc[-1]
+    link = (f" ({wide.busbw_of_link:.2f} of the link against {a.busbw_of_link:.2f})"
+            if wide.busbw_of_link is not None and a.busbw_of_link is not None else "")
+    return (f"At n = 2, 2(n-1)/n = 1: busbw = algbw ({a.busbw_GBps:.1f} GB/s on {a.set}), so an answer without the "
+            f"factor passes there. At n = {int(wide.ranks)} it is {wide.ring_factor:g}: each rank sends and receives "
+            f"{wide.ring_factor:g} bytes per byte of the buffer, so algbw falls to {wide.algbw_GBps:.1f} GB/s while "
+            f"busbw, what the link carries, is {wide.busbw_GBps:.1f}{link} on {wide.set}.")
+
+
+def straggler_sentence(t) -> str:
+    """The planted straggler at every rank count, from :func:`straggler_table`."""
+    parts = [f"{r.set}: rank {r.found} found ({r.ranks - 1} rank{'s wait' if r.ranks > 2 else ' waits'} for it, "
+             f"{r.others_wait_ms:.1f} ms of waiting per step{' each' if r.ranks > 2 else ''}, the straggler "
+             f"{r.straggler_wait_ms:.1f}); step {r.calm_step_ms:.1f} -> {r.step_ms:.1f} ms" for r in t.itertuples()]
+    return (f"The same {t['sleep_ms'].iloc[0]:g} ms sleep on the last rank: " + "; ".join(parts) + ". The step grows by "
+            f"{(t['step_ms'] - t['calm_step_ms']).min():.1f}-{(t['step_ms'] - t['calm_step_ms']).max():.1f} ms at every "
+            "n: one late rank sets every rank's step, and at n = 4 three ranks pay it instead of one. The waiting "
+            "exceeds the sleep because it also counts the straggler's own backward between its buckets.")
 
 
 # ---------------------------------------------------------------- the evidence the lab's exercises work on

@@ -71,10 +71,12 @@ def _cpu_step_of(trace: Trace, t_us: np.ndarray, pid: np.ndarray) -> np.ndarray:
 
 def comm_events(trace: Trace) -> pd.DataFrame:
     """The all-reduces of one rank in start order: ``name, tid, ts_us`` (absolute start), ``start_us``,
-    ``end_us``, ``dur_us``, ``enqueue_us`` (the CPU call that enqueued it), ``step`` (the profiled step whose
-    range holds that call; -1 for none) and ``seq`` (its order within the step). See the module doc."""
+    ``end_us``, ``dur_us``, ``enqueue_us`` (the CPU call that enqueued it), ``host_us`` (the CPU time of the
+    ``c10d::allreduce_`` call that issued it: on NCCL the call enclosing the kernel's launch, on gloo the call
+    paired with the range; NaN when there is none), ``step`` (the profiled step whose range holds that call; -1
+    for none) and ``seq`` (its order within the step). See the module doc."""
     ev = trace.events
-    cols = ["name", "tid", "ts_us", "start_us", "end_us", "dur_us", "enqueue_us", "step", "seq"]
+    cols = ["name", "tid", "ts_us", "start_us", "end_us", "dur_us", "enqueue_us", "host_us", "step", "seq"]
     c = ev[(ev["cat"] == "cpu_op") & ev["name"].isin(C10D_ALLREDUCE)].sort_values("start_us")
     if trace.has_gpu:
         k = ev[(ev["cat"] == "kernel") & _is_allreduce_kernel(ev["name"])].sort_values("start_us")
@@ -83,7 +85,11 @@ def comm_events(trace: Trace) -> pd.DataFrame:
             out = _paired(trace, k, c, "NCCL all-reduce kernels")
         else:
             enq = np.array([ev.at[r, "start_us"] if r is not None else np.nan for r in rt], dtype=float)
-            out = k.assign(enqueue_us=enq, step=trace.gpu_step().reindex(k.index).to_numpy())
+            c10d = set(c.index)
+            host = [next((float(ev.at[o, "dur"]) for o in trace.enclosing.get(r, []) if o in c10d), np.nan)
+                    if r is not None else np.nan for r in rt]
+            out = k.assign(enqueue_us=enq, host_us=np.array(host, dtype=float),
+                           step=trace.gpu_step().reindex(k.index).to_numpy())
     else:
         g = ev[(ev["cat"] == "user_annotation") & ev["name"].isin(GLOO_ALLREDUCE)].sort_values("start_us")
         out = _paired(trace, g, c, "gloo:all_reduce ranges")
@@ -102,7 +108,8 @@ def _paired(trace: Trace, work: pd.DataFrame, calls: pd.DataFrame, what: str) ->
         raise ValueError(f"{len(calls)} c10d::allreduce_ calls but {len(work)} {what} after the first call; expected "
                          f"one per call (a trace cut before its last collective ended?)")
     enq = calls["start_us"].to_numpy(dtype=float)
-    return work.assign(enqueue_us=enq, step=_cpu_step_of(trace, enq, calls["pid"].to_numpy()))
+    return work.assign(enqueue_us=enq, host_us=calls["dur"].to_numpy(dtype=float),
+                       step=_cpu_step_of(trace, enq, calls["pid"].to_numpy()))
 
 
 def step_windows(trace: Trace) -> pd.DataFrame:
@@ -271,6 +278,52 @@ def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFram
     return df
 
 
+SPLIT_PARTS = ("host_us", "wait_us", "transfer_us")  # the parts of a collective's cost, summing to cost_us
+
+
+def collective_split(traces: list[Trace]) -> pd.DataFrame:
+    """What each collective cost each rank, in three parts that sum to the whole (µs), one row per (step, seq,
+    rank) of the profiled steps: ``host_us``, the CPU time of the ``c10d::allreduce_`` call that issued it
+    (the host's launch cost: bucket bookkeeping, the NCCL or gloo enqueue); ``wait_us``, its time on the
+    communication stream (NCCL) or gloo thread before the last rank entered it, waiting for a peer
+    (:func:`align`'s wait, clipped to the collective's duration); ``transfer_us``, the rest of its duration, the
+    exchange once every rank is in; ``cost_us`` = host + wait + transfer (``dur_us`` = wait + transfer). No part
+    is negative. Clip, not clock: where the clocks put the last rank's start after this rank's end (the causality
+    gap :func:`align` reports), the whole duration counts as waiting. Raises ValueError for a collective with no
+    ``c10d::allreduce_`` call found (a trace without CPU ops)."""
+    al = align(traces)
+    comms = [comm_events(t).set_index(["step", "seq"]) for t in traces]
+    dur = np.array([float(comms[r].at[(s, q), "dur_us"]) for s, q, r in zip(al["step"], al["seq"], al["rank"],
+                                                                                strict=True)])
+    host = np.array([float(comms[r].at[(s, q), "host_us"]) for s, q, r in zip(al["step"], al["seq"], al["rank"],
+                                                                                 strict=True)])
+    if np.isnan(host).any():
+        bad = al.loc[np.isnan(host), ["rank", "step", "seq"]].iloc[0]
+        raise ValueError(f"rank {bad['rank']} step {bad['step']} collective #{bad['seq']}: no c10d::allreduce_ call "
+                         f"found for it ({int(np.isnan(host).sum())} such); expected one CPU call per collective "
+                         "(a trace profiled without CPU ops?)")
+    latest = al.groupby(["step", "seq"])["start_us"].transform("max").to_numpy()
+    wait = np.clip(latest - al["start_us"].to_numpy(), 0.0, dur)
+    out = al[["step", "seq", "rank"]].assign(host_us=host, wait_us=wait, transfer_us=dur - wait, dur_us=dur)
+    return out.assign(cost_us=out["host_us"] + out["wait_us"] + out["transfer_us"])
+
+
+def split_per_step(split: pd.DataFrame) -> pd.DataFrame:
+    """:func:`collective_split` summed per rank and profiled step, then averaged over the steady steps (step >= 1;
+    all when there is one): one row per rank, ``calls`` (collectives per step), ``host_ms``, ``wait_ms``,
+    ``transfer_ms``, ``cost_ms`` (their sum) and ``per_call_transfer_us``. Sums of the collectives' own parts:
+    collectives that run at the same time count twice (on gloo's two threads), so this is cost, not wall time."""
+    steady = split[split["step"] > 0] if (split["step"] > 0).any() else split
+    per = steady.groupby(["rank", "step"]).agg(calls=("seq", "size"), host_us=("host_us", "sum"),
+                                                wait_us=("wait_us", "sum"), transfer_us=("transfer_us", "sum"),
+                                                cost_us=("cost_us", "sum")).groupby("rank").mean()
+    out = pd.DataFrame({"rank": per.index.astype(int), "calls": per["calls"].round().astype(int).to_numpy()})
+    for c in ("host", "wait", "transfer", "cost"):
+        out[f"{c}_ms"] = per[f"{c}_us"].to_numpy() / 1e3
+    out["per_call_transfer_us"] = per["transfer_us"].to_numpy() / per["calls"].to_numpy()
+    return out.reset_index(drop=True)
+
+
 def step_waits(al: pd.DataFrame) -> pd.Series:
     """Per (rank, step): how long the rank had a collective waiting for a peer, the union of the intervals
     ``[start, start + wait]`` of its collectives in the step (µs; collectives run concurrently on gloo's two
@@ -279,9 +332,13 @@ def step_waits(al: pd.DataFrame) -> pd.Series:
         lambda g: _length(_union(zip(g["start_us"], g["start_us"] + g["wait_us"], strict=True))), include_groups=False)
 
 
-def wait_per_step(al: pd.DataFrame, rank: int) -> float:
+def blocked_per_step(al: pd.DataFrame, rank: int) -> float:
     """Mean over the steady profiled steps (step >= 1; all when there is one) of :func:`step_waits` of
-    ``rank`` (µs), from :func:`align`: the straggler's cost to this rank."""
+    ``rank`` (µs), from :func:`align`: how long per step this rank had a collective waiting for a peer. It is not
+    the straggler's delay: once the first collective has waited for the late rank, each later one waits again
+    while that rank's backward produces its next bucket, so a planted 10 ms straggler reads 15-16 ms here
+    (the recorded NCCL sets). The straggler's delay itself is :func:`wait_at` ``(seq=0)`` (about 11 ms there).
+    Named ``wait_per_step`` until issue 39 (docs/trace_definitions.md)."""
     w = step_waits(al)
     if rank not in w.index.get_level_values("rank"):
         raise ValueError(f"no collectives of rank {rank}; ranks present: {sorted(al['rank'].unique())}")

@@ -82,3 +82,20 @@ def recorded_run() -> RankRun | None:
             evs = [store.load(f"ddp_rank{r}") for r in range(world)]
             return RankRun([e.values for e in evs], evs[0])
     return None
+
+
+def widest_recorded_run() -> tuple[str, RankRun] | None:
+    """``(set folder name, RankRun)`` of the recorded NCCL run with the most ranks (the first in
+    :func:`~infralens_lab.evidence.load_all_sets` order among equals: the default reference first), or None. Only
+    each set's ``ddp_meta`` is read to choose; then the chosen set's ranks are loaded."""
+    best = None
+    for store in evidence.load_all_sets():
+        if "ddp_meta" in store.names():
+            world = store.load("ddp_meta").values["world"]
+            if best is None or world > best[1]:
+                best = (store, world)
+    if best is None:
+        return None
+    store, world = best
+    evs = [store.load(f"ddp_rank{r}") for r in range(world)]
+    return store.folder.name, RankRun([e.values for e in evs], evs[0])

@@ -10,7 +10,6 @@ edit the expected files by hand: rerun this, and review the diff.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -69,9 +68,10 @@ def trace_expected(raw: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     src = Path(argv[0]) if argv else evidence.reference().folder
+    store = evidence.RecordedStore(src)  # checked against its manifest; a record stored as .json.gz reads the same
     for name in CSVS:
-        shutil.copyfile(src / name, HERE / name)
-    raw = trace_excerpt(json.loads((src / "trace_bubble.json").read_text())["values"])
+        (HERE / name).write_text(store.text(name))
+    raw = trace_excerpt(store.load("trace_bubble").values)
     (HERE / "trace_bubble_excerpt.json").write_text(json.dumps(raw))
     (HERE / "ncu_expected.json").write_text(json.dumps(ncu_expected(), indent=1) + "\n")
     (HERE / "trace_bubble_excerpt.expected.json").write_text(json.dumps(trace_expected(raw), indent=1) + "\n")

@@ -2,8 +2,10 @@
 rebuilt in the grader's process with the same analysis functions the lab's cells call (never the lab's glue).
 
 Counts (q3, q5) come from a live DDP run of the lab's measurement (gloo on a CPU, NCCL on GPUs: the same on
-every run); the bucket plan (ex2) from the GPU-sized model's shapes; busbw, the exposed share and the
-straggler's wait (ex1, ex3, ex4) from the recorded NCCL run, None (not marked) when the checkout has none.
+every run); the bucket plan (ex2) from the GPU-sized model's shapes; the exposed share and the straggler's wait
+(ex3, ex4) from the recorded NCCL run, and busbw (ex1) from the recorded NCCL run with the most ranks (the held-out
+4-rank set, where 2(n-1)/n = 1.5: an answer without the ring factor fails there), None (not marked) when the
+checkout has none.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import functools
 from infralens_lab.analysis import ddp_run
 from infralens_lab.analysis import distributed as analysis_distributed
 from infralens_lab.measure import distributed as measure_distributed
-from infralens_lab.parse.ranks import RankRun, recorded_run
+from infralens_lab.parse.ranks import RankRun, recorded_run, widest_recorded_run
 from infralens_lab.workloads import ddp
 
 EX2_CAP_MB = 100  # exercise 2: the GPU-sized model's buckets at this cap
@@ -45,9 +47,16 @@ def gpu_model_plan():
     return ddp_run.plan_inputs(measure_distributed.GPU_MODEL, EX2_CAP_MB)
 
 
+@functools.lru_cache(maxsize=1)
+def _widest() -> RankRun | None:
+    got = widest_recorded_run()
+    return got[1] if got else None
+
+
 def recorded_bench():
-    """ex1: the recorded NCCL all-reduce benchmark, bytes and seconds (``ddp_run.bench_inputs``); None without it."""
-    rec = _recorded()
+    """ex1: the all-reduce benchmark, bytes and seconds (``ddp_run.bench_inputs``), of the recorded NCCL run with
+    the most ranks (``parse.ranks.widest_recorded_run``: the lab's held-out evidence); None without one."""
+    rec = _widest()
     return ddp_run.bench_inputs(rec) if rec else None
 
 
