@@ -153,3 +153,25 @@ def test_lab04_q5_stem_leaves_the_producer_to_the_learner():
     q = question("lab04.q5")
     assert "S2R" not in q.prompt and not any("S2R" in v for v in q.options.values())
     assert "S2R R0, SR_TID.X" in visible_before_answer("04_warp_stalls.ipynb", "lab04.q5")  # the program shows it
+
+
+def _order(lab: str, kind: str) -> list[int]:
+    nb = _nb(lab)
+    qids = [_qid(c) for c in nb["cells"] if _tags(c) & {TAG_ANSWER, TAG_EXERCISE}]
+    return [int(q.split(".")[1][len(kind):]) for q in qids if re.fullmatch(rf"lab\d\d\.{kind}\d+", q)]
+
+
+def test_lab05_numbers_its_questions_and_exercises_in_order():
+    assert _order("05_overlap_launch.ipynb", "q") == list(range(1, 8))
+    assert _order("05_overlap_launch.ipynb", "ex") == [1, 2, 3]
+
+
+def test_lab05_q3_hint_names_only_what_the_lab_has_and_its_key_has_a_spread():
+    """The hint names functions by the names the lab imports them under (it imported neither `pipeline_metrics` nor
+    `range_intervals` bare); the key's tolerance is the evidence's own spread, not a fixed 0.1."""
+    q = question("lab05.q3")
+    setup = "".join(_src(c) for c in _nb("05_overlap_launch.ipynb")["cells"][:5])
+    for name in re.findall(r"\b([a-z_]+)\.[a-z_]+\(", q.hint):
+        assert f"as {name}" in setup or f"import {name}" in setup, f"the hint names {name}, which the lab never imports"
+    assert "pipeline_metrics(" not in q.hint and q.derive_args["spread"]["column"] == "overlap_score_spread"
+    assert q.tolerance == {"abs": 0.005}

@@ -65,3 +65,17 @@ def test_measured_answer_is_graded_within_its_own_spread():
     wide = Measured(0.990, 0.02)
     assert tolerance(q, wide) == pytest.approx(0.02) and _judge(q, 1.0, wide)[0] == "correct"
     assert float(key) == 0.99 and key * 2 == pytest.approx(1.98)  # still a number everywhere else
+
+
+def test_overlap_score_spread_is_half_the_p10_p90_of_the_periods_over_the_shorter_stage():
+    """The spread lab05.q3 is graded within: stage-1 ends 30, 31, 29, 30 µs apart after the skipped first item
+    (p10 29.3, p90 30.7 by linear interpolation), stages of 20 and 30 µs: (30.7 - 29.3) / 2 / 20 = 0.035."""
+    from infralens_lab.analysis import overlap
+
+    ends = [30.0, 60.0, 91.0, 120.0, 150.0, 180.0]  # the first item is warm-up (skip=1)
+    s1 = [(e - 30.0, e) for e in ends]
+    s0 = [(e - 50.0, e - 30.0) for e in ends]
+    m = overlap.pipeline_metrics(s0, s1)
+    gaps = [30.0, 31.0, 29.0, 30.0, 30.0][1:]  # after skip: ends 60, 91, 120, 150, 180
+    assert gaps == [31.0, 29.0, 30.0, 30.0]
+    assert m["overlap_score_spread"] == pytest.approx((30.7 - 29.3) / 2 / 20)
