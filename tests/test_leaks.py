@@ -175,3 +175,27 @@ def test_lab05_q3_hint_names_only_what_the_lab_has_and_its_key_has_a_spread():
         assert f"as {name}" in setup or f"import {name}" in setup, f"the hint names {name}, which the lab never imports"
     assert "pipeline_metrics(" not in q.hint and q.derive_args["spread"]["column"] == "overlap_score_spread"
     assert q.tolerance == {"abs": 0.005}
+
+
+# ------------------------------------------------------------------ hints in folds, not formulas in comments
+_FORMULA = re.compile(r"[×*·+]| / |\b(max|min|sum|mean)\(|<=|>=| - ")  # "FLOP/s" is a unit, not a division
+HINT_LABS = ["01_nsight_workflow.ipynb", "02_roofline.ipynb", "03_memory_ledger.ipynb", "04_warp_stalls.ipynb",
+             "05_overlap_launch.ipynb", "07_regression_gates.ipynb"]
+
+
+@pytest.mark.parametrize("lab", HINT_LABS)
+def test_exercise_comments_state_the_task_and_a_hint_fold_holds_the_formula(lab):
+    """An exercise's `# your code:` comments say what to compute, never how (no arithmetic, no max/min/sum); the
+    formula is in a first fold right under the exercise (one HTML block), the worked solution in a second."""
+    cells = _nb(lab)["cells"]
+    for i, c in enumerate(cells):
+        if TAG_EXERCISE not in _tags(c):
+            continue
+        qid = _qid(c)
+        for line in _src(c).splitlines():
+            said = line.split("# your code:", 1)[1] if "# your code:" in line else ""
+            assert not _FORMULA.search(said), f"{lab} {qid}: the comment gives the formula: {said.strip()!r}"
+        hint, solution = cells[i + 1], cells[i + 2]
+        assert hint["cell_type"] == "markdown" and hint["metadata"].get("infralens", {}).get("hint") == qid, f"{lab} {qid}"
+        assert _src(hint).startswith("<details><summary>Hint 1") and "\n\n" not in _src(hint).strip()
+        assert "solution" in _tags(solution) and output_folded(solution), f"{lab} {qid}: no folded solution after the hint"
