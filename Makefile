@@ -80,8 +80,12 @@ notebooks: $(STAMP)
 	@! nvidia-smi -L >/dev/null 2>&1 || { echo "make notebooks: this machine has a GPU; committed labs are executed without one (interpreter mode, recorded evidence)"; exit 2; }
 	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace labs/*.ipynb
 
+# The offline edition; each question carries its folded answer key (the bank's answer and explanation).
+# KEY=0 leaves the key out (a copy to hand learners before the answers are due).
+KEY ?= 1
 site: $(STAMP)
-	$(PY) -m infralens_lab site --out site
+	@case "$(KEY)" in 0|1) ;; *) echo "make site: KEY=$(KEY); expected 1 (fold the answer key under each question) or 0 (leave it out)" >&2; exit 2;; esac
+	$(PY) -m infralens_lab site --out site $(if $(filter 0,$(KEY)),--no-key,)
 
 clean:
 	rm -rf $(VENV) site artifacts

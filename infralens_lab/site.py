@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import site_assets
 from .quiz import question
-from .quiz.cells import TAG_ANSWER, TAG_EXERCISE, TAG_SOLUTION
+from .quiz.cells import TAG_ANSWER, TAG_EXERCISE, TAG_LOOK, TAG_SOLUTION, _qid, _tags
 from .quiz.widgets import SELF_CHECK_CALL
 
 LAB_GLOB = "[0-9][0-9]_*.ipynb"
@@ -60,6 +60,10 @@ _TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 <details class="infralens-solution"><summary>Worked solution: write your own first, then open</summary>
 {{ super() }}
 </details>
+{%- elif '@@LOOK@@' in cell.metadata.get('tags', []) -%}
+<details class="infralens-look"><summary>Answer first, then look: this output answers the question above</summary>
+{{ super() }}
+</details>
 {%- else -%}
 {{ super() }}
 {%- endif -%}
@@ -69,7 +73,7 @@ _TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 <img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}" alt="{{ (output | get_metadata('alt', 'image/png')) | escape_html }}">
 </div>
 {%- endblock data_png %}
-""".replace("@@SOLUTION@@", TAG_SOLUTION)
+""".replace("@@SOLUTION@@", TAG_SOLUTION).replace("@@LOOK@@", TAG_LOOK)
 
 _CSS = """
 .infralens-nav { display: flex; gap: 1.5em; align-items: baseline; flex-wrap: wrap;
@@ -88,8 +92,10 @@ _CSS = """
 .infralens-static-widget ul.options { list-style: none; padding-left: 0.5em; margin: 4px 0 6px 0; }
 .infralens-static-widget details { margin-top: 6px; }
 .infralens-static-widget summary { cursor: pointer; color: #3f51b5; }
-.infralens-solution { margin: 6px 0; border-left: 4px solid #9e9e9e; padding-left: 8px; }
-.infralens-solution > summary { cursor: pointer; color: #555; font-family: var(--jp-ui-font-family, sans-serif);
+.infralens-solution, .infralens-look, .infralens-key { margin: 6px 0; border-left: 4px solid #9e9e9e; padding-left: 8px; }
+.infralens-key { border-left-color: #3f51b5; font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px; }
+.infralens-key p { margin: 4px 0; }
+.infralens-solution > summary, .infralens-look > summary, .infralens-key > summary { cursor: pointer; color: #555; font-family: var(--jp-ui-font-family, sans-serif);
   font-size: 13px; padding: 4px 0; }
 main { max-width: 1100px; margin: 0 auto; }
 /* nbconvert's lab CSS breaks output text anywhere (word-break: break-all), splitting "GPU" and
@@ -448,11 +454,61 @@ def _exporter():
                         extra_loaders=[DictLoader({"infralens_site.html.j2": _TEMPLATE})], theme="light")
 
 
-def render_lab(nb, labs: list[LabPage], i: int, exporter=None) -> str:
-    """The HTML page of lab ``labs[i]`` from its notebook ``nb`` (not modified; not executed)."""
+KEY_CLASS = "infralens-key"
+
+
+def answer_key_html(qid: str) -> str:
+    """The folded answer key of question ``qid``: the bank's answer (the option and its text, the number with its
+    tolerance, the accepted words; for a derived question, where it comes from) and the explanation."""
+    q = question(qid)
+    if q.derive is not None:
+        what = ("Worked out from the evidence this page shows: the grader derives it again from the same evidence "
+                "(its worked solution, where it has one, is folded above).")
+    elif q.kind == "choice":
+        what = f"<b>{html.escape(str(q.answer))}.</b> {html.escape(q.options.get(q.answer, ''))}"
+    elif q.kind == "number":
+        tol = ", ".join(f"{k} {v:g}" for k, v in q.tolerance.items())
+        what = f"<b>{q.answer:g}</b>{' ' + html.escape(q.unit) if q.unit else ''} (accepted within {html.escape(tol)})"
+    else:
+        what = "<b>" + html.escape(" or ".join(q.answer if isinstance(q.answer, (list, tuple)) else [q.answer])) + "</b>"
+    return (f'<details class="{KEY_CLASS}"><summary>Answer key ({html.escape(qid)}): open once you have answered</summary>'
+            f'<p class="answer">Answer: {what}</p><p class="explanation">{html.escape(q.explanation)}</p></details>')
+
+
+def add_answer_key(nb) -> int:
+    """In place: after every answer and exercise cell, a raw HTML cell holding its folded answer key
+    (:func:`answer_key_html`); returns how many. A question the bank does not know gets none."""
+    cells, n = [], 0
+    for cell in nb.cells:
+        cells.append(cell)
+        qid = _qid(cell)
+        if cell.cell_type == "code" and qid and _tags(cell) & {TAG_ANSWER, TAG_EXERCISE}:
+            try:
+                key = answer_key_html(qid)
+            except (ValueError, KeyError, OSError):  # BankError is a ValueError
+                continue
+            cells.append(_html_cell(key))
+            n += 1
+    nb.cells = cells
+    return n
+
+
+def _html_cell(text: str):
+    """A markdown cell holding one HTML block (no blank line inside, so the markdown renderer passes it whole;
+    a raw cell's <details> would be escaped by nbconvert's cleaning)."""
+    import nbformat  # heavy: Jupyter, only here
+
+    return nbformat.v4.new_markdown_cell(text.replace("\n\n", "\n"))
+
+
+def render_lab(nb, labs: list[LabPage], i: int, exporter=None, key: bool = True) -> str:
+    """The HTML page of lab ``labs[i]`` from its notebook ``nb`` (not modified; not executed); with ``key``, each
+    question is followed by its folded answer key (:func:`add_answer_key`)."""
     nb = copy.deepcopy(nb)
     static_widgets(nb)
     _prepare(nb)
+    if key:
+        add_answer_key(nb)
     nb.metadata["title"] = labs[i].title
     exporter = exporter or _exporter()
     footer = ('<p class="infralens-footer">Offline edition of <code>'
@@ -487,10 +543,11 @@ def render_index(labs: list[LabPage]) -> str:
                          ex=MIN_PER_EXERCISE)
 
 
-def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> Site:
+def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site", key: bool = True) -> Site:
     """Write ``out_dir/index.html``, one page per ``labs_dir/NN_*.ipynb`` from the committed notebooks
-    (never executed), the search index and the script (:mod:`.site_assets`). Returns the :class:`Site`;
-    ValueError if there are no labs."""
+    (never executed), the search index and the script (:mod:`.site_assets`). With ``key`` (the default) each
+    question carries its folded answer key; ``key=False`` is the instructor's copy without it (``make site KEY=0``).
+    Returns the :class:`Site`; ValueError if there are no labs."""
     import nbformat  # heavy: Jupyter, only here
 
     notebooks = find_labs(labs_dir)
@@ -513,7 +570,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site") -> S
         if code and not any(c.get("outputs") for c in code):
             site.notes.append(f"{labs[i].notebook.name}: no outputs; run it and commit it with outputs "
                               "so the offline edition shows its figures and tables")
-        page = render_lab(nb, labs, i, exporter)
+        page = render_lab(nb, labs, i, exporter, key=key)
         for ref in remote_refs(page):
             site.notes.append(f"{labs[i].html_name}: needs the network: {ref[:80]!r}")
         path = out / labs[i].html_name
@@ -532,9 +589,11 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Build the offline HTML edition from the committed notebooks.")
     ap.add_argument("--labs", default="labs", help="folder with NN_*.ipynb (default: labs)")
     ap.add_argument("--out", default="site", help="output folder (default: site)")
+    ap.add_argument("--no-key", action="store_true",
+                    help="leave out the folded answer key under each question (make site KEY=0)")
     args = ap.parse_args(argv)
     try:
-        site = build_site(args.labs, args.out)
+        site = build_site(args.labs, args.out, key=not args.no_key)
     except ValueError as exc:
         print(f"site: {exc}", file=sys.stderr)
         return 2

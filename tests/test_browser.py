@@ -719,6 +719,14 @@ def _check_site_page(page, name: str) -> None:
         target = page.evaluate("h => !!(document.getElementById(h.slice(1))"
                                " || document.getElementById(decodeURIComponent(h.slice(1))))", href)
         assert target, f"{name}: contents link {href} has no target"
+    keys = page.locator("details.infralens-key")
+    for i in range(min(keys.count(), 3)):  # the answer key: shut until opened, then the answer and its explanation
+        key = keys.nth(i)
+        assert key.get_attribute("open") is None, f"{name}: answer key {i} is open before the reader opens it"
+        assert not key.locator("p.answer").is_visible(), f"{name}: answer key {i} shows its answer while shut"
+        key.locator("summary").scroll_into_view_if_needed()
+        key.locator("summary").click()
+        assert key.locator("p.answer").is_visible() and key.locator("p.answer").inner_text().startswith("Answer:"), name
     static = page.locator(".infralens-static-widget")
     for i in range(static.count()):
         summary = static.nth(i).locator("details summary")

@@ -379,17 +379,17 @@ def test_derived_questions_mark_against_the_notebooks_evidence():
     assert check("lab05.ex1", 1.0, evidence=copies).correct
     assert not check("lab05.ex1", 0.5, evidence=copies).correct
     pipe = overlap_tables.pipeline_table({1: _pipe_trace(2000, 3000, 5000), 2: _pipe_trace(2000, 3000, 3500)})
-    assert check("lab05.q4", 0.75, evidence=pipe).correct  # (5 - 3.5) / 2
-    assert not check("lab05.q4", 0.2, evidence=pipe).correct
+    assert check("lab05.q3", 0.75, evidence=pipe).correct  # (5 - 3.5) / 2
+    assert not check("lab05.q3", 0.2, evidence=pipe).correct
     # q7: pinned period 1 ms, exposed copy 0.2 ms -> 1 / (1 - 0.2) = 1.25
     fixes = overlap_tables.fix_table(copies=copies)
     assert check("lab05.q7", 1.25, evidence=fixes).correct and not check("lab05.q7", 1.6, evidence=fixes).correct
     # ex2 on a pageable row: period 5, exposed 4, copy 4, kernels 0.7 -> Amdahl 5x, overlap floor 1.25x
     pg = pd.DataFrame({"mode": ["pageable"], "period_ms": [5.0], "exposed_copy_ms": [4.0], "copy_ms": [4.0],
                        "kernel_ms": [0.7]})
-    assert check("lab05.ex2", 1.25, evidence=pg).correct and not check("lab05.ex2", 5.0, evidence=pg).correct
+    assert check("lab05.ex3", 1.25, evidence=pg).correct and not check("lab05.ex3", 5.0, evidence=pg).correct
     launches = pd.DataFrame({"variant": ["eager", "graph"], "cpu_issue_ms": [3.0, 0.1], "gpu_busy_ms": [0.2, 0.2]})
-    assert check("lab05.ex3", 15.0, evidence=launches).correct and not check("lab05.ex3", 1 / 15, evidence=launches).correct
+    assert check("lab05.ex2", 15.0, evidence=launches).correct and not check("lab05.ex2", 1 / 15, evidence=launches).correct
 
 
 def test_grader_keys_use_the_recorded_set(monkeypatch):
@@ -411,8 +411,8 @@ def test_grader_keys_use_the_recorded_set(monkeypatch):
         assert grader.expected_for_grading(question("lab05.ex1")) == pytest.approx(db)
         p = copies.set_index("mode").loc["pinned"]
         assert grader.expected_for_grading(question("lab05.q7")) == pytest.approx(1 / (1 - p["exposed_copy_ms"] / p["period_ms"]))
-        assert 1 < grader.expected_for_grading(question("lab05.ex2")) < grader.expected_for_grading(question("lab05.q7")) * 10
-        assert grader.expected_for_grading(question("lab05.ex3")) > 1  # launch-bound: the CPU takes longer
+        assert 1 < grader.expected_for_grading(question("lab05.ex3")) < grader.expected_for_grading(question("lab05.q7")) * 10
+        assert grader.expected_for_grading(question("lab05.ex2")) > 1  # launch-bound: the CPU takes longer
     finally:
         grader.grader_evidence.cache_clear()
 
@@ -446,7 +446,7 @@ def test_basis_lines_on_the_recorded_sets():
 
 
 def test_launch_bound_premise_on_every_recorded_set():
-    """lab05.q5's premise on every recorded GPU, one basis (busy and period from the same eager trace): the eager
+    """lab05.q4's premise on every recorded GPU, one basis (busy and period from the same eager trace): the eager
     step is host-bound, and the CUDA graph step is not, on the H100 and on the H200 alike (no flip to flag)."""
     from infralens_lab import evidence
     from infralens_lab.parse.trace import load_trace

@@ -53,7 +53,36 @@ def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
     again = lab_sh(work, _free_port()).stdout
     assert mine.read_text() == "my answers"
     assert f"copied in now: {LABS[-1]}" in again
-    assert (work / LABS[-1]).read_bytes() == (ROOT / "labs" / LABS[-1]).read_bytes()
+    import json
+    copied, committed = (json.loads((d / LABS[-1]).read_text()) for d in (work, ROOT / "labs"))
+    assert [c["source"] for c in copied["cells"]] == [c["source"] for c in committed["cells"]]
+
+
+@pytest.mark.skipif(not any(n.endswith(".ipynb") for n in LABS), reason="no notebooks in labs/")
+def test_working_copy_carries_no_answer_output(tmp_path):
+    """make lab's copies: the answer, exercise, worked-solution and predict-then-look cells have no output (nor an
+    execution count); every other cell keeps its committed outputs, so the evidence is still on the page."""
+    import json
+
+    from infralens_lab.quiz.cells import CLEARED_TAGS
+
+    work = tmp_path / "my-labs"
+    lab_sh(work, _free_port())
+    cleared = kept = 0
+    for name in (n for n in LABS if n.endswith(".ipynb")):
+        mine = json.loads((work / name).read_text())["cells"]
+        theirs = json.loads((ROOT / "labs" / name).read_text())["cells"]
+        assert len(mine) == len(theirs), name
+        for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            if a["cell_type"] != "code":
+                continue
+            if set(a["metadata"].get("tags", [])) & set(CLEARED_TAGS):
+                assert a["outputs"] == [] and a["execution_count"] is None, f"{name} cell {i} still shows {a['outputs'][:1]}"
+                cleared += bool(b["outputs"])
+            else:
+                assert a["outputs"] == b["outputs"], f"{name} cell {i}: evidence output changed in the copy"
+                kept += bool(b["outputs"])
+    assert cleared > 20 and kept > 50, (cleared, kept)  # the labs' answer cells did have outputs to clear
 
 
 @pytest.mark.skipif(not any(n.endswith(".ipynb") for n in LABS), reason="no notebooks in labs/")

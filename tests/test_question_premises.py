@@ -359,8 +359,8 @@ def test_lab01_q6_premise_pinned_alone_is_clearly_the_smallest_gain():
 
 
 def test_lab05_q5_q6_premises_launch_bound_step_and_one_graph_run_per_block():
-    """lab05.q5: the recorded eager small-ops step is host-bound (its GPU busy for less than half the step: a
-    faster GPU would only wait longer). lab05.q6: on the recorded GPU, explain reports 1 graph and 0 breaks for the
+    """lab05.q4: the recorded eager small-ops step is host-bound (its GPU busy for less than half the step: a
+    faster GPU would only wait longer). lab05.q5: on the recorded GPU, explain reports 1 graph and 0 breaks for the
     BlockNet with a break per block, with a break reason, while the trace runs one compiled graph per block."""
     from infralens_lab.analysis import overlap, overlap_tables
     from infralens_lab.parse.trace import load_trace
@@ -368,12 +368,12 @@ def test_lab05_q5_q6_premises_launch_bound_step_and_one_graph_run_per_block():
     st = evidence.reference()
     lo = st.load("launch_overhead").values
     t = overlap_tables.launch_table(lo, {v: load_trace(st.load(f"trace_launch_{v}")) for v in ("eager", "graph")}).set_index("variant")
-    assert overlap.host_bound(t.loc["eager", "gpu_busy_pct"] / 100), "the eager step is no longer host-bound: re-word lab05.q5"
+    assert overlap.host_bound(t.loc["eager", "gpu_busy_pct"] / 100), "the eager step is no longer host-bound: re-word lab05.q4"
     cs = st.load("compile_study").values
     ex = cs["explain_breaks"]
-    assert (ex["graphs"], ex["graph_breaks"]) == (1, 0) and ex["break_reasons"], f"explain now says {ex}: re-word lab05.q6"
+    assert (ex["graphs"], ex["graph_breaks"]) == (1, 0) and ex["break_reasons"], f"explain now says {ex}: re-word lab05.q5"
     r = overlap.compiled_regions(load_trace(st.load("trace_compile_breaks")))
-    assert (r["regions"] == cs["blocks"]).all() and (r["distinct"] == 1).all(), "re-word lab05.q6's explanation"
+    assert (r["regions"] == cs["blocks"]).all() and (r["distinct"] == 1).all(), "re-word lab05.q5's explanation"
 
 
 def test_lab04_q10_premise_the_coalesced_copy_is_at_the_ceiling_with_nothing_wasted():

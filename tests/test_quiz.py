@@ -84,6 +84,8 @@ def _cases(q, monkeypatch):
         values = list(q.vocabulary)
     else:
         values = [0.0, 7.0, 1234.5]
+    if "spread" in q.derive_args:  # the evidence's own spread (quiz.check.Measured): none in this stand-in
+        monkeypatch.setitem(derive_mod._DERIVATIONS, "spread", lambda ev, **kw: 0.0)
     for v in values:
         monkeypatch.setitem(derive_mod._DERIVATIONS, q.derive, lambda ev, _v=v, **kw: _v)
         yield ((v,) if q.kind == "text" else v), SENTINEL_EVIDENCE
@@ -115,6 +117,8 @@ def _any_derived_answer(q, monkeypatch):
     (SENTINEL_EVIDENCE); None for a question with a fixed answer."""
     if q.derive is None:
         return None
+    if "spread" in q.derive_args:  # the evidence's own spread (quiz.check.Measured): none in this stand-in
+        monkeypatch.setitem(derive_mod._DERIVATIONS, "spread", lambda ev, **kw: 0.0)
     monkeypatch.setitem(derive_mod._DERIVATIONS, q.derive,
                         lambda e, **kw: next(iter(q.options)) if q.kind == "choice"
                         else (q.vocabulary[0] if q.kind == "text" else 1.0))

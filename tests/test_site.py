@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -487,3 +488,40 @@ def test_real_labs_fold_their_worked_solutions(real_site):
 def _squash(text: str) -> str:
     """Text without any whitespace: highlighted code comes back from the page one token per tag."""
     return re.sub(r"\s+", "", _norm(text))
+
+
+@needs_real_labs
+def test_real_labs_fold_an_answer_key_under_each_question(real_site):
+    """The offline edition is its own answer key: under each answer and exercise cell, a closed <details> holds the
+    bank's answer and explanation; a predict-then-look cell's output is folded too (issue 38)."""
+    from infralens_lab.quiz import question
+
+    for nb_path, page_path in zip(REAL_LABS, real_site.pages, strict=True):
+        nb = nbformat.read(nb_path, as_version=4)
+        qids = [c.metadata["infralens"]["question"] for c in nb.cells if c.cell_type == "code"
+                and {"answer", "exercise"} & set(c.metadata.get("tags", [])) and "infralens" in c.metadata]
+        page = page_path.read_text()
+        keys = re.findall(r'<details class="infralens-key"><summary>Answer key \(([^)]+)\)(.*?)</details>', page, re.S)
+        assert [k for k, _ in keys] == qids, f"{page_path.name}: keys for {[k for k, _ in keys]}, questions {qids}"
+        assert '<details class="infralens-key" open' not in page
+        for qid, body in keys:
+            q = question(qid)
+            assert q.explanation in html.unescape(body), f"{page_path.name}: {qid}'s key lacks its explanation"
+            if q.derive is None and q.kind == "choice":
+                assert f"<b>{q.answer}.</b> {q.options[q.answer]}" in html.unescape(body)
+            # the key comes after its question's prompt on the page
+            assert page.index(f"Answer key ({qid})") > page.index(f"<code>{qid}</code>")
+        looks = [c for c in nb.cells if c.cell_type == "code" and "look" in c.metadata.get("tags", [])]
+        assert page.count('<details class="infralens-look">') == len(looks), page_path.name
+
+
+@needs_real_labs
+def test_site_key_0_leaves_the_answer_key_out(tmp_path, capsys):
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    shutil.copy(ROOT / "labs" / "01_nsight_workflow.ipynb", labs)
+    assert site_mod.main(["--labs", str(labs), "--out", str(tmp_path / "nokey"), "--no-key"]) == 0
+    page = (tmp_path / "nokey" / "01_nsight_workflow.html").read_text()
+    assert '<details class="infralens-key"' not in page and "Answer key (" not in page
+    assert '<details class="infralens-solution">' in page  # the worked solutions stay (folded)
+    assert "--no-key" in (ROOT / "Makefile").read_text() and "KEY ?= 1" in (ROOT / "Makefile").read_text()

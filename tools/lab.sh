@@ -31,22 +31,38 @@ for f in "$ROOT"/labs/*; do
     dest="$WORK/$(basename "$f")"
     if [ ! -e "$dest" ]; then cp "$f" "$dest"; new+=("$(basename "$f")"); fi
 done
-# The labs' committed outputs are the project's own (an interpreter-mode run, checked by nbval): sign the
+# A clean working copy: in each new copy the outputs of the answer, exercise, worked-solution and
+# predict-then-look cells are cleared (infralens_lab.quiz.cells.working_copy), so no answer is on the page
+# before the learner tries; if that fails the copy is removed, never left with its answers showing.
+# The rest of the labs' committed outputs are the project's own (an interpreter-mode run, checked by nbval): sign the
 # copies just made, so that JupyterLab renders them trusted on first open. An unsigned notebook's HTML outputs
 # lose their <style> to JupyterLab's sanitizer, and a wide table then scrolls with no cue. Only the copies made
 # now are signed, never a notebook the learner has changed; the signatures go where the server reads them
 # (NotebookNotary's data_dir, JUPYTER_DATA_DIR or Jupyter's data folder).
 if [ ${#new[@]} -gt 0 ]; then
-    ( cd "$WORK" && "$PY" - "${new[@]}" <<'PYEOF'
+    ( cd "$WORK" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "${new[@]}" <<'PYEOF'
+import os
 import sys
 import nbformat
-from nbformat.sign import NotebookNotary
-notary = NotebookNotary()
-for name in sys.argv[1:]:
-    if name.endswith(".ipynb"):
+from infralens_lab.quiz.cells import working_copy
+names = [n for n in sys.argv[1:] if n.endswith(".ipynb")]
+for name in names:
+    try:
+        nb = nbformat.read(name, as_version=4)
+        working_copy(nb)
+        nbformat.write(nb, name)
+    except Exception as exc:
+        os.remove(name)
+        sys.exit(f"make lab: could not clear the answers' outputs in {name} ({exc}); removed the copy, run again")
+try:
+    from nbformat.sign import NotebookNotary
+    notary = NotebookNotary()
+    for name in names:
         notary.sign(nbformat.read(name, as_version=4))
+except Exception as exc:
+    print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
 PYEOF
-    ) || echo "make lab: could not sign the new copies (their tables render without styles until run)" >&2
+    )
 fi
 
 # ---- the kernel: the usual python3 kernelspec plus the notebook guard (regenerated every run)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..parse.trace import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, RUNTIME_CATS, step_gpu_work  # (re-exported)
-from ..stats import Spread
+from ..stats import Spread, percentile
 from .intervals import hidden as _hidden
 from .traffic import Traffic
 
@@ -103,7 +103,8 @@ def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
     order). ``skip`` items at the start are warm-up and left out. Returns ``items``, ``period_us``
     (``(last stage-1 end - first) / (n - 1)``), ``stage0_us``, ``stage1_us`` (mean durations),
     ``serial_us`` (= s0 + s1), ``overlapped_us`` (= max), ``overlap_score`` (``(s0 + s1 - period) /
-    min(s0, s1)`` clipped to [0, 1]: 0 serialised, 1 fully overlapped), ``hidden_fraction`` (share of
+    min(s0, s1)`` clipped to [0, 1]: 0 serialised, 1 fully overlapped), ``overlap_score_spread`` (the score's own
+    spread: half the p10-p90 width of the item-to-item periods over min(s0, s1); a grader's tolerance), ``hidden_fraction`` (share of
     stage-0 time under stage-1 ranges) and ``verdict`` (``'overlapped'``, ``'serialised'`` or
     ``'between'``: ``overlapped`` when the period is within ``VERDICT_MARGIN`` · min(s0, s1) of max(s0, s1),
     ``serialised`` when it is no more than that margin below s0 + s1 or anywhere above it: a hand-off between
@@ -123,12 +124,16 @@ def pipeline_metrics(stage0, stage1, skip: int = 1) -> dict:
     period = (s1[-1][1] - s1[0][1]) / (n - 1)
     short = min(d0, d1)
     score = None if short <= 0 else min(1.0, max(0.0, (d0 + d1 - period) / short))
+    # the score's own spread: half the p10-p90 width of the item-to-item periods, over the shorter stage
+    gaps = [b[1] - a[1] for a, b in itertools.pairwise(s1)]
+    score_spread = None if short <= 0 else (percentile(gaps, 90) - percentile(gaps, 10)) / 2 / short
     margin = VERDICT_MARGIN * short
     # at or above the sum (a hand-off between turns can add to it) the stages take turns: serialised
     verdict = "overlapped" if abs(period - max(d0, d1)) <= margin else \
         "serialised" if period >= d0 + d1 - margin else "between"
     return {"items": n, "period_us": period, "stage0_us": d0, "stage1_us": d1, "serial_us": d0 + d1,
-            "overlapped_us": max(d0, d1), "overlap_score": score, "hidden_fraction": hidden_fraction(s0, s1),
+            "overlapped_us": max(d0, d1), "overlap_score": score, "overlap_score_spread": score_spread,
+            "hidden_fraction": hidden_fraction(s0, s1),
             "verdict": verdict}
 
 

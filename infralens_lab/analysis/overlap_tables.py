@@ -79,7 +79,8 @@ def pipeline_table(traces: dict) -> pd.DataFrame:
         m = overlap.pipeline_metrics(overlap.range_intervals(tr, "stage0"), overlap.range_intervals(tr, "stage1"))
         rows.append({"depth": d, "stage0_ms": m["stage0_us"] / 1e3, "stage1_ms": m["stage1_us"] / 1e3,
                      "period_ms": m["period_us"] / 1e3, "sum_ms": m["serial_us"] / 1e3,
-                     "max_ms": m["overlapped_us"] / 1e3, "overlap_score": m["overlap_score"], "verdict": m["verdict"]})
+                     "max_ms": m["overlapped_us"] / 1e3, "overlap_score": m["overlap_score"], "overlap_score_spread": m["overlap_score_spread"],
+                     "verdict": m["verdict"]})
     return pd.DataFrame(rows)
 
 

@@ -23,6 +23,11 @@ TAG_QUESTION = "question"
 TAG_ANSWER = "answer"
 TAG_EXERCISE = "exercise"
 TAG_SOLUTION = "solution"
+TAG_LOOK = "look"  # a predict-then-look cell: its output answers a question above it (``metadata.infralens.reveals``)
+# Cells whose outputs answer something: `make lab`'s working copy clears them (:func:`working_copy`).
+CLEARED_TAGS = (TAG_ANSWER, TAG_EXERCISE, TAG_SOLUTION, TAG_LOOK)
+# Cells whose committed outputs sit in a fold (``metadata.jupyter.outputs_hidden``; the offline edition's <details>).
+FOLDED_TAGS = (TAG_SOLUTION, TAG_LOOK)
 MARK = "<!-- infralens:question {qid} -->"  # first line of a question cell: how tools find it again
 
 
@@ -56,6 +61,35 @@ def _tags(cell: dict) -> set[str]:
 def _qid(cell: dict) -> str | None:
     meta = cell.get("metadata", {}).get("infralens", {})
     return meta.get("question") if isinstance(meta, dict) else None
+
+
+def reveals(cell: dict) -> list[str]:
+    """The question ids whose answer a cell gives away (``metadata.infralens.reveals``: one id or a list); such
+    a cell sits after the question's answer cell, or in a fold when the question is in a later lab."""
+    meta = cell.get("metadata", {}).get("infralens", {})
+    got = meta.get("reveals", []) if isinstance(meta, dict) else []
+    return [got] if isinstance(got, str) else list(got)
+
+
+def output_folded(cell: dict) -> bool:
+    """True when a code cell's outputs are out of sight until opened: ``metadata.jupyter.outputs_hidden`` (a
+    fold in JupyterLab; the offline edition folds the cells tagged with :data:`FOLDED_TAGS`) or no outputs."""
+    if not cell.get("outputs"):
+        return True
+    return bool(cell.get("metadata", {}).get("jupyter", {}).get("outputs_hidden")) and bool(_tags(cell) & set(FOLDED_TAGS))
+
+
+def working_copy(nb: dict) -> int:
+    """In place: the learner's copy of a lab (``make lab``, tools/lab.sh): the outputs and execution counts of
+    the cells tagged :data:`CLEARED_TAGS` (answers, exercises, worked solutions, predict-then-look cells) are
+    cleared, so no answer is on the page before the learner has tried. Returns how many cells were cleared."""
+    n = 0
+    for c in nb.get("cells", []):
+        if c.get("cell_type") == "code" and _tags(c) & set(CLEARED_TAGS):
+            n += bool(c.get("outputs"))
+            c["outputs"] = []
+            c["execution_count"] = None
+    return n
 
 
 def _source(cell: dict) -> str:

@@ -83,18 +83,39 @@ def _as_number(answer: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+class Measured(float):
+    """A derived number with its evidence's own spread (``spread``: a half-width in the answer's unit), which a
+    check takes as its tolerance when wider than the bank's floor: a guess inside the evidence's noise is as right
+    as the measurement, one outside it is not."""
+
+    spread: float = 0.0
+
+    def __new__(cls, value: float, spread: float = 0.0):
+        out = super().__new__(cls, value)
+        out.spread = abs(float(spread))
+        return out
+
+
 def expected_answer(q: Question, evidence: Any = None) -> Any:
-    """The right answer: stored, or derived from ``evidence`` for a ``derive`` question."""
+    """The right answer: stored, or derived from ``evidence`` for a ``derive`` question. A number question whose
+    ``derive_args`` hold ``"spread": {value args}`` gets a :class:`Measured` carrying that column as its spread."""
     if q.derive is None:
         return q.answer
     if evidence is None:
         raise ValueError(f"{q.id} is checked against the evidence shown in the notebook: call "
                          f"check({q.id!r}, answer, evidence=<the Evidence or DataFrame above>)")
-    got = derive(q.derive, evidence, **q.derive_args)
+    args = dict(q.derive_args)
+    spread_args = args.pop("spread", None)
+    got = derive(q.derive, evidence, **args)
     if q.kind == "number":
         v = _as_number(got)
         if v is None:
             raise ValueError(f"{q.id}: derivation {q.derive!r} gave {got!r}, expected a number")
+        if spread_args is not None:
+            s = _as_number(derive("spread", evidence, **spread_args))
+            if s is None:
+                raise ValueError(f"{q.id}: the spread {spread_args!r} is not a number in the evidence")
+            return Measured(v, s)
         return v
     if q.kind == "text":
         word = normalise_word(got)
@@ -110,6 +131,59 @@ def expected_answer(q: Question, evidence: Any = None) -> Any:
 def judge(q: Question, answer: Any, evidence: Any = None) -> tuple[str, str]:
     """Pure marking: ``(status, feedback)`` for ``answer`` to ``q``. Raises only for notebook mistakes."""
     return _judge(q, answer, expected_answer(q, evidence))
+
+
+def tolerance(q: Question, expected: float) -> float:
+    """How far a number answer may sit from ``expected``: the bank's ``abs`` / ``rel`` (a floor: the precision the
+    lab prints), or the evidence's own spread when the answer is a :class:`Measured` and its spread is wider."""
+    floor = max(q.tolerance.get("abs", 0.0), q.tolerance.get("rel", 0.0) * abs(expected))
+    return max(floor, getattr(expected, "spread", 0.0))
+
+
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+_TIME_NAMES = {1.0: "s", 1e-3: "ms", 1e-6: "µs", 1e-9: "ns"}
+_POWERS = {100.0: "100", 1e3: "10³ (1000)", 1e6: "10⁶"}
+SLIP_REL = 0.02  # a rescaled answer within the tolerance or 2% of the key is the slip (the learner's own rounding)
+
+
+def _is_percent(unit: str) -> bool:
+    return "%" in unit or "percent" in unit.lower()
+
+
+def _is_fraction(q: Question) -> bool:
+    u = q.unit.lower()
+    return "0..1" in u or "fraction" in u or "share" in u or "(0 to 1)" in q.prompt
+
+
+def slip(q: Question, v: float, expected: float, tol: float) -> str | None:
+    """The usual slip that turns ``v`` into the right answer, said plainly, or None: off by 10³ or 10⁶ (s, ms,
+    µs: which unit ``v`` reads as), or by 100 (a fraction where a percent is asked, or the reverse)."""
+    if not expected or not v or (v > 0) != (expected > 0):
+        return None
+    near = max(tol, SLIP_REL * abs(expected))
+    for factor in (100.0, 1e3, 1e6):
+        for k in (factor, 1 / factor):
+            if abs(v / k - expected) > near:
+                continue
+            bigger = k > 1
+            if factor == 100.0:
+                if _is_percent(q.unit) and not bigger:
+                    return (f"{v:g} looks like a fraction (0 to 1), 100 times too small: the question asks for a "
+                            "percent, so multiply by 100.")
+                if _is_fraction(q) and bigger:
+                    return (f"{v:g} looks like a percent, 100 times too large: the question asks for a fraction "
+                            "between 0 and 1, so divide by 100.")
+                return (f"{v:g} is off by a factor of 100 {'too large' if bigger else 'too small'}: a fraction "
+                        "written as a percent, or the reverse?")
+            scale = _TIME_UNITS.get(q.unit.strip())
+            if scale is not None:
+                used = _TIME_NAMES.get(round(scale / k, 12))
+                if used:
+                    return (f"{v:g} reads as {used}, {_POWERS[factor]} times {'too large' if bigger else 'too small'}: "
+                            f"the question asks for {q.unit}, so {'divide' if bigger else 'multiply'} by {factor:g}.")
+            return (f"{v:g} is off by a factor of {_POWERS[factor]} {'too large' if bigger else 'too small'}: a unit "
+                    f"slip{f' (the question asks for {q.unit})' if q.unit else ''}?")
+    return None
 
 
 def _judge(q: Question, answer: Any, expected: Any) -> tuple[str, str]:
@@ -135,11 +209,11 @@ def _judge(q: Question, answer: Any, expected: Any) -> tuple[str, str]:
             dot = " with a dot for decimals" if isinstance(answer, str) and "," in answer else ""
             why = f"{answer!r} is not a number; answer with a number{dot}{f' (unit: {q.unit})' if q.unit else ''}."
         else:
-            tol = max(q.tolerance.get("abs", 0.0), q.tolerance.get("rel", 0.0) * abs(expected))
+            tol = tolerance(q, expected)
             if abs(v - expected) <= tol:
                 return "correct", ""
             side = "high" if v > expected else "low"
-            why = q.feedback.get(side, f"{v:g}{unit} is too {side}.")
+            why = slip(q, v, expected, tol) or q.feedback.get(side, f"{v:g}{unit} is too {side}.")
     else:
         word = normalise_word(answer) if isinstance(answer, str) else None
         if word is None:

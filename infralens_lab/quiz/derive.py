@@ -129,6 +129,16 @@ def value(evidence: Any, column: str | None = None, where: dict | None = None, k
     return v.item() if hasattr(v, "item") else v
 
 
+@register_derivation("spread")
+def spread(evidence: Any, column: str | None = None, where: dict | None = None, key: str | None = None) -> float:
+    """A derived number's own spread (a half-width in its unit, e.g. ``overlap_score_spread``): the ``value`` of that
+    column; a number question's ``derive_args["spread"]`` names it, and the check's tolerance is at least that."""
+    v = _number(value(evidence, column=column, where=where, key=key), f"spread {column!r}")
+    if v < 0:
+        raise DerivationError(f"spread {column!r} is {v}; expected a half-width >= 0")
+    return v
+
+
 @register_derivation("ratio")
 def ratio(evidence: Any, num: dict, den: dict) -> float:
     """``value(**num) / value(**den)``: e.g. naive time over tiled time."""

@@ -24,13 +24,13 @@ def _traces(names: dict) -> dict | None:
 
 
 def copies():
-    """The copy/compute table of the recorded traces (lab05.ex1, lab05.ex2)."""
+    """The copy/compute table of the recorded traces (lab05.ex1, lab05.ex3)."""
     trs = _traces({m: f"trace_copy_{m}" for m in COPY_MODES})
     return None if trs is None else overlap_tables.copy_table(trs, COPY_BATCH_MIB * MiB)
 
 
 def launches():
-    """The launch-bound step's table, eager and CUDA graph (lab05.ex3)."""
+    """The launch-bound step's table, eager and CUDA graph (lab05.ex2)."""
     trs = _traces({v: f"trace_launch_{v}" for v in ("eager", "graph")})
     if trs is None:
         return None
@@ -44,7 +44,7 @@ def fixes():
 
 
 def live_pipeline():
-    """The two-stage pipeline run now on this CPU with the notebook's stand-in stages (lab05.q4)."""
+    """The two-stage pipeline run now on this CPU with the notebook's stand-in stages (lab05.q3)."""
     with quiet_profiler_chatter():
         trs = {d: overlap.pipeline_trace(d, sleep_stages(*overlap.CPU_STAGE_MS), items=overlap.CPU_ITEMS) for d in (1, 2)}
     return overlap_tables.pipeline_table(trs)
