@@ -60,6 +60,7 @@ SCORES ?= scores.csv
 RUN ?= 1
 TIMEOUT ?= 120
 GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT))
+GRADE_ROOT := infralens_lab/quiz/grade_root
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120]"; exit 2; }
 	@test -e "$(SUBMISSIONS)" || { echo "make grade: SUBMISSIONS=$(SUBMISSIONS) does not exist; expected a folder of submitted .ipynb notebooks" >&2; exit 2; }
@@ -67,8 +68,12 @@ grade: $(STAMP)
 	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors
 	@# (an unwritable SCORES path or changed grader files are refused before any notebook runs). The grader,
 	@# not the notebooks, decides every score: see docs/instructors.md (and run untrusted work in a sandbox).
-	rc=0; $(PY) -m pytest --infralens-grade $(GRADE_EXEC) -p no:cacheprovider \
-	    "$(SUBMISSIONS)" --infralens-score-csv "$(SCORES)" $(PYTEST_ARGS) || rc=$$?; \
+	@# pytest is pointed at the grader's own empty folder (its ini, rootdir and conftest cut), loads no plugin but
+	@# the grader's, and is handed the submissions by the plugin: no conftest.py or test file there is imported.
+	rc=0; PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -c $(GRADE_ROOT)/pytest.ini --rootdir=$(GRADE_ROOT) \
+	    --confcutdir=$(GRADE_ROOT) -p infralens_lab.quiz.pytest_plugin -p no:cacheprovider \
+	    --infralens-grade $(GRADE_EXEC) --infralens-submissions="$(SUBMISSIONS)" \
+	    --infralens-score-csv "$(SCORES)" $(PYTEST_ARGS) $(GRADE_ROOT) || rc=$$?; \
 	if [ $$rc -le 1 ]; then echo "scores written to $(SCORES)"; \
 	else echo "make grade: pytest stopped with status $$rc (see above); no scores written" >&2; fi; \
 	test $$rc -le 1

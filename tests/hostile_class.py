@@ -18,6 +18,7 @@ it prints).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -36,6 +37,26 @@ EXERCISE = {"id": EX, "kind": "number", "points": 1, "unit": "lanes", "tolerance
             "hint": "Round n up to whole programs of BLOCK_SIZE, then subtract n.",
             "explanation": "ceil(n / B) * B - n lanes load and store nothing.",
             "derive": "masked_lanes", "evidence": "infralens_lab.quiz.keys.lab00:vector_add"}
+
+
+# a conftest.py that, were pytest to import it, would mark every question right
+PLANTED_CONFTEST = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                    "    out = yield\n    out.get_result().outcome = 'passed'\n"
+                    "from infralens_lab.quiz import check\ncheck._judge = lambda q, a, e: ('correct', '')\n")
+# a cell finds the grading process in /proc: its submissions folder, score path and working folder
+FIND_GRADER = ("import os, glob, json, shutil\nsubs = scores = cwd = None\n"
+               "for d in glob.glob('/proc/[0-9]*'):\n    try:\n        argv = open(d + '/cmdline', 'rb').read().decode().split('\\0')\n"
+               "    except OSError:\n        continue\n"
+               "    hits = [a.split('=', 1)[1] for a in argv if a.startswith('--infralens-submissions=')]\n"
+               "    if hits and '--infralens-score-csv' in argv:\n"
+               "        subs, scores = hits[0], argv[argv.index('--infralens-score-csv') + 1]\n"
+               "        cwd = os.readlink(d + '/cwd')\n        break\n")
+PLANT_YAN = ("def overwrite(dst, src):\n    st = os.stat(dst)\n    os.chmod(os.path.dirname(dst), 0o755)\n"
+             "    os.chmod(dst, 0o644)\n    shutil.copyfile(src, dst)\n    os.utime(dst, (st.st_atime, st.st_mtime))\n"
+             "overwrite(os.path.join(subs, 'yan', '00_start_here.ipynb'), os.path.join(subs, 'alice', '00_start_here.ipynb'))\n"
+             "overwrite(os.path.join(subs, 'bob', '00_start_here.ipynb'), os.path.join(subs, 'carol', '00_start_here.ipynb'))\n"
+             "os.chmod(subs, 0o755)\nopen(os.path.join(subs, 'conftest.py'), 'w').write('import os\\nos._exit(3)\\n')\n"
+             "os.makedirs(os.path.join(os.path.dirname(os.path.abspath(scores)), os.path.basename(scores)))\n")
 
 
 def _bank():
@@ -164,6 +185,38 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
     answer(twin, "ANSWER_Q2", "'recorded'")
     put("kim", twin)
     put("lea", twin)
+    # round 3 (issue 44). 10 ned: a blank notebook beside a conftest.py and a test file that would mark it right
+    put("ned", template())
+    (subs / "ned" / "conftest.py").write_text(PLANTED_CONFTEST)
+    (subs / "ned" / "test_ned.py").write_text(f"open({str(scores) + '.imported'!r}, 'w').write('test file ran')\n")
+    # 11 pia: links named like notebooks (to alice's, to nowhere, to /dev/zero, to /etc/passwd) and a FIFO
+    (subs / "pia").mkdir()
+    for name, target in (("00_start_here.ipynb", "../alice/00_start_here.ipynb"), ("01_gone.ipynb", "/no/such"),
+                         ("02_zero.ipynb", "/dev/zero"), ("03_passwd.ipynb", "/etc/passwd")):
+        (subs / "pia" / name).symlink_to(target)
+    os.mkfifo(subs / "pia" / "04_fifo.ipynb")
+    # 12 quin: formula answers, a 4,000-digit integer, a 5,000-character answer, and a formula file name
+    quin = answer(answer(template(), "ANSWER_Q1", repr('=HYPERLINK("http://x","y")')), "ANSWER_Q3", "7" * 4000)
+    put("quin", answer(quin, "ANSWER_Q2", repr("@SUM(1)" + "x" * 5000)))
+    (subs / "quin" / '=1+2+cmd|" calc"!A0.ipynb').write_text("{")
+    # 13 rex: lab 00 handed in twice (the second is not counted); 14 sam: alice's answers with comments added
+    put("rex", all_right(template()))
+    put("rex", all_right(template()), "00_again.ipynb")
+    sam = all_right(template())
+    for cell in sam.cells:
+        if cell.cell_type == "code" and "ANSWER_" in cell.source:
+            cell.source = "# my own work, honestly\n" + cell.source.replace("\n", "  # mine\n", 1)
+    put("sam", sam)
+    # 15 a folder named with U+202E (shows as "h_right" unescaped): a blank notebook
+    put(BIDI, template())
+    # 16 yan (RUN=1): finds the grader in /proc, then rewrites its own file (right answers, date kept), empties a
+    # classmate's (bob), drops a conftest.py into the submissions folder and turns the score path into a folder
+    yan = answer(template(), "ANSWER_Q1", wrong_q1)
+    put("yan", after(yan, "ANSWER_Q1", FIND_GRADER + PLANT_YAN))
+    # 17 zed (attack 5) also drops a conftest.py into the grader's working folder
+    zed_cell = zed.cells[_cell_index(zed, "ANSWER_Q1") + 1]
+    zed_cell.source += "\n" + FIND_GRADER + f"open(os.path.join(cwd, 'conftest.py'), 'w').write({PLANTED_CONFTEST!r})\n"
+    put("zed", zed)
 
 
 def expected(bank_ids: list[str]) -> dict[tuple[str, str], tuple[str, float]]:
@@ -182,7 +235,24 @@ def expected(bank_ids: list[str]) -> dict[tuple[str, str], tuple[str, float]]:
         "kim": {"lab00.q1": ("wrong", 0), "lab00.q2": ("wrong", 0), "lab00.q3": ("correct", 1)},
     }
     rows["lea"] = rows["kim"]
-    return {(who, q): {**blank, **got}.get(q, ("unanswered", 0)) for who, got in rows.items() for q in bank_ids}
+    rows.update({"ned": {}, BIDI_SHOWN: {}, "yan": {"lab00.q1": ("wrong", 0)}, "sam": right,
+                 "quin": {"lab00.q1": QUIN_Q1, "lab00.q2": QUIN_Q2, "lab00.q3": ("invalid", 0)}})
+    out = {(who, q): {**blank, **got}.get(q, ("unanswered", 0)) for who, got in rows.items() for q in bank_ids}
+    # rex's second lab 00 is not counted: right, 0 points (keyed by file name: both are rex's)
+    out.update({("rex", q): out[("alice", q)] for q in bank_ids})
+    out.update({("rex/00_again", q): (out[("alice", q)][0], 0) for q in bank_ids})
+    # the paths that are listed, not graded (one row each; keyed by student and file)
+    for who, name in NOT_GRADED:
+        out[(f"{who}/{name}", "")] = ("not graded", 0)
+    out[("quin/=1+2+cmd|\" calc\"!A0", "")] = ("unreadable", 0)   # no NN_ prefix: one row, no lab
+    return out
+
+
+BIDI = "\u202ethgir_h"          # a folder name that shows as "h_right" where U+202E is not escaped
+BIDI_SHOWN = "\\u202ethgir_h"   # how scores.csv and the report show it
+QUIN_Q1, QUIN_Q2 = ("wrong", 0), ("wrong", 0)
+NOT_GRADED = [("ned", "conftest"), ("ned", "test_ned"), ("pia", "00_start_here"), ("pia", "01_gone"),
+              ("pia", "02_zero"), ("pia", "03_passwd"), ("pia", "04_fifo")]
 
 
 # the flags each student's rows carry: (RUN=1, RUN=0)
@@ -190,7 +260,11 @@ FLAGS = {"eve": ({"runner killed"}, set()), "fay": ({"kernel died"}, set()),
          "zed": ({"changed grader files"}, set()), "jon": ({"unknown lab in metadata"},) * 2,
          "kim": ({"duplicate"},) * 2, "lea": ({"duplicate"},) * 2,
          # hal's answer cells are alice's written in fullwidth letters: the same cells once read as Python does
-         "alice": ({"duplicate"},) * 2, "hal": ({"duplicate"},) * 2}
+         "alice": ({"duplicate"},) * 2, "hal": ({"duplicate"},) * 2,
+         "ned": ({"not graded"},) * 2, "pia": ({"not graded"},) * 2, "quin": ({"unreadable"},) * 2,
+         "rex": ({"duplicate", "second notebook of a lab"},) * 2, "sam": ({"duplicate"},) * 2,
+         BIDI_SHOWN: ({"not run"}, set()), "yan": ({"changed submissions"}, set()),
+         "bob": ({"changed during grading"}, set())}
 
 
 if __name__ == "__main__":

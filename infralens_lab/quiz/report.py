@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .bank import BankError, load_bank
 from .cells import question_sections
-from .scores import atomic_write
+from .scores import atomic_write, escape_controls
 
 TOP_WRONG = 3
 FLAG_MEANING = {
@@ -37,6 +37,11 @@ FLAG_MEANING = {
     "runner failed": "the process running the notebook failed; scored from its written answers",
     "not run": "not executed because an earlier notebook changed the grader's files",
     "changed grader files": "the grader's own files changed while this notebook ran",
+    "changed submissions": "the submissions folder changed while this notebook ran (put back; all graded from the "
+                           "copy taken before any ran)",
+    "changed during grading": "another notebook's run changed this file; graded from the copy taken before, put back",
+    "not graded": "not a notebook (a Python file, a link, a FIFO, a hidden folder): listed, never read or imported",
+    "second notebook of a lab": "the student handed in another notebook of this lab, which is counted; this one is not",
 }
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1f24;background:#fff}
@@ -55,7 +60,9 @@ svg{max-width:100%;height:auto}.nb small{color:#57606a;overflow-wrap:anywhere}td
 
 
 def _e(x) -> str:
-    return html.escape(str(x), quote=True)
+    """HTML-escaped, control and bidirectional characters shown as escapes (a folder named with U+202E
+    cannot pass for another)."""
+    return html.escape(escape_controls(str(x)), quote=True)
 
 
 def _p(x: float) -> str:
