@@ -55,11 +55,13 @@ gates-gpu: $(STAMP)
 # RUN=1 (default) also executes each notebook, isolated: its own process, session and scratch copy, at most
 # TIMEOUT seconds, and whatever it leaves running is killed. RUN=0 grades from the files alone and executes
 # no submitted code (no sandbox needed). Scores and class_report.html are written once, at the end.
+# BUDGET=seconds caps all runs together (RUN=1): what is left is "not run: budget", scored from the file.
 SUBMISSIONS ?=
 SCORES ?= scores.csv
 RUN ?= 1
 TIMEOUT ?= 120
-GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT))
+BUDGET ?=
+GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT) $(if $(BUDGET),--infralens-budget=$(BUDGET)))
 GRADE_ROOT := infralens_lab/quiz/grade_root
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120]"; exit 2; }

@@ -160,7 +160,8 @@ def test_attack_4_the_score_file_is_unchanged_after_the_detached_process_delay(g
     assert graded["detached_gone"], "attack 4's detached process still ran DELAY_S + 5 s after make grade ended"
     assert graded["written"] and graded["after"] == graded["written"]
     assert not graded["marker"].exists()
-    assert b"100" not in graded["written"].split(b"\n", 1)[1]
+    gus = [r for r in csv.DictReader(graded["written"].decode().splitlines()) if r["notebook"].startswith("gus/")]
+    assert gus and all(float(r["points"]) <= 1 for r in gus), gus
 
 
 def test_attack_5_gains_nothing_and_the_next_run_refuses(graded):

@@ -564,3 +564,10 @@ def test_grade_mode_refuses_a_planted_conftest_with_its_name_and_the_fix(monkeyp
     monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
     with pytest.raises(pytest.UsageError, match=rf"{tmp_path / 'conftest.py'}: a conftest.py .*delete it"):
         plugin.pytest_configure(_Config(infralens_grade=True))
+
+
+@pytest.mark.parametrize("timeout, budget, spent, limit", [
+    (120, None, 1e9, 120), (120, 600, 0, 120), (120, 600, 550, 50), (120, 600, 600, None), (120, 600, 700, None),
+])
+def test_class_budget_cuts_the_last_run_and_skips_the_rest(timeout, budget, spent, limit):
+    assert plugin.run_limit(timeout, budget, spent) == limit

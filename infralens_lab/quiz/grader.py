@@ -36,6 +36,7 @@ from ..errors import InfraLensError
 from .answers import Answer, cell_text, final_answers, nfkc, recorded_values, saved_payloads
 from .bank import BankError, Question, answer_variable, is_exercise, labs, load_bank
 from .check import _judge, expected_answer
+from .scores import CAPS, clip
 
 COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
 STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "unreadable", "unknown lab", "not graded")
@@ -258,7 +259,7 @@ def judge_question(q: Question, answer: Answer | None) -> tuple[str, float, str]
 def _shown(answer: Answer | None) -> str:
     if answer is None or not answer.literal or answer.value is None or answer.value is Ellipsis:
         return ""
-    return f"{answer.value:g}" if isinstance(answer.value, float) else str(answer.value)[:200]
+    return f"{answer.value:g}" if isinstance(answer.value, float) else clip(str(answer.value), CAPS["answer"])
 
 
 def grade_notebook(path: str | Path, name: str | None = None, *, data: bytes | None = None, run=None) -> list[Row]:

@@ -81,6 +81,9 @@ def pytest_addoption(parser):
                          "copy, a timeout; whatever it leaves running is killed)")
     group.addoption("--infralens-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help=f"grade mode, --infralens-run: seconds one notebook may run (default {DEFAULT_TIMEOUT_S})")
+    group.addoption("--infralens-budget", type=float, default=None, metavar="SECONDS",
+                    help="grade mode, --infralens-run: seconds all runs together may take; a notebook whose turn "
+                         "comes after that is not run ('not run: budget') and is scored from its file")
     group.addoption("--infralens-score-csv", default=None, metavar="PATH",
                     help="grade mode: also write the score rows as CSV")
     group.addoption("--infralens-score-junit", default=None, metavar="PATH",
@@ -131,6 +134,15 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
         raise pytest.UsageError(
             f"{option} {str(path)!r}: cannot write the score file there ({why}); expected a plain file path in a "
             "folder you can write to (with make grade: SCORES=path/scores.csv)")
+
+
+def run_limit(timeout: float, budget: float | None, spent: float) -> float | None:
+    """Seconds the next notebook may run: its own ``timeout``, cut to what is left of the class's ``budget``
+    after ``spent`` seconds of runs; None when nothing is left (the notebook is not run)."""
+    if budget is None:
+        return timeout
+    left = budget - spent
+    return min(timeout, left) if left > 0 else None
 
 
 def report_path(config) -> str | None:
@@ -349,6 +361,10 @@ class GradeSession:
         self.timeout = float(config.getoption("infralens_timeout", DEFAULT_TIMEOUT_S))
         if self.run and not self.timeout > 0:
             raise pytest.UsageError(f"--infralens-timeout {self.timeout:g}: expected a positive number of seconds")
+        self.budget = config.getoption("infralens_budget", None)
+        if self.budget is not None and not self.budget > 0:
+            raise pytest.UsageError(f"--infralens-budget {self.budget:g}: expected a positive number of seconds")
+        self.spent = 0.0
         self.submissions = config.getoption("infralens_submissions", None)
         self.files: list[GradeFile] = []
         self.rows: list[dict] = []
@@ -408,8 +424,13 @@ class GradeSession:
     def execute(self, gf: GradeFile):
         if self.stopped:
             return RunOutcome("not run", self.stopped)
+        limit = run_limit(self.timeout, self.budget, self.spent)
+        if limit is None:
+            return RunOutcome("not run: budget", f"not run: the class's time budget of {self.budget:g} s was spent "
+                              "before this notebook's turn")
         with read_only(self.folder_state):
-            outcome = run_notebook(gf.data, self.timeout, env=dict(os.environ))
+            outcome = run_notebook(gf.data, limit, env=dict(os.environ))
+        self.spent += outcome.seconds
         self._put_back(gf)
         changed = self.snapshot.changes() if self.snapshot is not None else []
         now = world.state(Path(self.submissions), Path.cwd())

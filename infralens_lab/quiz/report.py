@@ -36,6 +36,7 @@ FLAG_MEANING = {
     "runner killed": "a cell killed the process running the notebook; scored from its written answers",
     "runner failed": "the process running the notebook failed; scored from its written answers",
     "not run": "not executed because an earlier notebook changed the grader's files",
+    "not run: budget": "not executed: the class's time budget (make grade BUDGET=) was spent; scored from its file",
     "changed grader files": "the grader's own files changed while this notebook ran",
     "changed submissions": "the submissions folder changed while this notebook ran (put back; all graded from the "
                            "copy taken before any ran)",
