@@ -203,10 +203,15 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
     quin = answer(answer(template(slim=True), "ANSWER_Q1", repr('=HYPERLINK("http://x","y")')), "ANSWER_Q3", "7" * 4000)
     put("quin", answer(quin, "ANSWER_Q2", repr("@SUM(1)" + "x" * 5000)))
     (subs / "quin" / '=1+2+cmd|" calc"!A0.ipynb').write_text("{")
-    # 13 rex: lab 00 handed in twice (the second is not counted); 14 sam: alice's answers with comments added
-    put("rex", all_right(template()))
-    put("rex", all_right(template()), "00_start_here_again.ipynb")   # sorts after the first: not counted
-    sam = all_right(template())
+    # 13 rex: lab 00 handed in twice (the second is not counted); 14 sam: rex's answers with comments added
+    def q1_to_q3(nb):  # the three questions right, the exercise blank
+        for var in ("ANSWER_Q1", "ANSWER_Q2", "ANSWER_Q3"):
+            answer(nb, var, right[var])
+        return nb
+
+    put("rex", q1_to_q3(template(slim=True)))
+    put("rex", q1_to_q3(template(slim=True)), "00_start_here_again.ipynb")   # sorts after the first: not counted
+    sam = q1_to_q3(template(slim=True))                                      # rex's answers, comments added
     for cell in sam.cells:
         if cell.cell_type == "code" and "ANSWER_" in cell.source:
             cell.source = "# my own work, honestly\n" + cell.source.replace("\n", "  # mine\n", 1)
@@ -239,12 +244,12 @@ def expected(bank_ids: list[str]) -> dict[tuple[str, str], tuple[str, float]]:
         "kim": {"lab00.q1": ("wrong", 0), "lab00.q2": ("wrong", 0), "lab00.q3": ("correct", 1)},
     }
     rows["lea"] = rows["kim"]
-    rows.update({"ned": {}, BIDI_SHOWN: {}, "yan": {"lab00.q1": ("wrong", 0), "lab00.q3": ("wrong", 0)}, "sam": right,
+    rows.update({"ned": {}, BIDI_SHOWN: {}, "yan": {"lab00.q1": ("wrong", 0), "lab00.q3": ("wrong", 0)}, "sam": {**right, EX: ("unanswered", 0)},
                  "quin": {"lab00.q1": QUIN_Q1, "lab00.q2": QUIN_Q2, "lab00.q3": ("invalid", 0)}})
     out = {(who, q): {**blank, **got}.get(q, ("unanswered", 0)) for who, got in rows.items() for q in bank_ids}
     # rex's second lab 00 is not counted: right, 0 points (keyed by file name: both are rex's)
-    out.update({("rex", q): out[("alice", q)] for q in bank_ids})
-    out.update({("rex/00_start_here_again", q): (out[("alice", q)][0], 0) for q in bank_ids})
+    out.update({("rex", q): out[("sam", q)] for q in bank_ids})
+    out.update({("rex/00_start_here_again", q): (out[("sam", q)][0], 0) for q in bank_ids})
     # the paths that are listed, not graded (one row each; keyed by student and file)
     for who, name in NOT_GRADED:
         out[(f"{who}/{name}", "")] = ("not graded", 0)

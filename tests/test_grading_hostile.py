@@ -248,3 +248,15 @@ def test_no_csv_cell_begins_with_a_formula_character_or_holds_a_control(graded, 
     assert "digits" in by[("quin", "lab00.q3")]["feedback"] and by[("quin", "lab00.q3")]["flags"] == ""
     assert by[("quin", "lab00.q1")]["answer"].startswith("'=HYPERLINK")
     assert "characters, cut]" in by[("quin", "lab00.q2")]["answer"]
+
+
+def test_every_student_gets_a_self_contained_feedback_page(graded):
+    folder = graded["report"].with_name("feedback")
+    names = sorted(p.name for p in folder.iterdir())
+    for who in ("alice", "bob", "ned", "pia", "quin", "rex", "yan", "zed"):
+        assert f"{who}.html" in names, f"no page for {who} in {names}"
+    page = _Page()
+    page.feed((folder / "bob.html").read_text())
+    text = " ".join(page.text)
+    assert page.refs == [] and "script" not in page.tags
+    assert "lab00.q1" in text and "wrong (0/1)" in text and question_sections_of("lab00")["lab00.q1"] in text

@@ -571,3 +571,18 @@ def test_grade_mode_refuses_a_planted_conftest_with_its_name_and_the_fix(monkeyp
 ])
 def test_class_budget_cuts_the_last_run_and_skips_the_rest(timeout, budget, spent, limit):
     assert plugin.run_limit(timeout, budget, spent) == limit
+
+
+def test_student_pages_one_per_student_escaped_and_replaced(tmp_path):
+    rows = [dict(r, notebook=f"{who}/00.ipynb") for who, r in (("alice", _rows()[0]), ("e\u202evil<b>", _rows()[2]))]
+    students = {r["notebook"]: r["notebook"].split("/")[0] for r in rows}
+    (tmp_path / "feedback").mkdir()
+    (tmp_path / "feedback" / "stale.html").write_text("old")
+    pages = report.write_student_pages(rows, tmp_path / "feedback", students)
+    assert [p.name for p in pages] == sorted(["alice.html", report.page_name("e\u202evil<b>")])
+    assert all(p.parent == tmp_path / "feedback" for p in pages) and not (tmp_path / "feedback" / "stale.html").exists()
+    evil = (tmp_path / "feedback" / report.page_name("e\u202evil<b>")).read_text()
+    assert "<script>x" not in evil and "\u202e" not in evil and "&lt;script&gt;" in evil
+    alice = (tmp_path / "feedback" / "alice.html").read_text()
+    assert "right (1/1)" in alice and question_sections_of("lab00")["lab00.q1"] in alice
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feedback"]   # no temporary folder left

@@ -44,7 +44,7 @@ from .grader import (
 )
 from .isolation import RunOutcome, kill_descendants, run_notebook
 from .manifest import PACKAGE_DIR, ManifestError, Snapshot, verify
-from .report import write_report
+from .report import write_report, write_student_pages
 from .scores import (  # the plugin's summary and CSV (tests use these names)
     add_flag,
     clip_row,
@@ -65,6 +65,7 @@ COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "fee
 ANSWER_MIME = "application/vnd.infralens.answer+json"  # quiz.check.ANSWER_MIME (a test holds them equal)
 DEFAULT_TIMEOUT_S = 120
 REPORT_NAME = "class_report.html"
+FEEDBACK_NAME = "feedback"        # one page per student, in this folder beside the class report
 
 
 def pytest_addoption(parser):
@@ -494,6 +495,15 @@ class GradeSession:
             if f.readable and f.lab and f.lab not in submitted:
                 with contextlib.suppress(ValueError):
                     submitted[f.lab] = json.loads(f.data)
+        report = report_path(self.config)
+        if report:
+            pages = Path(report).with_name(FEEDBACK_NAME)
+            try:
+                write_student_pages(self.rows, pages, students)
+                self.messages.append(f"per-student feedback pages written to {pages}/")
+            except OSError as exc:
+                self.messages.append(f"ERROR: feedback pages could not be written to {pages}: {exc}")
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         outputs = ((self.config.getoption("infralens_score_csv"), write_csv, "score rows"),
                    (self.config.getoption("infralens_score_junit"), write_junit, "score JUnit XML"),
                    (report_path(self.config), lambda rows, p: write_report(rows, p, students, submitted), "class report"))
