@@ -153,9 +153,9 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
     put("bob", answer(all_right(template()), "ANSWER_Q1", wrong_q1))
     put("carol", template(slim=True))
     put("dan", answer(all_right(template()), "ANSWER_Q3", " + ".join(["1"] * int(lanes))))        # attack 1
-    eve = exercise(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), lanes)                       # attack 2
+    eve = exercise(answer(template(slim=True), "ANSWER_Q1", right["ANSWER_Q1"]), lanes)                       # attack 2
     put("eve", after(eve, "ANSWER_Q1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"))
-    fay = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", "5")              # attack 3
+    fay = answer(answer(template(slim=True), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", "5")              # attack 3
     put("fay", after(fay, "ANSWER_Q1", "import os\nos._exit(0)"))
     gus = answer(template(slim=True), "ANSWER_Q1", wrong_q1)                                                   # attack 4
     # waits delay_s, then for the grader's score file, then rewrites it (giving up after 10 minutes)
