@@ -67,6 +67,8 @@ grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120]"; exit 2; }
 	@test -e "$(SUBMISSIONS)" || { echo "make grade: SUBMISSIONS=$(SUBMISSIONS) does not exist; expected a folder of submitted .ipynb notebooks" >&2; exit 2; }
 	@case "$(RUN)" in 0|1) ;; *) echo "make grade: RUN=$(RUN); expected 1 (execute the notebooks, isolated) or 0 (read the files only)" >&2; exit 2;; esac
+	@# pytest imports a conftest.py in the folder it is given before the grader can check anything: refuse first
+	@test "$$(ls -A $(GRADE_ROOT))" = "pytest.ini" || { echo "make grade: refusing to grade: $(GRADE_ROOT) holds $$(ls -A $(GRADE_ROOT) | tr '\n' ' '); expected only pytest.ini (pytest would import a conftest.py there). If you did not put them there, a submission's code may have (RUN=1): delete all but pytest.ini" >&2; exit 2; }
 	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors
 	@# (an unwritable SCORES path or changed grader files are refused before any notebook runs). The grader,
 	@# not the notebooks, decides every score: see docs/instructors.md (and run untrusted work in a sandbox).

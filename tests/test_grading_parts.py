@@ -188,6 +188,8 @@ def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
     (lambda d: (d / "manifest.json").write_text('{"schema": "x"}'), "schema 'x'"),
     (lambda d: (d / "evil.py").write_text("x = 1"), "not in the manifest: infralens_lab/quiz/evil.py"),
     (lambda d: (d / "banks" / "lab00.json").unlink(), "missing: infralens_lab/quiz/banks/lab00.json"),
+    (lambda d: (d / "grade_root" / "pytest.ini").write_text("[pytest]\naddopts = -p evil\n"),
+     "changed: infralens_lab/quiz/grade_root/pytest.ini"),
 ])
 def test_manifest_problems_are_named(quiz_copy, damage, words):
     damage(quiz_copy)
@@ -586,3 +588,15 @@ def test_student_pages_one_per_student_escaped_and_replaced(tmp_path):
     alice = (tmp_path / "feedback" / "alice.html").read_text()
     assert "right (1/1)" in alice and question_sections_of("lab00")["lab00.q1"] in alice
     assert sorted(p.name for p in tmp_path.iterdir()) == ["feedback"]   # no temporary folder left
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_grade_refuses_a_conftest_in_the_grader_folder_before_pytest_starts(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "conftest.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').write('x')\n")
+    proc = _make(f"SUBMISSIONS={tmp_path}", f"GRADE_ROOT={root}", "RUN=0")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "holds conftest.py pytest.ini" in out and "delete all but pytest.ini" in out, out
+    assert not (tmp_path / "imported").exists()
