@@ -56,20 +56,29 @@ gates-gpu: $(STAMP)
 # RUN=1 (default) also executes each notebook, isolated: its own process, session and scratch copy, at most
 # TIMEOUT seconds, and whatever it leaves running is killed. RUN=0 grades from the files alone and executes
 # no submitted code (no sandbox needed). Scores and class_report.html are written once, at the end.
+# BUDGET=seconds caps all runs together (RUN=1): what is left is "not run: budget", scored from the file.
 SUBMISSIONS ?=
 SCORES ?= scores.csv
 RUN ?= 1
 TIMEOUT ?= 120
-GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT))
+BUDGET ?=
+GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT) $(if $(BUDGET),--infralens-budget=$(BUDGET)))
+GRADE_ROOT := infralens_lab/quiz/grade_root
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120]"; exit 2; }
 	@test -e "$(SUBMISSIONS)" || { echo "make grade: SUBMISSIONS=$(SUBMISSIONS) does not exist; expected a folder of submitted .ipynb notebooks" >&2; exit 2; }
 	@case "$(RUN)" in 0|1) ;; *) echo "make grade: RUN=$(RUN); expected 1 (execute the notebooks, isolated) or 0 (read the files only)" >&2; exit 2;; esac
+	@# pytest imports a conftest.py in the folder it is given before the grader can check anything: refuse first
+	@test "$$(ls -A $(GRADE_ROOT))" = "pytest.ini" || { echo "make grade: refusing to grade: $(GRADE_ROOT) holds $$(ls -A $(GRADE_ROOT) | tr '\n' ' '); expected only pytest.ini (pytest would import a conftest.py there). If you did not put them there, a submission's code may have (RUN=1): delete all but pytest.ini" >&2; exit 2; }
 	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors
 	@# (an unwritable SCORES path or changed grader files are refused before any notebook runs). The grader,
 	@# not the notebooks, decides every score: see docs/instructors.md (and run untrusted work in a sandbox).
-	rc=0; $(PY) -m pytest --infralens-grade $(GRADE_EXEC) -p no:cacheprovider \
-	    "$(SUBMISSIONS)" --infralens-score-csv "$(SCORES)" $(PYTEST_ARGS) || rc=$$?; \
+	@# pytest is pointed at the grader's own empty folder (its ini, rootdir and conftest cut), loads no plugin but
+	@# the grader's, and is handed the submissions by the plugin: no conftest.py or test file there is imported.
+	rc=0; PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -c $(GRADE_ROOT)/pytest.ini --rootdir=$(GRADE_ROOT) \
+	    --confcutdir=$(GRADE_ROOT) -p infralens_lab.quiz.pytest_plugin -p no:cacheprovider \
+	    --infralens-grade $(GRADE_EXEC) --infralens-submissions="$(SUBMISSIONS)" \
+	    --infralens-score-csv "$(SCORES)" $(PYTEST_ARGS) $(GRADE_ROOT) || rc=$$?; \
 	if [ $$rc -le 1 ]; then echo "scores written to $(SCORES)"; \
 	else echo "make grade: pytest stopped with status $$rc (see above); no scores written" >&2; fi; \
 	test $$rc -le 1

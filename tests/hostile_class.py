@@ -18,6 +18,7 @@ it prints).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -38,6 +39,26 @@ EXERCISE = {"id": EX, "kind": "number", "points": 1, "unit": "lanes", "tolerance
             "derive": "masked_lanes", "evidence": "infralens_lab.quiz.keys.lab00:vector_add"}
 
 
+# a conftest.py that, were pytest to import it, would mark every question right
+PLANTED_CONFTEST = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                    "    out = yield\n    out.get_result().outcome = 'passed'\n"
+                    "from infralens_lab.quiz import check\ncheck._judge = lambda q, a, e: ('correct', '')\n")
+# a cell finds the grading process in /proc: its submissions folder, score path and working folder
+FIND_GRADER = ("import os, glob, json, shutil\nsubs = scores = cwd = None\n"
+               "for d in glob.glob('/proc/[0-9]*'):\n    try:\n        argv = open(d + '/cmdline', 'rb').read().decode().split('\\0')\n"
+               "    except OSError:\n        continue\n"
+               "    hits = [a.split('=', 1)[1] for a in argv if a.startswith('--infralens-submissions=')]\n"
+               "    if hits and '--infralens-score-csv' in argv:\n"
+               "        subs, scores = hits[0], argv[argv.index('--infralens-score-csv') + 1]\n"
+               "        cwd = os.readlink(d + '/cwd')\n        break\n")
+PLANT_YAN = ("def overwrite(dst, src):\n    st = os.stat(dst)\n    os.chmod(os.path.dirname(dst), 0o755)\n"
+             "    os.chmod(dst, 0o644)\n    shutil.copyfile(src, dst)\n    os.utime(dst, (st.st_atime, st.st_mtime))\n"
+             "overwrite(os.path.join(subs, 'yan', '00_start_here.ipynb'), os.path.join(subs, 'alice', '00_start_here.ipynb'))\n"
+             "overwrite(os.path.join(subs, 'bob', '00_start_here.ipynb'), os.path.join(subs, 'carol', '00_start_here.ipynb'))\n"
+             "os.chmod(subs, 0o755)\nopen(os.path.join(subs, 'conftest.py'), 'w').write('import os\\nos._exit(3)\\n')\n"
+             "os.makedirs(os.path.join(os.path.dirname(os.path.abspath(scores)), os.path.basename(scores)))\n")
+
+
 def _bank():
     from infralens_lab.quiz.bank import BANKS_DIR, decode_bank, encode_bank
 
@@ -56,9 +77,13 @@ def right_answers() -> dict[str, str]:
             "ANSWER_Q3": str(int(expected_for_grading(question("lab00.q3"))))}
 
 
-def template():
-    """Lab 00 as handed out, outputs cleared, with the exercise cell after the q3 answer cell."""
+def template(slim: bool = False):
+    """Lab 00 as handed out, outputs cleared, with the exercise cell after the q3 answer cell; ``slim``: only its
+    answer cells (a student whose exercise is blank scores the same, and its run, with ``RUN=1``, takes a
+    fraction of the time: no torch, no kernels)."""
     nb = nbformat.read(LAB00, as_version=4)
+    if slim:
+        nb.cells = [c for c in nb.cells if c.cell_type != "code" or "ANSWER_" in c.source]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -126,13 +151,13 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
 
     put("alice", all_right(template()))
     put("bob", answer(all_right(template()), "ANSWER_Q1", wrong_q1))
-    put("carol", template())
+    put("carol", template(slim=True))
     put("dan", answer(all_right(template()), "ANSWER_Q3", " + ".join(["1"] * int(lanes))))        # attack 1
-    eve = exercise(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), lanes)                       # attack 2
+    eve = exercise(answer(template(slim=True), "ANSWER_Q1", right["ANSWER_Q1"]), lanes)                       # attack 2
     put("eve", after(eve, "ANSWER_Q1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"))
-    fay = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", "5")              # attack 3
+    fay = answer(answer(template(slim=True), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", "5")              # attack 3
     put("fay", after(fay, "ANSWER_Q1", "import os\nos._exit(0)"))
-    gus = answer(template(), "ANSWER_Q1", wrong_q1)                                                   # attack 4
+    gus = answer(template(slim=True), "ANSWER_Q1", wrong_q1)                                                   # attack 4
     # waits delay_s, then for the grader's score file, then rewrites it (giving up after 10 minutes)
     rewrite = (f"import os, time\ntime.sleep({delay_s})\nend = time.time() + 600\n"
                f"while time.time() < end and not (os.path.exists({str(scores)!r}) and "
@@ -144,7 +169,7 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
                                        f"p = subprocess.Popen([sys.executable, '-c', {rewrite!r}], start_new_session=True,\n"
                                        "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
                                        f"open({str(detached_pid_file(scores))!r}, 'w').write(str(p.pid))"))
-    zed = answer(template(), "ANSWER_Q1", "'D'" if wrong_q1 != "'D'" else "'A'")                     # attack 5
+    zed = answer(template(slim=True), "ANSWER_Q1", "'D'" if wrong_q1 != "'D'" else "'A'")                     # attack 5
     patch = '\\n\\ndef _judge(q, answer, expected):  # appended by a submission\\n    return "correct", ""\\n'
     put("zed", after(zed, "ANSWER_Q1", "import importlib\n"
                                        "path = importlib.import_module('infralens_lab.quiz.check').__file__\n"
@@ -157,13 +182,50 @@ def build(subs: Path, banks: Path, scores: Path, delay_s: float = 20.0) -> None:
     hal = all_right(template())                                                                       # attack 7
     answer(hal, "ANSWER_Q1", "", whole_line=f"ＡＮＳＷＥＲ_Q1 = {right['ANSWER_Q1']}")  # noqa: RUF001 (fullwidth: the attack)
     put("hal", hal)
-    jon = answer(answer(template(), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", right["ANSWER_Q3"])  # attack 8
+    jon = answer(answer(template(slim=True), "ANSWER_Q1", right["ANSWER_Q1"]), "ANSWER_Q3", right["ANSWER_Q3"])  # attack 8
     jon.metadata["infralens"]["lab"] = "lab99"
     put("jon", jon)
-    twin = answer(answer(template(), "ANSWER_Q1", wrong_q1), "ANSWER_Q3", right["ANSWER_Q3"])        # attack 9
+    twin = answer(answer(template(slim=True), "ANSWER_Q1", wrong_q1), "ANSWER_Q3", right["ANSWER_Q3"])        # attack 9
     answer(twin, "ANSWER_Q2", "'recorded'")
     put("kim", twin)
     put("lea", twin)
+    # round 3 (issue 44). 10 ned: a blank notebook beside a conftest.py and a test file that would mark it right
+    put("ned", template(slim=True))
+    (subs / "ned" / "conftest.py").write_text(PLANTED_CONFTEST)
+    (subs / "ned" / "test_ned.py").write_text(f"open({str(scores) + '.imported'!r}, 'w').write('test file ran')\n")
+    # 11 pia: links named like notebooks (to alice's, to nowhere, to /dev/zero, to /etc/passwd) and a FIFO
+    (subs / "pia").mkdir()
+    for name, target in (("00_start_here.ipynb", "../alice/00_start_here.ipynb"), ("01_gone.ipynb", "/no/such"),
+                         ("02_zero.ipynb", "/dev/zero"), ("03_passwd.ipynb", "/etc/passwd")):
+        (subs / "pia" / name).symlink_to(target)
+    os.mkfifo(subs / "pia" / "04_fifo.ipynb")
+    # 12 quin: formula answers, a 4,000-digit integer, a 5,000-character answer, and a formula file name
+    quin = answer(answer(template(slim=True), "ANSWER_Q1", repr('=HYPERLINK("http://x","y")')), "ANSWER_Q3", "7" * 4000)
+    put("quin", answer(quin, "ANSWER_Q2", repr("@SUM(1)" + "x" * 5000)))
+    (subs / "quin" / '=1+2+cmd|" calc"!A0.ipynb').write_text("{")
+    # 13 rex: lab 00 handed in twice (the second is not counted); 14 sam: rex's answers with comments added
+    def q1_to_q3(nb):  # the three questions right, the exercise blank
+        for var in ("ANSWER_Q1", "ANSWER_Q2", "ANSWER_Q3"):
+            answer(nb, var, right[var])
+        return nb
+
+    put("rex", q1_to_q3(template(slim=True)))
+    put("rex", q1_to_q3(template(slim=True)), "00_start_here_again.ipynb")   # sorts after the first: not counted
+    sam = q1_to_q3(template(slim=True))                                      # rex's answers, comments added
+    for cell in sam.cells:
+        if cell.cell_type == "code" and "ANSWER_" in cell.source:
+            cell.source = "# my own work, honestly\n" + cell.source.replace("\n", "  # mine\n", 1)
+    put("sam", sam)
+    # 15 a folder named with U+202E (shows as "h_right" unescaped): a blank notebook
+    put(BIDI, template(slim=True))
+    # 16 yan (RUN=1): finds the grader in /proc, then rewrites its own file (right answers, date kept), empties a
+    # classmate's (bob), drops a conftest.py into the submissions folder and turns the score path into a folder
+    yan = answer(answer(template(slim=True), "ANSWER_Q1", wrong_q1), "ANSWER_Q3", "5")
+    put("yan", after(yan, "ANSWER_Q1", FIND_GRADER + PLANT_YAN))
+    # 17 zed (attack 5) also drops a conftest.py into the grader's working folder
+    zed_cell = zed.cells[_cell_index(zed, "ANSWER_Q1") + 1]
+    zed_cell.source += "\n" + FIND_GRADER + f"open(os.path.join(cwd, 'conftest.py'), 'w').write({PLANTED_CONFTEST!r})\n"
+    put("zed", zed)
 
 
 def expected(bank_ids: list[str]) -> dict[tuple[str, str], tuple[str, float]]:
@@ -182,7 +244,24 @@ def expected(bank_ids: list[str]) -> dict[tuple[str, str], tuple[str, float]]:
         "kim": {"lab00.q1": ("wrong", 0), "lab00.q2": ("wrong", 0), "lab00.q3": ("correct", 1)},
     }
     rows["lea"] = rows["kim"]
-    return {(who, q): {**blank, **got}.get(q, ("unanswered", 0)) for who, got in rows.items() for q in bank_ids}
+    rows.update({"ned": {}, BIDI_SHOWN: {}, "yan": {"lab00.q1": ("wrong", 0), "lab00.q3": ("wrong", 0)}, "sam": {**right, EX: ("unanswered", 0)},
+                 "quin": {"lab00.q1": QUIN_Q1, "lab00.q2": QUIN_Q2, "lab00.q3": ("invalid", 0)}})
+    out = {(who, q): {**blank, **got}.get(q, ("unanswered", 0)) for who, got in rows.items() for q in bank_ids}
+    # rex's second lab 00 is not counted: right, 0 points (keyed by file name: both are rex's)
+    out.update({("rex", q): out[("sam", q)] for q in bank_ids})
+    out.update({("rex/00_start_here_again", q): (out[("sam", q)][0], 0) for q in bank_ids})
+    # the paths that are listed, not graded (one row each; keyed by student and file)
+    for who, name in NOT_GRADED:
+        out[(f"{who}/{name}", "")] = ("not graded", 0)
+    out[("quin/=1+2+cmd|\" calc\"!A0", "")] = ("unreadable", 0)   # no NN_ prefix: one row, no lab
+    return out
+
+
+BIDI = "\u202ethgir_h"          # a folder name that shows as "h_right" where U+202E is not escaped
+BIDI_SHOWN = "\\u202ethgir_h"   # how scores.csv and the report show it
+QUIN_Q1, QUIN_Q2 = ("wrong", 0), ("wrong", 0)
+NOT_GRADED = [("ned", "conftest"), ("ned", "test_ned"), ("pia", "00_start_here"), ("pia", "01_gone"),
+              ("pia", "02_zero"), ("pia", "03_passwd"), ("pia", "04_fifo")]
 
 
 # the flags each student's rows carry: (RUN=1, RUN=0)
@@ -190,7 +269,11 @@ FLAGS = {"eve": ({"runner killed"}, set()), "fay": ({"kernel died"}, set()),
          "zed": ({"changed grader files"}, set()), "jon": ({"unknown lab in metadata"},) * 2,
          "kim": ({"duplicate"},) * 2, "lea": ({"duplicate"},) * 2,
          # hal's answer cells are alice's written in fullwidth letters: the same cells once read as Python does
-         "alice": ({"duplicate"},) * 2, "hal": ({"duplicate"},) * 2}
+         "alice": ({"duplicate"},) * 2, "hal": ({"duplicate"},) * 2,
+         "ned": ({"not graded"},) * 2, "pia": ({"not graded"},) * 2, "quin": ({"unreadable"},) * 2,
+         "rex": ({"duplicate", "second notebook of a lab"},) * 2, "sam": ({"duplicate"},) * 2,
+         BIDI_SHOWN: ({"not run"}, set()), "yan": ({"changed submissions"}, set()),
+         "bob": ({"changed during grading"}, set())}
 
 
 if __name__ == "__main__":

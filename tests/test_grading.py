@@ -160,7 +160,7 @@ def graded(tmp_path_factory):
     _class_folder(subs, scores)
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    args = f"--infralens-score-junit={junit} --junitxml={cells} --nbval-cell-timeout=120"
+    args = f"--infralens-score-junit={junit} --junitxml={cells}"
     cmd = make_grade_command(f"SUBMISSIONS={subs}", f"SCORES={scores}", f"PYTEST_ARGS={args}")
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     rows = list(csv.DictReader(scores.open())) if scores.exists() else []

@@ -82,6 +82,7 @@ def graded(tmp_path_factory):
     scores0.parent.mkdir()
     hostile_class.build(subs, banks, scores, DELAY_S)
     env = _env(repo, banks)
+    handed_in = {who: (subs / who / "00_start_here.ipynb").read_bytes() for who in ("bob", "yan")}
     start = time.monotonic()
     run1 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores}", "TIMEOUT=90")
     run1_s = time.monotonic() - start
@@ -93,7 +94,10 @@ def graded(tmp_path_factory):
     tampered = check_py.read_text()
     refused = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
     refused_wrote = scores0.exists()
+    after_run = {who: (subs / who / "00_start_here.ipynb").read_bytes() for who in ("bob", "yan")}
+    planted = sorted(p.name for p in (subs / "conftest.py", repo / "conftest.py") if p.exists())
     shutil.copy(ROOT / "infralens_lab" / "quiz" / "check.py", check_py)   # what `git checkout -- ...` does
+    (repo / "conftest.py").unlink(missing_ok=True)                          # what the refusal says to do
     run0 = _make(repo, env, f"SUBMISSIONS={subs}", f"SCORES={scores0}", "RUN=0")
     import json
 
@@ -102,15 +106,22 @@ def graded(tmp_path_factory):
     return dict(run1=run1, run1_s=run1_s, rows1=_rows(scores), written=written, after=scores.read_bytes(),
                 detached_gone=detached_gone,
                 marker=Path(str(scores) + ".rewritten"), tampered=tampered, refused=refused, refused_wrote=refused_wrote,
-                run0=run0, rows0=_rows(scores0), report=scores.with_name("class_report.html"), ids=ids)
+                run0=run0, rows0=_rows(scores0), report=scores.with_name("class_report.html"), ids=ids,
+                handed_in=handed_in, after_run=after_run, planted=planted, repo=repo, scores=scores, scores0=scores0)
 
 
 def _who(row) -> str:
-    return Path(row["notebook"]).parts[-2]
+    return Path(row["notebook"]).parts[0]
+
+
+def _key(row) -> str:
+    """The student for their lab 00 notebook; ``student/stem`` for any other path they handed in."""
+    p = Path(row["notebook"])
+    return p.parts[0] if p.name == "00_start_here.ipynb" and row["status"] != "not graded" else f"{p.parts[0]}/{p.stem}"
 
 
 def _by(rows):
-    return {(_who(r), r["question"]): r for r in rows}
+    return {(_key(r), r["question"]): r for r in rows}
 
 
 @pytest.mark.parametrize("run", ["rows1", "rows0"])
@@ -149,7 +160,8 @@ def test_attack_4_the_score_file_is_unchanged_after_the_detached_process_delay(g
     assert graded["detached_gone"], "attack 4's detached process still ran DELAY_S + 5 s after make grade ended"
     assert graded["written"] and graded["after"] == graded["written"]
     assert not graded["marker"].exists()
-    assert b"100" not in graded["written"].split(b"\n", 1)[1]
+    gus = [r for r in csv.DictReader(graded["written"].decode().splitlines()) if r["notebook"].startswith("gus/")]
+    assert gus and all(float(r["points"]) <= 1 for r in gus), gus
 
 
 def test_attack_5_gains_nothing_and_the_next_run_refuses(graded):
@@ -192,3 +204,59 @@ def test_class_report_is_written_and_self_contained(graded):
     for flag in ("runner killed", "kernel died", "duplicate", "unknown lab in metadata", "changed grader files"):
         assert flag in text
     assert question_sections_of("lab00")["lab00.q1"] in text  # the lab section of lab00.q1
+
+
+# ---------------------------------------------------------------- round 3 (issue 44)
+def test_no_python_file_beside_a_notebook_is_imported_in_either_mode(graded):
+    assert not Path(str(graded["scores"]) + ".imported").exists(), "ned's test_ned.py was imported"
+    for run in ("rows1", "rows0"):
+        by = _by(graded[run])
+        assert by[("ned/conftest", "")]["feedback"] == "not graded: not a notebook", by[("ned/conftest", "")]
+        assert [by[("ned", q)]["status"] for q in graded["ids"]] == ["unanswered"] * len(graded["ids"])
+
+
+@pytest.mark.parametrize("run", ["rows1", "rows0"])
+def test_links_and_fifos_get_a_row_with_a_reason_and_no_content(graded, run):
+    by = _by(graded[run])
+    for name, words in (("00_start_here", "a symbolic link;"), ("01_gone", "points nowhere"),
+                        ("02_zero", "a symbolic link;"), ("03_passwd", "a symbolic link;"), ("04_fifo", "a FIFO")):
+        assert words in by[(f"pia/{name}", "")]["feedback"], (name, by[(f"pia/{name}", "")]["feedback"])
+    text = "".join(r["feedback"] + r["answer"] for r in graded[run])
+    assert "root:" not in text and "PATH=" not in text
+
+
+def test_changes_planted_by_a_run_are_flagged_put_back_and_refused(graded):
+    assert graded["after_run"] == graded["handed_in"], "yan's rewrite of its own or bob's file was left in place"
+    assert graded["planted"] == ["conftest.py"], f"expected only the grader's working folder's conftest.py left, got {graded['planted']}"
+    out = graded["run1"].stdout
+    assert "the submissions folder changed" in out and "yan/00_start_here.ipynb (changed)" in out
+    assert "bob/00_start_here.ipynb (changed)" in out and "conftest.py (added)" in out
+    assert "moved aside" in out, out[-3000:]
+    refused = graded["refused"].stdout + graded["refused"].stderr
+    assert f"{graded['repo'] / 'conftest.py'}: a conftest.py" in refused and "delete it" in refused
+
+
+@pytest.mark.parametrize("which", ["scores", "scores0"])
+def test_no_csv_cell_begins_with_a_formula_character_or_holds_a_control(graded, which):
+    text = graded[which].read_text(encoding="utf-8")
+    cells = [c for row in csv.reader(text.splitlines()) for c in row]
+    bad = [c[:40] for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r") and not c.lstrip("+-").replace(".", "").isdigit()]
+    assert bad == [], f"cells beginning with a formula character: {bad}"
+    assert "\u202e" not in text and "\x1b" not in text and "\\u202ethgir_h" in text
+    assert max(len(c) for c in cells) < 1000, "a cell was not capped"
+    by = _by(list(csv.DictReader(text.splitlines())))
+    assert "digits" in by[("quin", "lab00.q3")]["feedback"] and by[("quin", "lab00.q3")]["flags"] == ""
+    assert by[("quin", "lab00.q1")]["answer"].startswith("'=HYPERLINK")
+    assert "characters, cut]" in by[("quin", "lab00.q2")]["answer"]
+
+
+def test_every_student_gets_a_self_contained_feedback_page(graded):
+    folder = graded["report"].with_name("feedback")
+    names = sorted(p.name for p in folder.iterdir())
+    for who in ("alice", "bob", "ned", "pia", "quin", "rex", "yan", "zed"):
+        assert f"{who}.html" in names, f"no page for {who} in {names}"
+    page = _Page()
+    page.feed((folder / "bob.html").read_text())
+    text = " ".join(page.text)
+    assert page.refs == [] and "script" not in page.tags
+    assert "lab00.q1" in text and "wrong (0/1)" in text and question_sections_of("lab00")["lab00.q1"] in text

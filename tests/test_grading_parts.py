@@ -188,6 +188,8 @@ def test_manifest_names_a_changed_file_and_the_fix(quiz_copy):
     (lambda d: (d / "manifest.json").write_text('{"schema": "x"}'), "schema 'x'"),
     (lambda d: (d / "evil.py").write_text("x = 1"), "not in the manifest: infralens_lab/quiz/evil.py"),
     (lambda d: (d / "banks" / "lab00.json").unlink(), "missing: infralens_lab/quiz/banks/lab00.json"),
+    (lambda d: (d / "grade_root" / "pytest.ini").write_text("[pytest]\naddopts = -p evil\n"),
+     "changed: infralens_lab/quiz/grade_root/pytest.ini"),
 ])
 def test_manifest_problems_are_named(quiz_copy, damage, words):
     damage(quiz_copy)
@@ -399,3 +401,202 @@ def test_grade_mode_refuses_nbval(monkeypatch):
     monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
     with pytest.raises(pytest.UsageError, match="drop --nbval"):
         plugin.pytest_configure(_Config(infralens_grade=True, nbval_lax=True))
+
+
+# ---------------------------------------------------------------- round 3 (issue 44): pure parts
+from infralens_lab.quiz import submissions, world  # noqa: E402
+
+
+def _lstat(tmp_path, make):
+    p = tmp_path / "x.ipynb"
+    make(p)
+    return submissions.classify(p.name, p.lstat(), str(p.readlink()) if p.is_symlink() else None)
+
+
+@pytest.mark.parametrize("make, kind, words", [
+    (lambda p: p.write_text("{}"), "notebook", ""),
+    (lambda p: p.symlink_to("/dev/zero"), "symlink", "a symbolic link;"),
+    (lambda p: p.symlink_to(p.parent / "nowhere"), "symlink", "points nowhere (dangling)"),
+    (lambda p: p.symlink_to("/etc/passwd"), "symlink", "links are not followed"),
+    (lambda p: os.mkfifo(p), "special", "a FIFO (named pipe)"),
+    (lambda p: p.mkdir(), "folder", ""),
+], ids=["notebook", "dev-zero link", "dangling link", "passwd link", "fifo", "folder"])
+def test_classify_never_follows_a_link(tmp_path, make, kind, words):
+    got = _lstat(tmp_path, make)
+    assert got[0] == kind and words in got[1], f"saw {got}, expected ({kind!r}, ...{words!r}...)"
+
+
+def test_scan_lists_every_path_and_grades_only_notebooks(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "00_x.ipynb").write_text("{}")
+    (tmp_path / "a" / "conftest.py").write_text("raise SystemExit")
+    (tmp_path / "a" / "test_a.py").write_text("")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "00_x-checkpoint.ipynb").write_text("{}")
+    (tmp_path / "b").symlink_to(tmp_path / "a")            # a linked folder is not entered
+    got = {e.rel: (e.kind, e.reason) for e in submissions.scan(tmp_path)}
+    assert got == {".ipynb_checkpoints": ("hidden", f"not graded: {submissions.HIDDEN_NOTE}"),
+                   "a/00_x.ipynb": ("notebook", ""), "a/conftest.py": ("not a notebook", submissions.NOT_NOTEBOOK),
+                   "a/test_a.py": ("not a notebook", submissions.NOT_NOTEBOOK),
+                   "b": ("symlink", "not graded: a symbolic link; links are not followed (hand in the notebook "
+                                    "file itself)")}
+
+
+def test_read_regular_refuses_links_fifos_and_big_files(tmp_path):
+    (tmp_path / "nb.ipynb").write_bytes(b"12345")
+    (tmp_path / "link.ipynb").symlink_to(tmp_path / "nb.ipynb")
+    os.mkfifo(tmp_path / "fifo.ipynb")                      # would block an open() without O_NONBLOCK
+    assert submissions.read_regular(tmp_path / "nb.ipynb", 5) == b"12345"
+    assert [submissions.read_regular(tmp_path / n, 5) for n in ("link.ipynb", "fifo.ipynb")] == [None, None]
+    assert submissions.read_regular(tmp_path / "nb.ipynb", 4) is None
+
+
+def test_folder_state_names_changes_and_puts_them_back(tmp_path):
+    (tmp_path / "bob").mkdir()
+    nb = tmp_path / "bob" / "00.ipynb"
+    nb.write_bytes(b"original")
+    state = submissions.FolderState(tmp_path)
+    with submissions.read_only(state):
+        assert not os.access(nb, os.W_OK) or os.geteuid() == 0, "the submission stayed writable during the run"
+        nb.chmod(0o644)
+        (tmp_path / "bob").chmod(0o755)
+        nb.write_bytes(b"rewritten")
+        tmp_path.chmod(0o755)
+        (tmp_path / "conftest.py").write_text("x = 1")
+    found = state.changes()
+    assert found == [("bob/00.ipynb", "changed"), ("conftest.py", "added")], found
+    assert state.restore(found) == []
+    assert nb.read_bytes() == b"original" and not (tmp_path / "conftest.py").exists() and state.changes() == []
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("=HYPERLINK(\"http://x\",\"y\")", "'=HYPERLINK(\"http://x\",\"y\")"), ("@SUM(1)", "'@SUM(1)"), ("+1+2", "'+1+2"),
+    ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"), ("\tx", "'\\tx"), ("\rx", "'\\rx"), ("-3.5", "-3.5"),
+    ("a\x1b[2Jb", "a\\x1b[2Jb"), ("\u202ethgir_h", "\\u202ethgir_h"), ("plain", "plain"),
+])
+def test_csv_cells_are_text_and_show_controls_escaped(text, shown):
+    assert scores.safe_cell(text) == shown
+
+
+def test_csv_bytes_quote_formulas_and_cap_long_cells():
+    row = dict(notebook="=1+2+cmd|\" calc\"!A0.ipynb", lab="lab00", question="lab00.q1", status="wrong", points=0,
+               max_points=1, feedback="=x " + "y" * 5000, answer="@" + "z" * 5000, flags="")
+    text = scores.csv_bytes([scores.clip_row(row)]).decode()
+    cells = next(iter(__import__("csv").DictReader(text.splitlines())))
+    assert cells["notebook"].startswith("'=") and cells["answer"].startswith("'@") and cells["feedback"].startswith("'=")
+    assert cells["answer"].endswith("[5,001 characters, cut]") and len(cells["answer"]) < 300, cells["answer"][-60:]
+
+
+def test_report_shows_a_bidi_folder_escaped():
+    page = report.render([dict(notebook="\u202ethgir_h/00.ipynb", lab="lab00", question="lab00.q1", status="correct",
+                               points=1, max_points=1, feedback="", answer="\x1b[31mC", flags="")])
+    assert "\u202e" not in page and "\x1b" not in page and "\\u202ethgir_h" in page
+
+
+def test_a_4000_digit_integer_answer_is_refused_with_a_reason(tmp_path):
+    p = _nb_file(tmp_path, source="ANSWER_Q3 = " + "7" * 4000)
+    row = next(r for r in grader.grade_notebook(p, "x") if r.question == "lab00.q3")
+    assert (row.status, row.flags) == ("invalid", "") and "4,000 digits" in row.feedback, row
+
+
+def test_fingerprint_ignores_comments_but_not_code():
+    def nb(src):
+        n = nbformat.v4.new_notebook()
+        n.cells = [nbformat.v4.new_code_cell(src)]
+        return n
+    base = grader.fingerprint(nb("ANSWER_Q1 = 'C'\ncheck('lab00.q1', ANSWER_Q1)"))
+    assert grader.fingerprint(nb("# mine\nANSWER_Q1 = 'C'  # honest\n\ncheck('lab00.q1', ANSWER_Q1)")) == base
+    assert grader.fingerprint(nb("ANSWER_Q1 = 'B'\ncheck('lab00.q1', ANSWER_Q1)")) != base
+
+
+def test_second_notebook_of_a_lab_is_flagged_and_not_counted():
+    rows = [dict(notebook=nb, lab="lab00", question="lab00.q1", status="correct", points=1, max_points=1,
+                 feedback="", answer="C", flags="") for nb in ("rex/00_b.ipynb", "rex/00_a.ipynb", "sue/00_a.ipynb")]
+    dropped = scores.flag_second_notebooks(rows, {r["notebook"]: r["notebook"].split("/")[0] for r in rows})
+    assert dropped == ["rex/00_b.ipynb"]
+    assert [(r["points"], r["flags"]) for r in rows] == [(0, "second notebook of a lab"), (1, ""), (1, "")]
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.mkdir(), "it is a folder"),
+    (lambda p: os.mkfifo(p), "a FIFO"),
+    (lambda p: p.symlink_to("/dev/null"), "a symbolic link"),
+    (lambda p: None, ""),
+], ids=["folder", "fifo", "link", "nothing there"])
+def test_score_path_must_be_a_plain_file(tmp_path, make, words):
+    p = tmp_path / "scores.csv"
+    make(p)
+    got = plugin.output_problem(p)
+    assert (words in got) if words else got == "", f"saw {got!r}, expected {words!r}"
+    assert "does not exist" in plugin.output_problem(tmp_path / "no" / "scores.csv")
+
+
+def test_a_folder_planted_at_the_score_path_is_moved_aside(tmp_path):
+    p = tmp_path / "scores.csv"
+    p.mkdir()
+    moved = scores.move_into_place(lambda q: scores.write_csv([], q), p)
+    assert moved == (f"{p}.moved-aside-1", "a folder") and p.is_file() and Path(moved[0]).is_dir()
+
+
+def test_world_names_unowned_pth_unknown_plugins_and_conftests(tmp_path, monkeypatch):
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "ok.pth").write_text("/somewhere\n")
+    (site_dir / "evil.pth").write_text("import os; os.system('x')\n")
+    owned = {site_dir / "ok.pth": world._record_hash(site_dir / "ok.pth")}
+    assert world.unexpected_pth([site_dir], owned) == [site_dir / "evil.pth"]
+    (site_dir / "ok.pth").write_text("/elsewhere\n")                      # owned, but not with this content
+    assert world.unexpected_pth([site_dir], owned) == [site_dir / "evil.pth", site_dir / "ok.pth"]
+
+    class EP:
+        def __init__(self, name):
+            self.name, self.value, self.dist = name, f"{name}.plugin", None
+    assert world.unexpected_plugins([EP("nbval"), EP("sneaky")]) == ["sneaky = sneaky.plugin (?)"]
+    monkeypatch.setenv(world.PLUGINS_ENV, "sneaky")
+    assert world.unexpected_plugins([EP("sneaky")]) == []
+    (tmp_path / "a" / "subs").mkdir(parents=True)
+    (tmp_path / "a" / "subs" / "conftest.py").write_text("")               # inside: listed, not a refusal
+    (tmp_path / "conftest.py").write_text("")
+    assert world.conftests(tmp_path / "a" / "subs") == [tmp_path / "conftest.py"]
+
+
+def test_grade_mode_refuses_a_planted_conftest_with_its_name_and_the_fix(monkeypatch, tmp_path):
+    (tmp_path / "conftest.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(plugin.GRADE_ENV, raising=False)
+    with pytest.raises(pytest.UsageError, match=rf"{tmp_path / 'conftest.py'}: a conftest.py .*delete it"):
+        plugin.pytest_configure(_Config(infralens_grade=True))
+
+
+@pytest.mark.parametrize("timeout, budget, spent, limit", [
+    (120, None, 1e9, 120), (120, 600, 0, 120), (120, 600, 550, 50), (120, 600, 600, None), (120, 600, 700, None),
+])
+def test_class_budget_cuts_the_last_run_and_skips_the_rest(timeout, budget, spent, limit):
+    assert plugin.run_limit(timeout, budget, spent) == limit
+
+
+def test_student_pages_one_per_student_escaped_and_replaced(tmp_path):
+    rows = [dict(r, notebook=f"{who}/00.ipynb") for who, r in (("alice", _rows()[0]), ("e\u202evil<b>", _rows()[2]))]
+    students = {r["notebook"]: r["notebook"].split("/")[0] for r in rows}
+    (tmp_path / "feedback").mkdir()
+    (tmp_path / "feedback" / "stale.html").write_text("old")
+    pages = report.write_student_pages(rows, tmp_path / "feedback", students)
+    assert [p.name for p in pages] == sorted(["alice.html", report.page_name("e\u202evil<b>")])
+    assert all(p.parent == tmp_path / "feedback" for p in pages) and not (tmp_path / "feedback" / "stale.html").exists()
+    evil = (tmp_path / "feedback" / report.page_name("e\u202evil<b>")).read_text()
+    assert "<script>x" not in evil and "\u202e" not in evil and "&lt;script&gt;" in evil
+    alice = (tmp_path / "feedback" / "alice.html").read_text()
+    assert "right (1/1)" in alice and question_sections_of("lab00")["lab00.q1"] in alice
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feedback"]   # no temporary folder left
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_grade_refuses_a_conftest_in_the_grader_folder_before_pytest_starts(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "conftest.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').write('x')\n")
+    proc = _make(f"SUBMISSIONS={tmp_path}", f"GRADE_ROOT={root}", "RUN=0")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "holds conftest.py pytest.ini" in out and "delete all but pytest.ini" in out, out
+    assert not (tmp_path / "imported").exists()

@@ -117,6 +117,9 @@ def literal_value(node: ast.AST) -> tuple[str, Any, str]:
     ``+ - * / // % **``, evaluated iteratively: no recursion however deep), ``invalid`` (arithmetic that
     cannot be evaluated within bounds: ``why`` says which) or ``code`` (anything else).
     """
+    if isinstance(node, ast.Constant) and _bits(node.value) > MAX_BITS:   # a 4,000-digit integer written out
+        return "invalid", None, (f"an integer of {len(str(abs(node.value))):,} digits, over the grader's "
+                                 f"{MAX_BITS}-bit limit (a float holds at most about 308 digits)")
     if isinstance(node, ast.Constant) and (node.value is None or node.value is Ellipsis
                                            or type(node.value) in (str, int, float)):
         return "literal", node.value, ""
@@ -127,6 +130,9 @@ def literal_value(node: ast.AST) -> tuple[str, Any, str]:
         if isinstance(n, ast.Constant):
             if type(n.value) not in (int, float):
                 return "code", None, ""
+            if _bits(n.value) > MAX_BITS:
+                return "invalid", None, (f"an integer of {len(str(abs(n.value))):,} digits, over the grader's "
+                                         f"{MAX_BITS}-bit limit")
             values.append(n.value)
         elif isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             if visited:

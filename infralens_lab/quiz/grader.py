@@ -22,9 +22,11 @@ rows. Nothing a cell prints, patches or writes reaches these decisions. See docs
 """
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib
+import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,15 +36,17 @@ from ..errors import InfraLensError
 from .answers import Answer, cell_text, final_answers, nfkc, recorded_values, saved_payloads
 from .bank import BankError, Question, answer_variable, is_exercise, labs, load_bank
 from .check import _judge, expected_answer
+from .scores import CAPS, clip
 
 COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
-STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "unreadable", "unknown lab")
+STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "unreadable", "unknown lab", "not graded")
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 _FILE_LAB = re.compile(r"^(\d{2})_")
 _TITLE_LAB = re.compile(r"\bLab\s+(\d{2})\b")
 
 __all__ = ["COLUMNS", "STATUSES", "Answer", "EvidenceUnavailable", "NotebookError", "Row", "expected_for_grading",
-           "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook"]
+           "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook",
+           "unreadable_rows"]
 
 
 class NotebookError(InfraLensError, ValueError):
@@ -83,12 +87,20 @@ def read_notebook(path: str | Path, data: bytes | None = None):
     except NotebookError:
         raise
     except Exception as exc:  # JSON errors, nbformat validation, unreadable bytes: all the file's fault
-        first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        raise NotebookError(f"{path.name} could not be read as a Jupyter notebook ({type(exc).__name__}: {first}); "
+        raise NotebookError(f"{path.name} could not be read as a Jupyter notebook ({_where(exc)}); "
                             "expected an .ipynb saved by Jupyter") from None
     if not isinstance(getattr(nb, "cells", None), list):
         raise NotebookError(f"{path.name} has no list of cells; expected an .ipynb saved by Jupyter")
     return nb
+
+
+def _where(exc: Exception) -> str:
+    """What went wrong reading a file, without quoting the file (it may be /proc/self/environ behind a link)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text: byte {exc.start}"
+    return f"{type(exc).__name__}: not the structure of a notebook"
 
 
 def lab_from_file_name(path: str | Path) -> str | None:
@@ -122,10 +134,20 @@ def identify_lab(nb, path: str | Path) -> tuple[str | None, str]:
     return meta or name, ""
 
 
+def _code_only(text: str) -> str:
+    """A cell's code without its comments, blank lines and layout (its syntax tree where it parses), so that
+    answer cells copied with comments added still compare equal."""
+    try:
+        return ast.dump(ast.parse(text))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # magics, odd input, deep expressions
+        lines = (ln.split("#", 1)[0].rstrip() for ln in text.splitlines())
+        return "\n".join(ln for ln in lines if ln.strip())
+
+
 def fingerprint(nb) -> str | None:
     """A hash of the notebook's answer cells (code cells that set an ``ANSWER_*``), or None when none is
     answered: two submissions with the same fingerprint handed in the same answer cells."""
-    cells = [nfkc(cell_text(c)).strip() for c in nb.cells
+    cells = [_code_only(nfkc(cell_text(c))) for c in nb.cells
              if c.get("cell_type") == "code" and "ANSWER_" in nfkc(cell_text(c))]
     answers, _ = final_answers(nb)
     if not any(a.how != "literal" or a.value not in (None, Ellipsis, "") for a in answers.values()):
@@ -237,7 +259,7 @@ def judge_question(q: Question, answer: Answer | None) -> tuple[str, float, str]
 def _shown(answer: Answer | None) -> str:
     if answer is None or not answer.literal or answer.value is None or answer.value is Ellipsis:
         return ""
-    return f"{answer.value:g}" if isinstance(answer.value, float) else str(answer.value)[:200]
+    return f"{answer.value:g}" if isinstance(answer.value, float) else clip(str(answer.value), CAPS["answer"])
 
 
 def grade_notebook(path: str | Path, name: str | None = None, *, data: bytes | None = None, run=None) -> list[Row]:
@@ -292,6 +314,12 @@ def _grade(path: Path, name: str, data: bytes | None, run) -> list[Row]:
         rows.append(Row(name, lab, q.id, status, points, q.points, " ".join([feedback, *extra]).strip(),
                         answer=_shown(answer), flags="; ".join(flags)))
     return rows
+
+
+def unreadable_rows(path: str | Path, name: str, why: str) -> list[Row]:
+    """The rows of a submitted path that cannot be read as a notebook: one per question of the lab its file
+    name names (one row when none), status ``unreadable``, feedback ``why``."""
+    return _rows_for_all(name, lab_from_file_name(path), "unreadable", why, "unreadable")
 
 
 def _rows_for_all(name: str, lab: str | None, status: str, why: str, flag: str) -> list[Row]:

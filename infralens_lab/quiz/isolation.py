@@ -34,7 +34,7 @@ from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_RESULTS_BYTES = 20 * 1024 * 1024
-STATES = ("ok", "timed out", "kernel died", "runner killed", "runner failed")
+STATES = ("ok", "timed out", "kernel died", "runner killed", "runner failed", "not run", "not run: budget")
 
 
 def become_subreaper() -> bool:

@@ -43,10 +43,11 @@ def _sha256(path: Path) -> str:
 
 
 def graded_files(quiz_dir: Path = QUIZ_DIR) -> list[Path]:
-    """The files the manifest covers: every ``.py`` under ``quiz/`` (``quiz/keys/`` included) and the banks
-    ``quiz/banks/*.json``, sorted."""
+    """The files the manifest covers: every ``.py`` under ``quiz/`` (``quiz/keys/`` included), the banks
+    ``quiz/banks/*.json`` and every file in ``quiz/grade_root/`` (make grade's pytest configuration), sorted."""
     py = [p for p in quiz_dir.rglob("*.py") if "__pycache__" not in p.relative_to(quiz_dir).parts]
-    return sorted([*py, *(quiz_dir / "banks").glob("*.json")])
+    ini = [p for p in (quiz_dir / "grade_root").glob("*") if p.is_file()]  # make grade's pytest configuration
+    return sorted(set([*py, *(quiz_dir / "banks").glob("*.json"), *ini]))
 
 
 def _rel(path: Path, quiz_dir: Path) -> str:
@@ -111,7 +112,7 @@ def verify(quiz_dir: Path = QUIZ_DIR) -> None:
 class Snapshot:
     """SHA-256 of every file under some folders, taken once and held in this process's memory."""
 
-    SUFFIXES = (".py", ".pyc", ".json", ".csv", ".txt", ".ipynb")  # .pyc: the grader compiles them all first
+    SUFFIXES = (".py", ".pyc", ".json", ".csv", ".txt", ".ipynb", ".ini")  # .pyc: the grader compiles them all first
 
     def __init__(self, folders: list[Path]):
         self.folders = [Path(f) for f in folders if Path(f).is_dir()]

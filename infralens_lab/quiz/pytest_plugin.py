@@ -29,6 +29,7 @@ import pytest
 
 from ..errors import InfraLensError
 from ..evidence import data_root
+from . import world
 from .bank import BANKS_ENV, BankError, banks_dirs, load_bank
 from .check import GRADE_ENV
 from .grader import (
@@ -39,17 +40,22 @@ from .grader import (
     fingerprint,
     grade_notebook,
     read_notebook,
+    unreadable_rows,
 )
 from .isolation import RunOutcome, kill_descendants, run_notebook
 from .manifest import PACKAGE_DIR, ManifestError, Snapshot, verify
-from .report import write_report
+from .report import write_report, write_student_pages
 from .scores import (  # the plugin's summary and CSV (tests use these names)
     add_flag,
+    clip_row,
     flag_duplicates,
+    flag_second_notebooks,
+    move_into_place,
     summary_lines,
     write_csv,
     write_junit,
 )
+from .submissions import FolderState, read_only, read_regular, scan
 
 SCORE_ENV = "INFRALENS_SCORE_FILE"  # where a graded run writes its scores
 ON, OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
@@ -59,6 +65,7 @@ COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "fee
 ANSWER_MIME = "application/vnd.infralens.answer+json"  # quiz.check.ANSWER_MIME (a test holds them equal)
 DEFAULT_TIMEOUT_S = 120
 REPORT_NAME = "class_report.html"
+FEEDBACK_NAME = "feedback"        # one page per student, in this folder beside the class report
 
 
 def pytest_addoption(parser):
@@ -66,11 +73,18 @@ def pytest_addoption(parser):
     group.addoption("--infralens-grade", action="store_true", default=False,
                     help="grade mode: one item per bank question per notebook, judged by the grader; "
                          "print a score summary")
+    group.addoption("--infralens-submissions", default=None, metavar="FOLDER",
+                    help="grade mode: the folder of submitted notebooks (make grade's SUBMISSIONS). The plugin walks "
+                         "it itself, links not followed: pytest is pointed at the grader's own folder, so no "
+                         "conftest.py or test file in it is ever imported")
     group.addoption("--infralens-run", action="store_true", default=False,
                     help="grade mode: also execute each notebook, isolated (own process, session and scratch "
                          "copy, a timeout; whatever it leaves running is killed)")
     group.addoption("--infralens-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help=f"grade mode, --infralens-run: seconds one notebook may run (default {DEFAULT_TIMEOUT_S})")
+    group.addoption("--infralens-budget", type=float, default=None, metavar="SECONDS",
+                    help="grade mode, --infralens-run: seconds all runs together may take; a notebook whose turn "
+                         "comes after that is not run ('not run: budget') and is scored from its file")
     group.addoption("--infralens-score-csv", default=None, metavar="PATH",
                     help="grade mode: also write the score rows as CSV")
     group.addoption("--infralens-score-junit", default=None, metavar="PATH",
@@ -89,21 +103,47 @@ def env_grade() -> bool:
                             f"({', '.join(v for v in OFF if v)}, or unset); set it to one of those")
 
 
-def check_writable(path: str | os.PathLike, option: str) -> None:
-    """UsageError (before any notebook runs) when the score file at ``path`` cannot be written."""
+def output_problem(path: str | os.PathLike) -> str:
+    """Why the grader cannot own an output file at ``path`` ("" when it can): something there that is not a
+    plain file (a folder, a FIFO, a link), a missing folder, or a folder it cannot write to. Never opens
+    ``path`` (opening a FIFO would block)."""
+    import stat
+
     p = Path(path)
-    existed = p.exists()
     try:
-        if p.is_dir():
-            raise IsADirectoryError(21, "is a folder")
-        with p.open("a", encoding="utf-8"):
-            pass
+        st = p.lstat()
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
+        return exc.strerror or str(exc)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = ("a folder" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+        return f"it is {what}, not a plain file"
+    parent = p.parent
+    if not parent.is_dir():
+        return f"its folder {str(parent)!r} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its folder {str(parent)!r} is not writable"
+    return ""
+
+
+def check_writable(path: str | os.PathLike, option: str) -> None:
+    """UsageError (before any notebook runs) when the grader cannot write its output at ``path``."""
+    why = output_problem(path)
+    if why:
         raise pytest.UsageError(
-            f"{option} {str(path)!r}: cannot write the score file there ({exc.strerror or exc}); "
-            f"expected a file path in a folder you can write to (with make grade: SCORES=path/scores.csv)") from None
-    if not existed:
-        p.unlink()
+            f"{option} {str(path)!r}: cannot write the score file there ({why}); expected a plain file path in a "
+            "folder you can write to (with make grade: SCORES=path/scores.csv)")
+
+
+def run_limit(timeout: float, budget: float | None, spent: float) -> float | None:
+    """Seconds the next notebook may run: its own ``timeout``, cut to what is left of the class's ``budget``
+    after ``spent`` seconds of runs; None when nothing is left (the notebook is not run)."""
+    if budget is None:
+        return timeout
+    left = budget - spent
+    return min(timeout, left) if left > 0 else None
 
 
 def report_path(config) -> str | None:
@@ -126,11 +166,22 @@ def pytest_configure(config):
                          (report_path(config), "--infralens-report")):
         if path:
             check_writable(path, option)
+    subs = config.getoption("infralens_submissions", None)
+    if subs is not None and (Path(subs).is_symlink() or not Path(subs).is_dir()):
+        raise pytest.UsageError(f"--infralens-submissions {subs!r}: not a folder (a link is not followed); expected "
+                                "the folder of submitted notebooks (with make grade: SUBMISSIONS=path/)")
+    refusals = []
     try:
         verify()
         banks_dirs()
     except (ManifestError, BankError) as exc:
-        raise pytest.UsageError(str(exc)) from None
+        refusals.append(str(exc))
+    found = world.problems(Path(subs) if subs else None, Path.cwd())
+    if found:
+        refusals.append("refusing to grade: the grader's process could load code it does not own: "
+                        + "; ".join(found) + ".")
+    if refusals:
+        raise pytest.UsageError("\n".join(refusals))
     config.pluginmanager.register(GradeSession(config), "infralens-grade-session")
 
 
@@ -152,9 +203,10 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def notebook_name(config, path: Path) -> str:
-    """How rows name a notebook: its path relative to pytest's rootdir where possible."""
+    """How rows name a submitted path: relative to the submissions folder where possible."""
+    subs = config.getoption("infralens_submissions", None)
     try:
-        return str(Path(path).resolve().relative_to(Path(str(config.rootpath)).resolve()))
+        return Path(path).relative_to(Path(subs)).as_posix() if subs else str(path)
     except ValueError:
         return str(path)
 
@@ -185,7 +237,7 @@ class GradeItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, None, f"{self.parent.name_}::grade::{self.qid or 'notebook'}"
+        return self.path, None, f"{self.parent.name_}::grade::{self.qid or 'notebook'}"  # path: the grader's folder
 
 
 class CellItem(pytest.Item):
@@ -212,21 +264,39 @@ class CellItem(pytest.Item):
         return self.path, None, f"{self.parent.name_}::Cell {self.cell}"
 
 
-class GradeFile(pytest.File):
-    """One submitted notebook: its bytes (read at collection, before any notebook runs) and its rows."""
+class Submissions(pytest.Directory):
+    """The submissions folder, walked by the grader (links not followed): one :class:`GradeFile` per notebook;
+    every other path becomes a row saying why it is not graded. Every node's ``path`` is the grader's own
+    folder, never a submitted path, so pytest looks for no conftest.py among the submissions."""
 
     def collect(self):
         plugin = self.config.pluginmanager.get_plugin("infralens-grade-session")
-        self.plugin, self.name_ = plugin, notebook_name(self.config, self.path)
-        self._outcome, self._rows, self.changed = None, None, []
-        try:
-            size = self.path.stat().st_size
-            self.data = self.path.read_bytes() if size <= MAX_NOTEBOOK_BYTES else None
-        except OSError:
-            self.data = None
+        folder = Path(plugin.submissions)
+        if plugin.run:
+            plugin.folder_state = FolderState(folder)   # before anything runs: compared after each run
+        for entry in scan(folder):
+            if not entry.graded:
+                plugin.listed.append(dict(notebook=entry.rel, lab="", question="", status="not graded", points=0,
+                                          max_points=0, feedback=entry.reason, answer="", flags="not graded"))
+                continue
+            yield GradeFile.from_parent(self, path=self.path, nodeid=f"{entry.rel}::grade", sub_path=entry.path)
+
+
+class GradeFile(pytest.File):
+    """One submitted notebook: its bytes (read at collection, before any notebook runs) and its rows."""
+
+    def __init__(self, *, sub_path: Path, **kw):
+        super().__init__(**kw)
+        self.sub_path = Path(sub_path)
+
+    def collect(self):
+        plugin = self.config.pluginmanager.get_plugin("infralens-grade-session")
+        self.plugin, self.name_ = plugin, notebook_name(self.config, self.sub_path)
+        self._outcome, self._rows, self.changed, self.planted, self.victim = None, None, [], [], ""
+        self.data = read_regular(self.sub_path, MAX_NOTEBOOK_BYTES)   # no link followed, no FIFO waited on
         self.sha = hashlib.sha256(self.data).hexdigest() if self.data is not None else None
         try:
-            nb = read_notebook(self.path, self.data) if self.data is not None else None
+            nb = read_notebook(self.sub_path, self.data) if self.data is not None else None
         except NotebookError:
             nb = None
         try:
@@ -234,7 +304,7 @@ class GradeFile(pytest.File):
         except Exception:  # a notebook the grader cannot fingerprint is just not compared
             self.fingerprint = None
         self.readable = nb is not None
-        static = grade_notebook(self.path, self.name_, data=self.data)
+        static = self._grade(None)
         self.lab = static[0].lab if static else ""
         plugin.files.append(self)
         if plugin.run and self.readable:
@@ -248,10 +318,21 @@ class GradeFile(pytest.File):
             self._outcome = self.plugin.execute(self)
         return self._outcome
 
+    def _grade(self, run):
+        if self.data is None:
+            return unreadable_rows(self.sub_path, self.name_, f"{self.sub_path.name!r} could not be read as a regular "
+                                   f"file of at most {MAX_NOTEBOOK_BYTES:,} bytes; expected an .ipynb saved by Jupyter")
+        return grade_notebook(self.sub_path, self.name_, data=self.data, run=run)
+
     def row(self, qid: str) -> dict:
         if self._rows is None:
             run = self.outcome() if (self.plugin.run and self.readable) else None
-            rows = [r.as_dict() for r in grade_notebook(self.path, self.name_, data=self.data, run=run)]
+            rows = [r.as_dict() for r in self._grade(run)]
+            if self.planted:
+                for r in rows:
+                    add_flag(r, "changed submissions", "While it ran, the submissions folder changed: "
+                             f"{', '.join(self.planted[:5])}. Every notebook is graded from the copy taken before "
+                             "any ran, and the grader put the folder back as it was.")
             if self.changed:
                 for r in rows:
                     add_flag(r, "changed grader files", "While it ran, the grader's own files changed: "
@@ -259,6 +340,10 @@ class GradeFile(pytest.File):
                              "answer keys were loaded before any notebook ran).")
             self._rows = {r["question"]: r for r in rows}
         return self._rows[qid]
+
+    def flag_victim(self, culprit: str) -> None:
+        """This notebook's file was changed by ``culprit``'s run: say so in its rows (graded from the copy)."""
+        self.victim = culprit
 
 
 class GradeSession:
@@ -277,8 +362,16 @@ class GradeSession:
         self.timeout = float(config.getoption("infralens_timeout", DEFAULT_TIMEOUT_S))
         if self.run and not self.timeout > 0:
             raise pytest.UsageError(f"--infralens-timeout {self.timeout:g}: expected a positive number of seconds")
+        self.budget = config.getoption("infralens_budget", None)
+        if self.budget is not None and not self.budget > 0:
+            raise pytest.UsageError(f"--infralens-budget {self.budget:g}: expected a positive number of seconds")
+        self.spent = 0.0
+        self.submissions = config.getoption("infralens_submissions", None)
         self.files: list[GradeFile] = []
         self.rows: list[dict] = []
+        self.listed: list[dict] = []     # rows of paths that are not graded (not a notebook, a link, ...)
+        self.folder_state = None
+        self.collected = False
         self.messages: list[str] = []
         self.stopped = ""   # why no notebook runs any more (the grader's files changed during a run)
         self.snapshot = None
@@ -297,19 +390,27 @@ class GradeSession:
         except Exception:  # no recorded data in this install: nothing there to watch
             data = []
         self.snapshot = Snapshot([PACKAGE_DIR, *banks_dirs(), *data])
+        self.world = world.state(Path(self.submissions) if self.submissions else None, Path.cwd())
 
     # ------------------------------------------------------------ hooks
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collect_directory(self, path, parent):
+        """The one folder pytest is given (make grade: the grader's own) stands for the submissions folder."""
+        if not self.submissions:
+            raise pytest.UsageError("grade mode grades the folder named by --infralens-submissions (make grade "
+                                    "passes SUBMISSIONS= there); pytest's own path arguments are not graded, since "
+                                    "pytest would import a conftest.py or test file found beside the notebooks")
+        if self.collected:
+            return Empty.from_parent(parent, path=path)
+        self.collected = True
+        return Submissions.from_parent(parent, path=path)
+
     def pytest_collect_file(self, file_path, parent):
-        result = yield
-        if file_path.suffix != ".ipynb":
-            return result
-        nodeid = notebook_name(self.config, file_path) + "::grade"
-        return [GradeFile.from_parent(parent, path=file_path, nodeid=nodeid)]
+        return None
 
     def pytest_collection_finish(self, session):
         if not self.files:
-            where = " ".join(str(a) for a in self.config.args)
+            where = self.submissions
             raise pytest.UsageError(f"no .ipynb files found under {where}: expected a folder of submitted "
                                     "notebooks (one sub-folder per learner works well); no scores written")
         for lab in sorted({f.lab for f in self.files if f.lab}):
@@ -324,8 +425,18 @@ class GradeSession:
     def execute(self, gf: GradeFile):
         if self.stopped:
             return RunOutcome("not run", self.stopped)
-        outcome = run_notebook(gf.data, self.timeout, env=dict(os.environ))
+        limit = run_limit(self.timeout, self.budget, self.spent)
+        if limit is None:
+            return RunOutcome("not run: budget", f"not run: the class's time budget of {self.budget:g} s was spent "
+                              "before this notebook's turn")
+        with read_only(self.folder_state):
+            outcome = run_notebook(gf.data, limit, env=dict(os.environ))
+        self.spent += outcome.seconds
+        self._put_back(gf)
         changed = self.snapshot.changes() if self.snapshot is not None else []
+        now = world.state(Path(self.submissions), Path.cwd())
+        changed += world.changes(self.world, now)
+        self.world = now
         if changed:
             gf.changed = changed
             self.stopped = (f"not run: {gf.name_}'s run changed the grader's own files, so no notebook runs after "
@@ -338,8 +449,24 @@ class GradeSession:
             self.messages.append(f"ERROR: processes {outcome.leftover} left by {gf.name_} would not die")
         return outcome
 
+    def _put_back(self, gf: GradeFile) -> None:
+        """Compare the submissions folder with the state taken before any run; name what ``gf``'s run changed,
+        flag the notebooks whose files it changed, and put everything back."""
+        found = self.folder_state.changes()
+        if not found:
+            return
+        failed = self.folder_state.restore(found)
+        gf.planted = [f"{rel} ({what})" for rel, what in found]
+        by_name = {f.name_: f for f in self.files}
+        for rel, _ in found:
+            if rel in by_name and by_name[rel] is not gf:
+                by_name[rel].flag_victim(gf.name_)
+        self.messages.append(f"WARNING: while {gf.name_} ran, the submissions folder changed: "
+                             f"{', '.join(gf.planted[:10])}. Every notebook was graded from the copy taken before "
+                             "any ran; " + ("; ".join(failed) if failed else "the grader put the folder back as it was."))
+
     def record(self, row: dict) -> None:
-        self.rows.append(row)
+        self.rows.append(clip_row(row))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
@@ -350,24 +477,43 @@ class GradeSession:
                                      "no score file written")
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
                 return
-        if not self.rows:
+        if not self.rows and not self.listed:
             return
         seen = {r["notebook"] for r in self.rows}
         files = [f for f in self.files if f.name_ in seen]
         flag_duplicates(self.rows, {f.name_: f.fingerprint for f in files}, {f.name_: f.sha for f in files})
-        students = {f.name_: student_of(self.config, f.path) for f in files}
+        students = {f.name_: student_of(f.name_) for f in files}
+        flag_second_notebooks(self.rows, students)
+        for f in files:
+            for r in (r for r in self.rows if f.victim and r["notebook"] == f.name_):
+                add_flag(r, "changed during grading", f"{f.victim}'s run changed this file; it was graded from the "
+                         "copy taken before any notebook ran, and put back.")
+        self.rows = [clip_row(r) for r in self.listed] + self.rows
+        students.update({r["notebook"]: student_of(r["notebook"]) for r in self.listed})
         submitted = {}
         for f in files:
             if f.readable and f.lab and f.lab not in submitted:
                 with contextlib.suppress(ValueError):
                     submitted[f.lab] = json.loads(f.data)
+        report = report_path(self.config)
+        if report:
+            pages = Path(report).with_name(FEEDBACK_NAME)
+            try:
+                write_student_pages(self.rows, pages, students)
+                self.messages.append(f"per-student feedback pages written to {pages}/")
+            except OSError as exc:
+                self.messages.append(f"ERROR: feedback pages could not be written to {pages}: {exc}")
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         outputs = ((self.config.getoption("infralens_score_csv"), write_csv, "score rows"),
                    (self.config.getoption("infralens_score_junit"), write_junit, "score JUnit XML"),
                    (report_path(self.config), lambda rows, p: write_report(rows, p, students, submitted), "class report"))
         for path, write, what in outputs:
             if path:
                 try:
-                    write(self.rows, path)
+                    moved = move_into_place(lambda p, w=write: w(self.rows, p), path)
+                    if moved:
+                        self.messages.append(f"WARNING: {path} had become {moved[1]} while notebooks ran; it was "
+                                             f"moved aside to {moved[0]}")
                     self.messages.append(f"{what} written to {path}")
                 except OSError as exc:
                     self.messages.append(f"ERROR: {what} could not be written to {path}: {exc}")
@@ -387,13 +533,15 @@ class GradeSession:
                 os.environ[k] = v
 
 
-def student_of(config, path: Path) -> str:
-    """Who handed a notebook in: its first folder under the submissions path, else the file's name."""
-    for arg in config.args:
-        base = Path(arg).resolve()
-        try:
-            rel = Path(path).resolve().relative_to(base)
-        except ValueError:
-            continue
-        return rel.parts[0] if len(rel.parts) > 1 else Path(path).stem
-    return Path(path).stem
+def student_of(name: str) -> str:
+    """Who handed a notebook in, from its name relative to the submissions folder: its first folder, else the
+    file's name."""
+    parts = Path(name).parts
+    return parts[0] if len(parts) > 1 else Path(name).stem
+
+
+class Empty(pytest.Directory):
+    """Any other folder pytest offers in grade mode: nothing in it is collected."""
+
+    def collect(self):
+        return []

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .bank import BankError, load_bank
 from .cells import question_sections
-from .scores import atomic_write
+from .scores import atomic_write, escape_controls
 
 TOP_WRONG = 3
 FLAG_MEANING = {
@@ -36,7 +36,13 @@ FLAG_MEANING = {
     "runner killed": "a cell killed the process running the notebook; scored from its written answers",
     "runner failed": "the process running the notebook failed; scored from its written answers",
     "not run": "not executed because an earlier notebook changed the grader's files",
+    "not run: budget": "not executed: the class's time budget (make grade BUDGET=) was spent; scored from its file",
     "changed grader files": "the grader's own files changed while this notebook ran",
+    "changed submissions": "the submissions folder changed while this notebook ran (put back; all graded from the "
+                           "copy taken before any ran)",
+    "changed during grading": "another notebook's run changed this file; graded from the copy taken before, put back",
+    "not graded": "not a notebook (a Python file, a link, a FIFO, a hidden folder): listed, never read or imported",
+    "second notebook of a lab": "the student handed in another notebook of this lab, which is counted; this one is not",
 }
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1f24;background:#fff}
@@ -55,7 +61,9 @@ svg{max-width:100%;height:auto}.nb small{color:#57606a;overflow-wrap:anywhere}td
 
 
 def _e(x) -> str:
-    return html.escape(str(x), quote=True)
+    """HTML-escaped, control and bidirectional characters shown as escapes (a folder named with U+202E
+    cannot pass for another)."""
+    return html.escape(escape_controls(str(x)), quote=True)
 
 
 def _p(x: float) -> str:
@@ -203,3 +211,67 @@ def write_report(rows: list[dict], path: str | Path, students: dict[str, str] | 
                  submitted: dict[str, dict] | None = None) -> None:
     """Write :func:`render` to ``path``, atomically."""
     atomic_write(path, render(rows, students, submitted).encode("utf-8"))
+
+
+# ---------------------------------------------------------------- one page per student
+def page_name(student: str) -> str:
+    """A file name for ``student``'s page: letters, digits, ``. _ -`` kept, anything else ``_``, and a short
+    hash of the name when anything was replaced (two students never share a page; no name leaves the folder)."""
+    import hashlib
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", student).strip(".") or "_"
+    if safe != student:
+        safe = f"{safe[:60]}-{hashlib.sha256(student.encode()).hexdigest()[:8]}"
+    return f"{safe}.html"
+
+
+def student_page(student: str, rows: list[dict]) -> str:
+    """One student's feedback page: per notebook, each question with the answer read, right or wrong, the
+    feedback and the lab section to reread (no script, nothing fetched; every value escaped)."""
+    body = [f"<h1>Feedback: {_e(student)}</h1>",
+            f'<p class="note">{_p(sum(r["points"] for r in rows))}/{_p(sum(r["max_points"] for r in rows))} points.</p>']
+    for nb in dict.fromkeys(r["notebook"] for r in rows):
+        nb_rows = [r for r in rows if r["notebook"] == nb]
+        lab = next((r["lab"] for r in nb_rows if r["lab"]), "")
+        sections = lab_sections(lab) if lab else {}
+        body.append(f"<h2>{_e(nb)}</h2>")
+        flags = list(dict.fromkeys(f for r in nb_rows for f in _flags(r.get("flags", ""))))
+        if flags:
+            body.append('<p class="note">' + "".join(f'<span class="flag">{_e(f)}</span>' for f in flags) + "</p>")
+        body.append('<div class="scroll"><table><thead><tr><th>question</th><th>your answer</th><th>result</th>'
+                    "<th>feedback</th><th>reread</th></tr></thead><tbody>")
+        for r in nb_rows:
+            result = "right" if r["status"] == "correct" else r["status"]
+            body.append(f'<tr><td class="q">{_e(r["question"] or "-")}</td><td><code>{_e(r.get("answer", ""))}</code></td>'
+                        f'<td>{_e(result)} ({_p(r["points"])}/{_p(r["max_points"])})</td><td>{_e(r["feedback"])}</td>'
+                        f'<td>{_e(sections.get(r["question"], ""))}</td></tr>')
+        body.append("</tbody></table></div>")
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>Feedback: {_e(student)}</title><style>{CSS}</style></head><body><main>"
+            + "".join(body) + "</main></body></html>\n")
+
+
+def write_student_pages(rows: list[dict], folder: str | Path, students: dict[str, str]) -> list[Path]:
+    """Write one page per student (:func:`student_page`, named by :func:`page_name`) into ``folder``: built in a
+    fresh folder beside it, then renamed into place (what was there before is removed). Returns the pages."""
+    import shutil
+    import tempfile
+
+    folder = Path(folder)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    by: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by[students.get(r["notebook"], Path(r["notebook"]).stem)].append(r)
+    for who, rs in by.items():
+        (fresh / page_name(who)).write_text(student_page(who, rs), encoding="utf-8")
+    fresh.chmod(0o755)
+    old = None
+    if folder.is_symlink() or folder.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent)) / "x"
+        folder.rename(old)
+    fresh.rename(folder)
+    if old is not None:
+        shutil.rmtree(old.parent, ignore_errors=True)
+    return sorted(folder / page_name(w) for w in by)
