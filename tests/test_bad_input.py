@@ -136,7 +136,7 @@ def test_checksum_mismatch_names_the_file_and_the_fix(tmp_path):
     with pytest.raises(EvidenceError) as exc:
         RecordedStore(folder).load("bench")
     msg = str(exc.value)
-    assert "bench.json: checksum" in msg and "this file changed after recording" in msg
+    assert "bench.json: checksum" in msg and "of this file does not match" in msg and "changed after recording" in msg
     assert f"git checkout -- {folder / 'bench.json'}" in msg and f"record --out {folder}" in msg
 
 

@@ -66,6 +66,7 @@ import pytest
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
 
 from infralens_lab.present import SCROLL_CUE_CLASS, SCROLL_FADE_CLASS
+from infralens_lab.quiz.cells import CLEARED_TAGS
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
 
@@ -343,8 +344,15 @@ def _committed(nb_path: Path) -> dict:
     text = "\n".join("".join(o.get("text", "")) if o.output_type == "stream" else
                      "".join(o.get("data", {}).get("text/markdown", "") or o.get("data", {}).get("text/html", "")
                              or o.get("data", {}).get("text/plain", "")) for o in outs)
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     return {"cells": len(nb.cells), "figures": sum("image/png" in o.get("data", {}) for o in outs),
-            "evidence": text.count("Evidence: "), "widgets": sum(WIDGET_MIME in o.get("data", {}) for o in outs)}
+            "evidence": text.count("Evidence: "), "widgets": sum(WIDGET_MIME in o.get("data", {}) for o in outs),
+            # the working copy clears answer, exercise, solution and look cells (quiz.cells.working_copy)
+            "cleared": sum(c.get("execution_count") is None for c in code),
+            # of those, the ones whose source is shown (a folded solution's editor is hidden, so it reads as empty)
+            "cleared_shown": sum(c.get("execution_count") is None
+                                 and not c.get("metadata", {}).get("jupyter", {}).get("source_hidden") for c in code),
+            "to_clear": sum(bool(set(c.get("metadata", {}).get("tags", [])) & set(CLEARED_TAGS)) for c in code)}
 
 
 def check_tables(page, scope: str, name: str, shot: Path | None = None) -> int:
@@ -467,11 +475,17 @@ def test_make_lab_banner_and_working_copy(lab_server):
 
 
 def _committed_outputs_shown(page, name: str, expect: dict) -> None:
-    """A notebook opened as committed (not run here): every non-empty code cell shows its execution count,
-    no cell shows a traceback or a stderr output, and the committed figures are in the page."""
+    """A notebook opened as `make lab` copies it (not run here): every non-empty code cell shows its execution
+    count but the ones the working copy cleared (answers, exercises, solutions, predict-then-look cells: no answer
+    on the page before the learner tries), no cell shows a traceback or a stderr output, and the committed figures
+    are in the page."""
     unrun = _unrun_after_clean(page.evaluate(_CELLS_JS), name,
                                ("a committed output is a traceback", "a committed output is stderr"))
-    assert not unrun, f"{name}: committed code cells without an execution count (prompts {unrun[:5]})"
+    assert expect["cleared"] == expect["to_clear"] > 0, f"{name}: the working copy cleared {expect['cleared']} " \
+        f"code cells; expected the {expect['to_clear']} tagged {CLEARED_TAGS}"
+    assert len(unrun) == expect["cleared_shown"], \
+        f"{name}: {len(unrun)} code cells without an execution count (prompts {unrun[:5]}); expected only the " \
+        f"{expect['cleared_shown']} the working copy cleared whose source is shown"
     page.wait_for_function(f"n => document.querySelectorAll('{PANEL} .jp-OutputArea-output img').length >= n",
                            arg=expect["figures"], timeout=30_000)
 
