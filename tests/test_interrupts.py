@@ -8,6 +8,7 @@ interrupt sent to a real kernel while ``lab05.live_compile()`` runs ends the cel
 from __future__ import annotations
 
 import ast
+import os
 import time
 from pathlib import Path
 
@@ -61,11 +62,14 @@ def test_no_handler_in_the_package_swallows_an_interrupt(path):
                      "and do not re-raise it; catch Exception instead, or end the handler with `raise`")
 
 
-def test_interrupting_live_compile_stops_the_cell():
+def test_interrupting_live_compile_stops_the_cell(tmp_path):
     """A real kernel runs ``lab05.live_compile()``; Kernel > Interrupt (SIGINT) one second into it must end the
-    cell with KeyboardInterrupt, not let it finish."""
+    cell with KeyboardInterrupt, not let it finish. The kernel gets an empty Inductor cache of its own: with a
+    warm one (lab 05 run earlier on the same machine, e.g. by nbval) the compile can end before the interrupt."""
     manager = pytest.importorskip("jupyter_client.manager", reason="needs the Jupyter test stack")
-    km, kc = manager.start_new_kernel(kernel_name="python3")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+           "TORCHINDUCTOR_AUTOGRAD_CACHE": "0", "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    km, kc = manager.start_new_kernel(kernel_name="python3", env=env)
     try:
         kc.execute_interactive("from infralens_lab.labs_support import lab05", timeout=180)
         msg_id = kc.execute("print('started', flush=True)\nlab05.live_compile()\nprint('finished')")
