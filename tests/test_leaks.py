@@ -66,8 +66,6 @@ def test_solution_and_look_outputs_sit_in_a_fold(lab):
     (``metadata.jupyter.outputs_hidden``), so JupyterLab shows a collapsed bar, not "idle share 0.312"."""
     shown = [i for i, c in enumerate(_nb(lab)["cells"])
              if c["cell_type"] == "code" and _tags(c) & set(FOLDED_TAGS) and not output_folded(c)]
-    if shown and lab in OTHER_OWNER:
-        pytest.xfail(f"{lab}: cells {shown} show their output; this lab is another worker's in issue 38")
     assert not shown, f"{lab}: solution/look cells {shown} show their outputs outside a fold; expected outputs_hidden"
 
 
