@@ -238,6 +238,17 @@ class Ceilings:
                              f"{[d for d in ('fp32', 'tf32', 'fp16', 'bf16') if getattr(self, d)]}")
         return v
 
+    def _clock_read(self, key: str, trusted: dict) -> str:
+        """How the clock of ceiling ``key`` (``copy``, ``fp32`` ... ``bf16``) was read; see :meth:`versus_datasheet`."""
+        if key in self.clock_hz and key not in trusted:
+            return "impossible (physics)"
+        if key not in trusted:
+            return "not recorded"
+        if not self.values:
+            return "after the timing"
+        rows = [self.values["copy"]] if key == "copy" else [r for r in self.values["matmul"] if r.get("dtype") == key]
+        return "during the timing" if rows and rows[0].get("clock_samples") else "after the timing"
+
     def versus_datasheet(self):
         """DataFrame: measured ceiling, datasheet peak, their ratio and the SM clock the ceiling ran at (GHz; None
         where not recorded or where the physics check refutes it), and ``clock_read``: ``during the timing`` (NVML
@@ -251,10 +262,7 @@ class Ceilings:
         out = []
         for what, unit, meas, peak, key in rows:
             clock = trusted.get(key)
-            check = ("impossible (physics)" if key in self.clock_hz and key not in trusted else
-                     "during the timing" if self.values and (self.values["copy"] if key == "copy" else next(
-                         (r for r in self.values["matmul"] if r.get("dtype") == key), {})).get("clock_samples")
-                     else "after the timing" if clock else "not recorded")
+            check = self._clock_read(key, trusted)
             out.append({"quantity": what, "unit": unit, "measured": meas / T if meas else None,
                         "datasheet": peak / T if peak else None,
                         "measured_over_datasheet": meas / peak if meas and peak else None,

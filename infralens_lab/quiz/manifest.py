@@ -34,7 +34,9 @@ class ManifestError(InfraLensError, RuntimeError):
     """The grader's files do not match the manifest; the message names each file and the fix."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB chunks: the one file hash of the grader (the manifest and
+    the submissions' before/after state, ``quiz.submissions``)."""
     h = hashlib.sha256()
     with Path(path).open("rb") as f:
         for chunk in iter(lambda: f.read(MiB), b""):
@@ -57,7 +59,7 @@ def _rel(path: Path, quiz_dir: Path) -> str:
 def build(quiz_dir: Path = QUIZ_DIR) -> dict:
     """The manifest document for the files in ``quiz_dir`` as they are now."""
     return {"schema": SCHEMA, "note": "written by `" + REGENERATE + "`; checked by make grade",
-            "files": {_rel(p, quiz_dir): _sha256(p) for p in graded_files(quiz_dir)}}
+            "files": {_rel(p, quiz_dir): sha256_file(p) for p in graded_files(quiz_dir)}}
 
 
 def write(quiz_dir: Path = QUIZ_DIR) -> Path:
@@ -91,7 +93,7 @@ def verify(quiz_dir: Path = QUIZ_DIR) -> None:
                             f"'files' object (written by `{REGENERATE}`)")
     listed: dict = doc["files"]
     now = {_rel(p, quiz_dir): p for p in graded_files(quiz_dir)}
-    changed = sorted(r for r in listed if r in now and _sha256(now[r]) != listed[r])
+    changed = sorted(r for r in listed if r in now and sha256_file(now[r]) != listed[r])
     missing = sorted(r for r in listed if r not in now)
     added = sorted(r for r in now if r not in listed)
     if not (changed or missing or added):
@@ -124,7 +126,7 @@ class Snapshot:
             for p in sorted(folder.rglob("*")):
                 if p.is_file() and p.suffix in self.SUFFIXES:
                     try:
-                        out[str(p)] = _sha256(p)
+                        out[str(p)] = sha256_file(p)
                     except OSError:
                         out[str(p)] = "unreadable"
         return out

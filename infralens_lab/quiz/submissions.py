@@ -17,7 +17,6 @@ the comparison is what catches it).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import stat
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..units import MiB
+from .manifest import sha256_file
 
 NOTEBOOK_SUFFIX = ".ipynb"
 HIDDEN_NOTE = "a hidden folder (Jupyter's .ipynb_checkpoints, dot-folders): not graded"
@@ -127,14 +127,6 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(MiB), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _walk(folder: Path):
     """``(rel, path, lstat)`` of every path under ``folder``; links and hidden folders are not entered."""
     todo = [folder]
@@ -169,7 +161,7 @@ def _state_of(folder: Path) -> dict[str, tuple]:
             elif stat.S_ISDIR(st.st_mode):
                 out[rel] = ("dir", stat.S_IMODE(st.st_mode))
             elif stat.S_ISREG(st.st_mode):
-                out[rel] = ("file", _sha(path), stat.S_IMODE(st.st_mode))
+                out[rel] = ("file", sha256_file(path), stat.S_IMODE(st.st_mode))
             else:
                 out[rel] = ("other", stat.S_IFMT(st.st_mode))
         except OSError:
