@@ -525,3 +525,27 @@ def test_site_key_0_leaves_the_answer_key_out(tmp_path, capsys):
     assert '<details class="infralens-key"' not in page and "Answer key (" not in page
     assert '<details class="infralens-solution">' in page  # the worked solutions stay (folded)
     assert "--no-key" in (ROOT / "Makefile").read_text() and "KEY ?= 1" in (ROOT / "Makefile").read_text()
+
+
+def test_code_is_escaped_and_pages_stay_accessible_without_the_soup_pass(tmp_path):
+    """The site's exporter skips nbconvert's page-wide BeautifulSoup pass and bleach on highlighted code
+    (site.accessible does the pass's two edits): markup written in a code cell still shows as text, never as
+    markup, every image has an alt and input and output areas stay focusable."""
+    import base64
+
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                                         "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")).decode()
+    nb = new_notebook(metadata={"infralens": {"title": "Escapes", "teaches": "Escapes."}})
+    nb.cells = [new_markdown_cell("# Escapes"),
+                new_code_cell('s = "<script>alert(1)</script><img src=x onerror=alert(2)>"', execution_count=1,
+                              outputs=[new_output("display_data", data={"image/png": png, "text/plain": "fig"})])]
+    nbformat.write(nb, labs / "00_escapes.ipynb")
+    page = site_mod.build_site(labs, tmp_path / "site").pages[0].read_text()
+    assert "<script>alert(1)" not in page and "<img src=x" not in page
+    assert "alert(1)" in page_text(page) and "onerror=alert(2)" in page_text(page)
+    assert re.findall(r"<img(?![^>]*\balt=)", page) == [] and page.count("<img") >= 1
+    assert 'jp-Cell-inputWrapper" tabindex="0"' in page and re.search(r'jp-OutputArea-output[^"]*" tabindex="0"', page)
+    assert site_mod.accessible('<img src="a"><img alt="b" src="c">') == \
+        f'<img alt="{site_mod.NO_ALT}" src="a"><img alt="b" src="c">'

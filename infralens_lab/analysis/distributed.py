@@ -130,14 +130,14 @@ def step_windows(trace: Trace) -> pd.DataFrame:
 
 
 def _backward_gpu_rows(trace: Trace) -> list[int]:
+    """The rows of the non-NCCL kernels launched from inside a backward op (launcher order). Vectorized: the
+    row-by-row ``.at`` reads it replaces took most of a recorded 4-rank set's analysis time."""
     ev = trace.events
-    rows = []
-    for g, rt in trace.launcher.items():
-        if ev.at[g, "cat"] != "kernel" or "nccl" in ev.at[g, "name"].lower():
-            continue
-        if any(str(ev.at[i, "name"]).startswith(BACKWARD_PREFIX) for i in trace.enclosing.get(rt, [])):
-            rows.append(g)
-    return rows
+    name = ev["name"].astype(str)
+    kernels = set(ev.index[(ev["cat"] == "kernel").to_numpy() & ~name.str.lower().str.contains("nccl", regex=False).to_numpy()])
+    backward = set(ev.index[name.str.startswith(BACKWARD_PREFIX).to_numpy()])
+    return [g for g, rt in trace.launcher.items()
+            if g in kernels and any(i in backward for i in trace.enclosing.get(rt, []))]
 
 
 def compute_intervals(trace: Trace, phase: str = "backward") -> list[tuple[float, float]]:
