@@ -490,19 +490,58 @@ def _committed_outputs_shown(page, name: str, expect: dict) -> None:
                            arg=expect["figures"], timeout=30_000)
 
 
+def _open_next(page, server, notebook: str, n_cells: int, name: str) -> None:
+    """In a JupyterLab page that already shows a notebook: close its tab (discarding what a run there changed in
+    the working copy), shut its kernel down, and open ``notebook`` as a learner opens the next lab (File > Open
+    from Path…), without loading JupyterLab again; waits as :func:`_open`."""
+    _menu(page, "File", "Close Tab")
+    discard = page.locator(".jp-Dialog button", has_text=re.compile("^(Discard|Don't Save)$"))
+    deadline = time.monotonic() + UI_S / 1000
+    while page.locator(PANEL).count():
+        if discard.count():
+            discard.first.click()
+        assert time.monotonic() < deadline, f"{name}: the previous notebook's tab did not close"
+        page.wait_for_timeout(100)
+    server.shutdown_kernels()
+    _menu(page, "File", "Open from Path…")
+    path = page.locator(".jp-Dialog input")
+    path.fill(notebook)
+    path.press("Enter")
+    deadline = time.monotonic() + UI_S / 1000 * 2
+    while not page.evaluate(_READY_JS, n_cells):
+        assert time.monotonic() < deadline, f"{name}: notebook or kernel not ready after {UI_S * 2 // 1000} s"
+        page.wait_for_timeout(200)
+
+
+@pytest.fixture(scope="module")
+def lab_page(lab_browser, lab_server):
+    """One JupyterLab page for the labs, in order (a failed test closes it: the next one loads JupyterLab
+    again). Holds {"page": the page or None}."""
+    held = {"page": None}
+    yield held
+    if held["page"] is not None:
+        held["page"].close()
+    lab_server.shutdown_kernels()
+
+
 @pytest.mark.parametrize("notebook", _lab_params())
-def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, shots):
+def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, lab_page, shots):
     """The fixture notebook and lab 00 are run here (Run All, in the kernel tools/lab.sh gives a learner); the
     other labs are opened with their committed outputs (executed in interpreter mode, checked cell by cell by
-    nbval) and checked for what only a browser sees. See the module docstring."""
+    nbval) and checked for what only a browser sees. See the module docstring. The first is opened from its
+    URL (what make lab prints); the next ones in the same page, as a learner opens the next lab."""
     ctx, trouble = lab_browser
     name = Path(notebook).stem
     expect = _committed(lab_server.work / notebook)
     trouble.reset()
-    page = ctx.new_page()
-    trouble.watch(page)
+    page = lab_page["page"]
     try:
-        _open(page, lab_server.url(notebook), expect["cells"], name)
+        if page is None:
+            page = lab_page["page"] = ctx.new_page()
+            trouble.watch(page)
+            _open(page, lab_server.url(notebook), expect["cells"], name)
+        else:
+            _open_next(page, lab_server, notebook, expect["cells"], name)
         if notebook in LIVE:
             took = f"ran in {_run_all(page, name):.1f} s"
         else:
@@ -544,12 +583,17 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, shots):
         n_checks = check_self_checks(page, name, shots)
         trouble.check(name)
         print(f"{name}: {took}; {expect}; {n_tables} tables; {n_checks} self-checks answered")
+        if notebook == _lab_params()[-1].values[0]:  # the last lab: the tests below open pages of their own
+            page.close()
+            lab_page["page"] = None
+            lab_server.shutdown_kernels()
     except BaseException:
-        page.screenshot(path=str(shots / f"{name}_failure.png"))
-        raise
-    finally:
-        page.close()
+        if page is not None:
+            page.screenshot(path=str(shots / f"{name}_failure.png"))
+            page.close()
+        lab_page["page"] = None
         lab_server.shutdown_kernels()
+        raise
 
 
 # ---------------------------------------------------------------- reopen, restart, a broken answer cell
