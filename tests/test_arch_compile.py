@@ -170,3 +170,12 @@ def test_live_variant_in_the_interpreter():
         pytest.skip("on a GPU the live variant is the GPU's (covered by the table tests)")
     name, reason = af.live_variant()
     assert name == "interpreter" and "BM32-BN16" in reason
+
+
+def test_readme_table_is_the_packages():
+    text = (ROOT / "README.md").read_text()
+    start, end = text.index("<!-- arch-table"), text.index("<!-- /arch-table -->")
+    table = text[start:end].split("-->", 1)[1].strip()
+    assert table == arch.support_markdown(), "README's architecture table drifted: paste arch.support_markdown()"
+    for cc in ARCHS:
+        assert f"`{arch.attention_variant(cc)[0]}`" in table.splitlines()[2 + list(ARCHS).index(cc)]

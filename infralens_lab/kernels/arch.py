@@ -161,3 +161,20 @@ def shared_estimate(block_m: int, block_n: int, head_dim: int, num_stages: int, 
 def kernel_dtypes(cc) -> tuple[str, ...]:
     """The dtypes the labs' kernels run in on compute capability ``cc`` (``fp32``, ``fp16``, ``bf16``)."""
     return arch_of(cc).dtypes
+
+
+VERIFIED_LIVE = {90: "H100, H200 (the recorded sets)"}  # classes whose live timing and ncu counters ran here
+
+
+def support_markdown() -> str:
+    """The README's "What works on each architecture class" table, generated from :data:`ARCHS` and
+    :func:`attention_variant` (tests/test_arch_compile.py checks the README holds exactly this)."""
+    head = ("| class | GPUs | live timing | ncu counters | kernel dtypes | shared memory / block | fast attention "
+            "variant | run here |")
+    rows = [head, "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for cc, a in ARCHS.items():
+        v = attention_variant_info(cc)
+        rows.append(f"| sm_{cc} {a.name} | {a.examples} | yes | yes, the same metric names | {', '.join(a.dtypes)} | "
+                    f"{a.max_shared_per_block // KIB} KiB | `{v.name}` | "
+                    f"{VERIFIED_LIVE.get(cc, 'compiled on CPU only')} |")
+    return "\n".join(rows)
