@@ -144,3 +144,16 @@ def test_fp8_and_memory_words():
         hardware.has_fp8("sm90")
     assert [hardware.memory_word(n) for n in ("NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA L4", "Tesla T4", None)] \
         == ["HBM", "HBM", "DRAM", "DRAM", "DRAM"]
+
+
+@pytest.mark.parametrize("gpu, peak", [("NVIDIA H200", 450.0), ("NVIDIA H100 80GB HBM3", 450.0),
+                                       ("NVIDIA H100 PCIe", None), ("NVIDIA A100-SXM4-80GB", None),
+                                       ("NVIDIA GeForce RTX 4090", None), ("NVIDIA B200", None)])
+def test_link_peak_is_the_gpus(gpu, peak):
+    """NCCL's link peak is NVLink 4 only on the GPUs that have it; any other GPU gets none, named, not Hopper's."""
+    from infralens_lab.analysis import scaling
+    label, gbs = scaling.link_peak("nccl", gpu)
+    assert gbs == peak
+    assert ("NVLink 4" in label) if peak else (gpu in label and "NVLink" not in label)
+    assert scaling.link_peak("gloo", gpu) == ("", None)
+    assert scaling.link_peak("nccl", None)[1] == scaling.NVLINK4_GBS  # bare rank dicts: assumed, and said so
