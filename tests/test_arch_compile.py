@@ -179,3 +179,19 @@ def test_readme_table_is_the_packages():
     assert table == arch.support_markdown(), "README's architecture table drifted: paste arch.support_markdown()"
     for cc in ARCHS:
         assert f"`{arch.attention_variant(cc)[0]}`" in table.splitlines()[2 + list(ARCHS).index(cc)]
+
+
+@pytest.mark.parametrize("cap, kept", [((12, 0), {"BM128-BN64-w4-s2"}), ((9, 0), {"BM128-BN64-w4-s2", "BM256-BN64-w8-s3",
+                                                                                   "BM256-BN64-w8-s4"}),
+                                       ((7, 5), {"BM64-BN32-w4-s2"}), ((7, 0), {"BM128-BN64-w4-s2", "BM256-BN64-w8-s3",
+                                                                                "BM256-BN64-w8-s4"})])
+def test_the_autotuner_prunes_by_the_gpu(monkeypatch, cap, kept):
+    """What the autotuner tries for D = 128 fp16 at N = 4096 on a GPU of capability ``cap``: sm_120 drops the
+    configs it has no shared memory for, sm_75 gets the FMA config, a GPU outside the table the tuned list."""
+    import torch
+
+    from infralens_lab.kernels import attention_fast as af
+    monkeypatch.setattr(af, "_capability", lambda dev: cap)
+    q = torch.empty(1, dtype=torch.float16)
+    got = af._prune(af.CONFIGS, {"N_CTX": 4096, "HEAD_DIM": 128, "CAUSAL": False, "q_ptr": q})
+    assert {af._name(af._cand_of(c)) for c in got} == kept

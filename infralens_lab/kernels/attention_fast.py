@@ -278,7 +278,10 @@ def _prune(configs, named_args, **kwargs):
     instruction path and shared memory); causal needs BLOCK_M % BLOCK_N == 0."""
     args = {**named_args, **kwargs}
     n, d, causal, q = args["N_CTX"], args["HEAD_DIM"], args["CAUSAL"], args["q_ptr"]
-    wanted = set(candidates_for(group_of(n, d), _capability(q.device), d, q.element_size()))
+    try:
+        wanted = set(candidates_for(group_of(n, d), _capability(q.device), d, q.element_size()))
+    except arch.UnknownArchError:  # a GPU outside kernels.arch.ARCHS: the tuned list, Triton refuses what cannot fit
+        wanted = set(GPU_CANDIDATES[group_of(n, d)])
     keep = [c for c in configs if _cand_of(c) in wanted
             and (not causal or c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0)]
     return keep or configs[:1]
@@ -295,7 +298,10 @@ def live_variant(dev=None) -> tuple[str, str]:
     if not is_gpu():
         return "interpreter", ("Triton's interpreter on the CPU runs the kernel as numpy, one fixed config "
                                f"({_name(INTERPRETER_CONFIG)}); no tensor cores, no TMA")
-    return arch.attention_variant(_capability(dev if dev is not None else torch.cuda.current_device()))
+    try:
+        return arch.attention_variant(_capability(dev if dev is not None else torch.cuda.current_device()))
+    except arch.UnknownArchError as e:  # say so instead of stopping a bench on a GPU the table does not know
+        return "unknown", str(e)
 
 
 _with_flags = triton.heuristics({
