@@ -343,6 +343,11 @@ def run_benchmark(quick: bool = False, cases: str = "full", rounds: int = ROUNDS
         raise RuntimeError(INTERPRETER_MESSAGE)
     chosen = CASE_SETS[cases]
     f = facts()
+    if chosen.variants is None or "tiled_fast" in chosen.variants:
+        from .kernels import attention_fast  # lazy: defines Triton kernels only when this runs
+        variant = attention_fast.live_variant()
+    else:
+        variant = None
     copies = bench_copies(COPY_BYTES_QUICK if quick else COPY_BYTES, rounds) if chosen.copies else []
     attn, skipped = bench_attention(ATTN_CASES_QUICK if quick else chosen.attention, chosen.variants, rounds)
     return {
@@ -350,7 +355,8 @@ def run_benchmark(quick: bool = False, cases: str = "full", rounds: int = ROUNDS
                  "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "quick": quick, "cases": cases,
                  "copy_bytes": (COPY_BYTES_QUICK if quick else COPY_BYTES) if chosen.copies else 0,
-                 "rounds": rounds, "timing": TIMING},
+                 "rounds": rounds, "timing": TIMING,
+                 **({"fast_variant": variant[0], "fast_variant_reason": variant[1]} if variant else {})},
         "copies": copies,
         "attention": attn,
         "skipped": skipped,
@@ -406,7 +412,10 @@ def format_table(result: dict) -> str:
     head = ("section", "case", "variant", "median ms", "rate", "note")
     widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [title, fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out = [title]
+    if meta.get("fast_variant"):  # kernels.arch.attention_variant of the GPU that ran: which fast kernel, and why
+        out.append(f"tiled_fast variant {meta['fast_variant']}: {meta.get('fast_variant_reason', '')}")
+    out += [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*row).rstrip() for row in lines]
     return "\n".join(out)
 

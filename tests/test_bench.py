@@ -87,6 +87,16 @@ def test_format_table_is_one_table():
     assert any(ln.startswith("ratio") and "0.99x" in ln and "target >= 0.97: met" in ln for ln in lines)
 
 
+def test_format_table_says_which_fast_variant_ran():
+    """The line under the title names the fast attention variant and its reason (kernels.arch), for any GPU class."""
+    from infralens_lab.kernels import arch
+    for cc in arch.ARCHS:
+        name, reason = arch.attention_variant(cc)
+        res = {**_synthetic(), "meta": {**_synthetic()["meta"], "fast_variant": name, "fast_variant_reason": reason}}
+        assert bench.format_table(res).splitlines()[1] == f"tiled_fast variant {name}: {reason}"
+    assert bench.format_table(_synthetic()).splitlines()[1].split()[0] == "section"  # older records: no line
+
+
 def test_record_into_writes_bench_record():
     class Writer:
         def __init__(self):

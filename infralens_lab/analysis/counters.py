@@ -34,7 +34,7 @@ from ..parse.ncu import (
 from ..parse.runs import RunConfig
 from . import roofline as rl
 from . import traffic as tr
-from .hardware import Ceilings, peak_per_cycle
+from .hardware import Ceilings, has_fp8, peak_per_cycle
 
 TIME = "gpu__time_duration.sum"
 DRAM_READ, DRAM_WRITE = "dram__bytes_read.sum", "dram__bytes_write.sum"
@@ -152,11 +152,12 @@ _NAIVE_NOTE = {
 
 
 def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", waves: float | None = None,
-                  tensor: bool = False) -> str:
+                  tensor: bool = False, fp8: bool | None = True) -> str:
     """A sentence: what would raise this kernel's FLOP/s, given its bound and how close it is to
     the roof (``fraction`` of the attainable rate, or of the bandwidth for a copy); for a latency-bound kernel,
     ``waves`` (ncu ``launch__waves_per_multiprocessor``) says how much of the GPU its grid fills; ``tensor``: it
-    already runs on tensor cores (so they are not the lever)."""
+    already runs on tensor cores (so they are not the lever); ``fp8``: the GPU has fp8 tensor cores
+    (:func:`~infralens_lab.analysis.hardware.has_fp8`; False names the lower precision it does have)."""
     if kernel in _NAIVE_NOTE:
         return _NAIVE_NOTE[kernel]
     if kernel == "copy_strided" and kind == "memory":
@@ -171,7 +172,8 @@ def what_moves_it(kind: str, fraction: float, kernel: str, reasons: str = "", wa
     if kind == "compute":
         if fraction >= rl.BOUND_THRESHOLD:
             if tensor:
-                return "at its compute roof, already on tensor cores: fewer FLOPs (algorithm) or a lower precision (fp8)"
+                lower = "fp8" if fp8 is not False else "int8, this GPU's tensor cores have no fp8"
+                return f"at its compute roof, already on tensor cores: fewer FLOPs (algorithm) or a lower precision ({lower})"
             return "at its compute roof: fewer FLOPs (algorithm) or a faster unit (tensor cores, lower precision)"
         return "toward the compute roof (tensor-core-friendly tiles, pipelining, occupancy)"
     if rl.GRID_BELOW_WAVE in reasons:
@@ -282,7 +284,8 @@ def _kernel_row(label, kernel, cfg, cfg_label, g, ceilings, factor, launch_floor
         "waves": waves if waves is not None else math.nan,
         "above_ridge": bool(b and b.intensity >= b.ridge),
         "what_would_move_it": what_moves_it(b.kind, b.fraction_of_roof, kernel, ", ".join(b.reasons), waves,
-                                            tensor) if b else "",
+                                            tensor, has_fp8(getattr(ceilings, "compute_capability", None)))
+        if b else "",
     }
 
 

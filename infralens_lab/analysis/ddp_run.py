@@ -17,7 +17,7 @@ from . import distributed, ledger
 from .bounds import BOUND_SLACK, bound_check
 from .buckets import bucket_plan
 from .hardware import PEAKS
-from .scaling import LINK_PEAKS_GBS, bench_table, largest_busbw, scaling, weak_scaling_bound
+from .scaling import bench_table, largest_busbw, link_peak, scaling, weak_scaling_bound
 
 PRACTICE = ("mystery", "reference")
 SCALING_CONFIG = "cap 25 MiB"  # the config the scaling table, its f and exercise 3 are measured on
@@ -354,7 +354,7 @@ def ring_table(runs: list) -> pd.DataFrame:
     for name, run in runs:
         b = bench(run)
         big = b.loc[b["bytes"].idxmax()]
-        peak = LINK_PEAKS_GBS.get(run.backend, ("", None))[1]
+        peak = link_peak(run.backend, run_gpu(run))[1]
         rows.append({"set": name, "ranks": run.world, "ring_factor": 2 * (run.world - 1) / run.world,
                      "MiB": big["MiB"], "ms": big["ms"], "algbw_GBps": big["algbw_GBps"], "busbw_GBps": big["busbw_GBps"],
                      "busbw_of_link": big["busbw_GBps"] / peak if peak else None})
@@ -464,3 +464,9 @@ def run_violations(ranks: list[dict] | RankRun) -> list[str]:
                 out.append(f"{label}: speedup {s['speedup']:.2f} above its weak-scaling bound "
                            f"{s['weak_scaling_bound']:.2f} x {BOUND_SLACK}")
     return out
+
+
+def run_gpu(run: RankRun) -> str | None:
+    """The GPU a run was measured on, from its evidence's provenance (None for bare rank dicts)."""
+    prov = getattr(getattr(run, "ev", None), "provenance", None)
+    return getattr(prov, "gpu", None) or None

@@ -111,6 +111,29 @@ def peak_per_cycle(compute_capability: str, dtype: str) -> int | None:
     return PEAK_PER_CYCLE.get(compute_capability, {}).get(dtype)
 
 
+# fp8 tensor cores (e4m3 / e5m2) arrive with Ada (sm_89) and Hopper (sm_90): NVIDIA Ada GPU Architecture whitepaper
+# ("Fourth-Generation Tensor Cores", FP8) and NVIDIA H100 Tensor Core GPU Architecture whitepaper; none on sm_75,
+# sm_80 or sm_86.
+FP8_FROM = (8, 9)
+
+
+def has_fp8(compute_capability: str | None) -> bool | None:
+    """Whether a GPU of ``compute_capability`` (``'8.9'``) has fp8 tensor cores (:data:`FP8_FROM`); None if unknown."""
+    if not compute_capability:
+        return None
+    major, _, minor = str(compute_capability).partition(".")
+    if not major.isdigit() or not minor.isdigit():
+        raise ValueError(f"compute_capability={compute_capability!r}; expected a string like '8.9'")
+    return (int(major), int(minor)) >= FP8_FROM
+
+
+def memory_word(gpu_name: str | None) -> str:
+    """What a sentence calls the GPU's DRAM: ``HBM`` for a GPU :data:`PEAKS` lists with HBM memory (H100, H200,
+    A100), else the neutral ``DRAM`` (GDDR parts, and GPUs the table does not know)."""
+    p = peaks_for(gpu_name) if isinstance(gpu_name, str) else None
+    return "HBM" if p is not None and p.memory_kind.startswith("HBM") else "DRAM"
+
+
 class PhysicsError(InfraLensError, ValueError):
     """A measured rate above what the GPU's SMs can do at the clock recorded beside it."""
 

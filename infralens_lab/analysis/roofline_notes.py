@@ -15,6 +15,7 @@ from ..units import MiB
 from . import clocks
 from . import roofline as rl
 from . import traffic as tr
+from .hardware import memory_word
 
 NEAR = 0.25  # a level's model "predicts" the DRAM bytes when within 25% of them
 
@@ -183,8 +184,8 @@ def copy_over_ceiling(ct: pd.DataFrame, ceilings, l2_bytes: int) -> list[str]:
         elif dram > bw:
             out.append(f"{r['label']}: its DRAM traffic, {dram / 1e12:.2f} TB/s, is {dram / bw:.0%} of the copy ceiling "
                        f"while it reads {r['read_amplification']:.0f}x the bytes it needs; copy_ reads and writes "
-                       f"equally, this copy mostly reads. We think a read-heavy stream turns the HBM bus around less "
-                       f"often; a read-only kernel's DRAM rate would show it.")
+                       f"equally, this copy mostly reads. We think a read-heavy stream turns the "
+                       f"{memory_word(ceilings.gpu)} bus around less often; a read-only kernel's DRAM rate would show it.")
     return out
 
 

@@ -7,6 +7,8 @@ peak at any n. GB/s = 1e9 B/s; times in seconds unless a name says ``_ms``.
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from ..units import MiB
@@ -16,6 +18,24 @@ from ..units import MiB
 NVLINK4_GBS = 450.0
 IB_NDR_GBS = 50.0
 LINK_PEAKS_GBS = {"nccl": ("NVLink 4 (H100/H200 SXM), per direction", NVLINK4_GBS)}
+# GPUs (device names as torch prints them) whose NCCL all-reduces cross NVLink 4: the SXM H100 and the H200. Any other
+# GPU's link (PCIe, an NVLink bridge, NVLink 3 or 5) is not in this table, so it gets no peak rather than Hopper's.
+_NVLINK4_GPUS = r"h200|h100(?!.*pcie)"
+
+
+def link_peak(backend: str, gpu_name: str | None) -> tuple[str, float | None]:
+    """``(label, GB/s per direction)`` of the link a run's all-reduces cross: NVLink 4 for NCCL on an H100 SXM or
+    H200 (:data:`LINK_PEAKS_GBS`), ``('', None)`` for gloo and for a GPU whose link this table does not know (its
+    name, when known, is in the label). ``gpu_name`` None (bare rank dicts, no provenance) keeps the table's
+    NCCL entry, labelled as assumed."""
+    label, gbs = LINK_PEAKS_GBS.get(backend, ("", None))
+    if gbs is None:
+        return "", None
+    if gpu_name is None:
+        return f"{label} (assumed: the run names no GPU)", gbs
+    if re.search(_NVLINK4_GPUS, gpu_name.lower()):
+        return label, gbs
+    return f"no link peak on file for {gpu_name}", None
 
 
 def algbw(nbytes: float, seconds: float) -> float:

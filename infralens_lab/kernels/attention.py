@@ -110,9 +110,10 @@ def naive_pv(p_ptr, v_ptr, o_ptr,
              acc.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < N_CTX)
 
 
-def _naive_config(D: int) -> dict:
-    """Tile sizes for the naive kernels (small in the interpreter to exercise the masks)."""
-    if not is_gpu():
+def _naive_config(D: int, gpu: bool | None = None) -> dict:
+    """Tile sizes for the naive kernels (small in the interpreter to exercise the masks). ``gpu``: the GPU's
+    sizes (True) or the interpreter's (False); None asks the mode (tools/arch_compile_check.py passes True)."""
+    if not (is_gpu() if gpu is None else gpu):
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, warps=4)
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, warps=8 if D >= 128 else 4)
 
@@ -137,12 +138,18 @@ def naive_probs(s: torch.Tensor, causal: bool, dtype: torch.dtype, out: torch.Te
     N = s.shape[-1]
     out = out_or_new(out, tuple(s.shape), dtype, s.device, "naive_probs")
     n_rows = s.numel() // N
+    c = softmax_config(N)
+    naive_softmax[(triton.cdiv(n_rows, c["ROWS"]),)](s, out, n_rows, N, CAUSAL=causal, ROWS=c["ROWS"],
+                                                      BLOCK_N=c["BLOCK_N"], num_warps=c["num_warps"])
+    return out
+
+
+def softmax_config(N: int) -> dict:
+    """``naive_softmax``'s launch for rows of N scores: whole rows per program (BLOCK_N >= N), ROWS rows a
+    program (up to 8192 scores), 4 to 16 warps."""
     block_n = triton.next_power_of_2(N)
     rows = max(1, min(64, 8192 // block_n))
-    warps = min(16, max(4, rows * block_n // 1024))
-    naive_softmax[(triton.cdiv(n_rows, rows),)](s, out, n_rows, N, CAUSAL=causal, ROWS=rows, BLOCK_N=block_n,
-                                                 num_warps=warps)
-    return out
+    return dict(ROWS=rows, BLOCK_N=block_n, num_warps=min(16, max(4, rows * block_n // 1024)))
 
 
 def naive_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -246,12 +253,13 @@ def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr,
              acc.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < N_CTX)
 
 
-def tiled_config(head_dim: int) -> dict:
+def tiled_config(head_dim: int, gpu: bool | None = None) -> dict:
     """BLOCK_M, BLOCK_N, num_warps and num_stages the teaching kernel uses for ``head_dim``.
 
-    Fixed (no autotuning) so the lesson stays simple; the traffic model needs BLOCK_M.
+    Fixed (no autotuning) so the lesson stays simple; the traffic model needs BLOCK_M. ``gpu``: the GPU's
+    config (True) or the interpreter's (False); None asks the mode.
     """
-    if not is_gpu():
+    if not (is_gpu() if gpu is None else gpu):
         return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1)
     # Best of 16 configs per head dim on an H200 (docs/kernels_notes.md).
     if head_dim >= 128:

@@ -52,6 +52,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..device import is_gpu
+from . import arch
 from ._validate import check_qkv, out_or_new
 
 LOG2E = math.log2(math.e)  # 1.4426950408889634
@@ -230,6 +231,11 @@ GPU_CANDIDATES = {
     "d128": [Cand(128, 64, 4, 2), Cand(256, 64, 8, 3), Cand(256, 64, 8, 4)],
     "short": [Cand(128, 64, 4, 2)],  # N < 256: one config, nothing worth tuning
 }
+# Turing (sm_75): Triton 3.6 turns tl.dot into FMAs on the CUDA cores there (kernels.arch.attention_variant), so the
+# tuned tiles above are pointless, and at 128 x 128 they took tens of seconds each to compile (tools/
+# arch_compile_check.py times it). One small config, chosen to fit 64 KiB of shared memory at D = 128; not timed on
+# a T4 (none was lent here).
+FMA_CANDIDATES = [Cand(64, 32, 4, 2)]
 INTERPRETER_CONFIG = Cand(32, 16, 4, 1)  # halves of 16 rows; BLOCK_M != BLOCK_N exercises the on-band sub-tiles
 
 
@@ -242,19 +248,60 @@ def _cand_of(c: triton.Config) -> Cand:
     return Cand(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, c.kwargs["WS"])
 
 
-_ALL = sorted({c for cs in GPU_CANDIDATES.values() for c in cs}, key=lambda c: (*c[:4], c.maxnreg or 0, c.ws))
+_ALL = sorted({c for cs in (*GPU_CANDIDATES.values(), FMA_CANDIDATES) for c in cs},
+              key=lambda c: (*c[:4], c.maxnreg or 0, c.ws))
 CONFIGS = [_config(c) for c in _ALL]
 
 
+def group_of(n_ctx: int, head_dim: int) -> str:
+    """The candidate group for a sequence length and head dim: ``short`` (N < 256), ``d128`` or ``small_d``."""
+    return "short" if n_ctx < 256 else ("d128" if head_dim >= 128 else "small_d")
+
+
+def candidates_for(group: str, cc, head_dim: int, elem_bytes: int, prune: bool = True) -> list[Cand]:
+    """The autotuner's candidates for ``group`` (:data:`GPU_CANDIDATES`) on a GPU of compute capability ``cc``:
+    :data:`FMA_CANDIDATES` where ``tl.dot`` runs on the CUDA cores (sm_75), and, with ``prune``, only those whose
+    shared memory (:func:`~infralens_lab.kernels.arch.shared_estimate`, an upper bound checked against Triton's
+    allocation on every architecture by tests/test_arch_compile.py) fits the architecture's limit; a config that
+    needs more could not launch there (Triton refuses it with OutOfResources)."""
+    if group not in GPU_CANDIDATES:
+        raise ValueError(f"candidate group {group!r}; expected one of {sorted(GPU_CANDIDATES)}")
+    cands = FMA_CANDIDATES if arch.attention_variant_info(cc).mma == "fma" else GPU_CANDIDATES[group]
+    if not prune:
+        return list(cands)
+    return [c for c in cands if arch.fits_shared(
+        arch.shared_estimate(c.block_m, c.block_n, head_dim, c.num_stages, elem_bytes, cc), cc)]
+
+
 def _prune(configs, named_args, **kwargs):
-    """Keep the candidates for this head dim and length; causal needs BLOCK_M % BLOCK_N == 0."""
+    """Keep the candidates for this head dim, length and GPU (:func:`candidates_for`: the architecture's
+    instruction path and shared memory); causal needs BLOCK_M % BLOCK_N == 0."""
     args = {**named_args, **kwargs}
-    n, d, causal = args["N_CTX"], args["HEAD_DIM"], args["CAUSAL"]
-    group = "short" if n < 256 else ("d128" if d >= 128 else "small_d")
-    wanted = set(GPU_CANDIDATES[group])
+    n, d, causal, q = args["N_CTX"], args["HEAD_DIM"], args["CAUSAL"], args["q_ptr"]
+    try:
+        wanted = set(candidates_for(group_of(n, d), _capability(q.device), d, q.element_size()))
+    except arch.UnknownArchError:  # a GPU outside kernels.arch.ARCHS: the tuned list, Triton refuses what cannot fit
+        wanted = set(GPU_CANDIDATES[group_of(n, d)])
     keep = [c for c in configs if _cand_of(c) in wanted
             and (not causal or c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0)]
     return keep or configs[:1]
+
+
+def _capability(dev) -> tuple[int, int]:
+    """The compute capability of the GPU ``dev`` (a torch device) as torch reports it."""
+    return torch.cuda.get_device_capability(dev)
+
+
+def live_variant(dev=None) -> tuple[str, str]:
+    """:func:`~infralens_lab.kernels.arch.attention_variant` of the GPU in use (``dev``, default the current
+    one): the fast kernel's variant there and why; in interpreter mode, the interpreter's and why."""
+    if not is_gpu():
+        return "interpreter", ("Triton's interpreter on the CPU runs the kernel as numpy, one fixed config "
+                               f"({_name(INTERPRETER_CONFIG)}); no tensor cores, no TMA")
+    try:
+        return arch.attention_variant(_capability(dev if dev is not None else torch.cuda.current_device()))
+    except arch.UnknownArchError as e:  # say so instead of stopping a bench on a GPU the table does not know
+        return "unknown", str(e)
 
 
 _with_flags = triton.heuristics({
@@ -328,6 +375,10 @@ def _check_ws(config: Cand, causal: bool, what: str) -> None:
                          f"{config.num_stages}, expected 2: with 3 stages every warp-specialized kernel "
                          f"returned NaN outputs on an H100 with Triton 3.6, and only 2 was measured correct "
                          f"(docs/kernels_notes.md, run 9)")
+    if is_gpu() and not arch.attention_variant_info(_capability(torch.cuda.current_device())).ws:
+        name, why = arch.attention_variant(_capability(torch.cuda.current_device()))
+        raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization on a GPU whose variant is "
+                         f"{name}, expected Hopper (sm_90), the only architecture it was measured on: {why}")
     if causal:
         raise ValueError(f"{what}: config {tuple(config)} asks for warp specialization with causal=True, "
                          f"expected causal=False: the warp-specialized causal kernels returned wrong outputs "
@@ -385,3 +436,4 @@ def tuning_timings() -> dict[str, float]:
     for c, t in (getattr(_tuned, "configs_timings", None) or {}).items():
         out[_name(_cand_of(c))] = float(t[0] if isinstance(t, (list, tuple)) else t)
     return out
+

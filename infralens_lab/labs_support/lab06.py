@@ -18,7 +18,7 @@ from ..analysis.ddp_run import (  # noqa: F401  (the notebook prints them)
     scaling_sentence,
     straggler_sentence,
 )
-from ..analysis.scaling import LINK_PEAKS_GBS
+from ..analysis.scaling import link_peak as _link_peak
 from ..measure import distributed
 from ..measure.torch_trace import quiet_profiler_chatter
 from ..parse import ranks
@@ -137,8 +137,9 @@ def held_out_run(xrun: RankRun) -> tuple[RankRun, str]:
 
 
 def link_peak(run: RankRun) -> tuple[float | None, str]:
-    """``(GB/s, label)`` of the link the run's all-reduces cross; ``(None, '')`` for gloo on loopback."""
-    label, gbs = LINK_PEAKS_GBS.get(run.backend, ("", None))
+    """``(GB/s, label)`` of the link the run's all-reduces cross (:func:`~infralens_lab.analysis.scaling.link_peak`,
+    by the run's GPU); ``(None, '')`` for gloo on loopback, ``(None, why)`` for a GPU whose link is not on file."""
+    label, gbs = _link_peak(run.backend, ddp_run.run_gpu(run))
     return gbs, label
 
 
