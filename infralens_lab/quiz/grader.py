@@ -225,6 +225,8 @@ def exercise_answer(q: Question, answer: Answer, saved: dict[int, list], run=Non
     var, cell = answer_variable(q.id), answer.cell
     ran = run is not None and cell in run.finished_cells
     state, value, why = recorded_values(run.records if ran else saved, cell, q.id)
+    if state == "ok" and isinstance(value, dict):  # a function exercise's record, for a question that wants a value
+        state, why = "bad", "it holds what a function gave on cases, but this exercise asks for a value"
     where = (f"when the grader ran code cell {cell}" if ran else
              f"in the output saved in the file for code cell {cell}"
              + (" (the grader's run did not reach that cell)" if run is not None else ""))
