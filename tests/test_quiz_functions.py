@@ -306,3 +306,17 @@ def test_a_function_record_for_a_value_exercise_is_refused():
     rec = fx.function_record(q.id, {"a": 1.0, "b": 2.0})
     got = grader.exercise_answer(q, Answer(literal=False, cell=3, how="code"), {3: [rec]})
     assert got.how == "bad record" and "asks for a value" in got.source
+
+
+def test_lab02_ex2_a_roof_left_out_fails_on_the_kernel_it_decides(expected):
+    """The roofline's fraction: a learner who divides by the compute roof alone is right on attn_fwd (right of the
+    ridge) and wrong on naive_qk, left of it, named; one who takes the larger roof fails on attn_fwd itself."""
+    cases = expected["lab02.ex2"]
+    assert check("lab02.ex2", lambda f, b, s, p, w: f / s / min(p, f / b * w)).status == "correct"
+    compute_only = check("lab02.ex2", lambda f, b, s, p, w: f / s / p)
+    assert compute_only.status == "wrong" and "'naive_qk, " in compute_only.message.splitlines()[0]
+    larger = check("lab02.ex2", lambda f, b, s, p, w: f / s / max(p, f / b * w))
+    assert larger.status == "wrong" and "attn_fwd, H100 recording (this lab)' (case 1 of" in larger.message
+    percent = check("lab02.ex2", lambda f, b, s, p, w: 100 * f / s / min(p, f / b * w))
+    assert percent.status == "wrong" and "looks like a percent" in percent.message
+    assert sum(c.held_out for c, _ in cases) >= 3
