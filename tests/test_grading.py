@@ -219,7 +219,8 @@ def test_rows_say_why(graded):
     assert all("lab mismatch" in by[("ivan", f"lab00.q{i}")] and "says lab01" in by[("ivan", f"lab00.q{i}")]
                for i in (1, 2, 3))
     # a function exercise: judged on what the function gave in the grader's run, the failed case named
-    assert "not right on 'TF32 fix, H200 recording (held out)'" in by[("judy", "lab01.ex4")]
+    # (1.63 is the H100 recording's bound, so it fails on the other GPU's: held out on a CPU, the lab's own on an H200)
+    assert re.search(r"not right on 'TF32 fix, H\d+ recording \((held out|this lab)\)'", by[("judy", "lab01.ex4")])
     assert "your function gave 1.63" in by[("judy", "lab01.ex4")]
 
 

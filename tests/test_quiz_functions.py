@@ -133,7 +133,7 @@ def test_lab01_ex1_right_function_passes_and_names_every_case(expected, capsys):
     (lambda busy, start, end: _idle_share(busy, busy[0, 0], busy[-1, 1]), "bubble trace", "gave"),  # ignores the window
     (lambda busy, start, end: _whole_intervals_only(busy, start, end),
      "window starting and ending inside busy intervals", "too much idle"),  # no clipping
-    (lambda busy, start, end: 100 * _idle_share(busy, start, end), "H100 recording (this lab)", "looks like a percent"),
+    (lambda busy, start, end: 100 * _idle_share(busy, start, end), "recording (this lab)", "looks like a percent"),
 ], ids=["lab's value", "ignores the window", "not clipped", "percent"])
 def test_lab01_ex1_a_function_right_only_on_the_labs_case_names_the_failed_case(fn, case, says, expected):
     r = check("lab01.ex1", fn)
@@ -316,7 +316,7 @@ def test_lab02_ex2_a_roof_left_out_fails_on_the_kernel_it_decides(expected):
     compute_only = check("lab02.ex2", lambda f, b, s, p, w: f / s / p)
     assert compute_only.status == "wrong" and "'naive_qk, " in compute_only.message.splitlines()[0]
     larger = check("lab02.ex2", lambda f, b, s, p, w: f / s / max(p, f / b * w))
-    assert larger.status == "wrong" and "attn_fwd, H100 recording (this lab)' (case 1 of" in larger.message
+    assert larger.status == "wrong" and "recording (this lab)' (case 1 of" in larger.message
     percent = check("lab02.ex2", lambda f, b, s, p, w: 100 * f / s / min(p, f / b * w))
     assert percent.status == "wrong" and "looks like a percent" in percent.message
     assert sum(c.held_out for c, _ in cases) >= 3
