@@ -345,7 +345,8 @@ def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
     from infralens_lab.quiz.keys.lab02 import fraction_of_roof
     args = (row["flops"], row["dram_bytes"], row["time_us"] * 1e-6, row["roof_TFLOPs"] * 1e12, CEIL.copy_bw)
     assert fraction_of_roof(*args) == pytest.approx(row["fraction_of_roof"], rel=1e-9)
-    assert judge(question("lab02.ex3"), row["sm_pct"], evidence=kt)[0] == "correct"  # SM % decides for attn_fwd
+    from infralens_lab.quiz.keys.lab02 import busiest_pct  # exercise 3 too: the table's decided_pct, SM % for attn_fwd
+    assert busiest_pct(row["fraction_of_roof"], row["sm_pct"], row["memory_pct"]) == row["decided_pct"] == row["sm_pct"]
     assert judge(question("lab02.q3"), 600 / 3.0, evidence=CEIL.versus_datasheet())[0] == "correct"
     assert judge(question("lab02.q2"), 5 / 6)[0] == "correct"
 

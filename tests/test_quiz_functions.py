@@ -320,3 +320,13 @@ def test_lab02_ex2_a_roof_left_out_fails_on_the_kernel_it_decides(expected):
     percent = check("lab02.ex2", lambda f, b, s, p, w: 100 * f / s / min(p, f / b * w))
     assert percent.status == "wrong" and "looks like a percent" in percent.message
     assert sum(c.held_out for c, _ in cases) >= 3
+
+
+def test_lab02_ex3_each_unit_decides_some_case(expected):
+    """The busiest unit: attn_fwd's SM %, naive_qk's roofline fraction and matmul 512³'s Memory % each decide one of the
+    lab's own cases, so a function that forgets a unit, or the x100 on the fraction, fails on the one it decides."""
+    assert check("lab02.ex3", lambda f, sm, mem: max(100 * f, sm, mem)).status == "correct"
+    for fn, case in [(lambda f, sm, mem: max(100 * f, sm), "matmul 512³"), (lambda f, sm, mem: max(sm, mem), "naive_qk"),
+                     (lambda f, sm, mem: max(f, sm, mem), "naive_qk"), (lambda f, sm, mem: max(100 * f, mem), "attn_fwd")]:
+        r = check("lab02.ex3", fn)
+        assert r.status == "wrong" and f"not right on '{case}, " in r.message, r.message

@@ -89,3 +89,47 @@ def roof_cases():
 def _short_gpu(st) -> str:
     words = str(st.gpu).replace("NVIDIA", "").split()
     return words[0] if words else str(st.folder.name)
+
+
+UNIT_ARGS = ("roof_fraction", "sm_pct", "memory_pct")  # exercise 3's arguments, in order
+
+
+def busiest_pct(roof_fraction: float, sm_pct: float, memory_pct: float) -> float:
+    """Exercise 3's reference: the % of its peak that a kernel's busiest unit reached, the unit the one rule
+    (:func:`infralens_lab.analysis.roofline.verdict`) names: the roofline's fraction, SM % and Memory % together."""
+    v = roofline.verdict({"FLOP/s roof": roof_fraction, "SM %": sm_pct / 100, "Memory %": memory_pct / 100})
+    return 100 * v.fraction
+
+
+def _unit_rows(st) -> dict | None:
+    """``{label: (fraction_of_roof, sm_pct, memory_pct)}`` of a set's kernel table (kernels with speed of light)."""
+    if not all(f in st.files() for f in ("ncu_attention.csv", "ncu_matmul.csv", "ceilings.json")):
+        return None
+    t = counters.store_kernel_table(st)
+    return {r.label: (float(r.fraction_of_roof), float(r.sm_pct), float(r.memory_pct))
+            for r in t.itertuples(index=False) if r.sm_pct == r.sm_pct and r.memory_pct == r.memory_pct}
+
+
+def unit_cases():
+    """Exercise 3's cases, each ``(roof_fraction, sm_pct, memory_pct)``: the lab's attn_fwd (SM % decides),
+    naive_qk (the roofline decides) and matmul 512³ (Memory % decides) from the reference set's kernel table; the other
+    GPU's attn_fwd and matmul 4096³ (held out); and attn_fwd with its roofline fraction at 0.8 (perturbed). None
+    without a recording."""
+    ref = evidence.reference_holding("ncu_attention.csv", "ncu_matmul.csv", "ceilings.json")
+    own = _unit_rows(ref) if ref is not None else None
+    if not own or not {"attn_fwd", "naive_qk", "matmul 512³"} <= set(own):
+        return None
+    from ..functions import Case
+
+    gpu = _short_gpu(ref)
+    out = [Case(f"{label}, {gpu} recording (this lab)", own[label]) for label in ("attn_fwd", "naive_qk", "matmul 512³")]
+    for slug in evidence.recordings():
+        st = evidence.reference(slug)
+        rows = _unit_rows(st) if st.folder.resolve() != ref.folder.resolve() else None
+        for label in ("attn_fwd", "matmul 4096³"):
+            if rows and label in rows:
+                out.append(Case(f"{label}, {_short_gpu(st)} recording (held out)", rows[label], held_out=True))
+    _, sm, mem = own["attn_fwd"]
+    out.append(Case(f"attn_fwd ({gpu}) with its roofline fraction at 0.8 (perturbed, held out)", (0.8, sm, mem),
+                    held_out=True))
+    return out
