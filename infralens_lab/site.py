@@ -500,7 +500,11 @@ def answer_key_html(qid: str) -> str:
     """The folded answer key of question ``qid``: the bank's answer (the option and its text, the number with its
     tolerance, the accepted words; for a derived question, where it comes from) and the explanation."""
     q = question(qid)
-    if q.derive is not None:
+    if q.kind == "function":
+        what = ("A function, checked on this lab's evidence and on held-out evidence (the other GPU's recording, "
+                "perturbed copies): the grader runs the reference function on the same cases (the worked solution "
+                "is folded above).")
+    elif q.derive is not None:
         what = ("Worked out from the evidence this page shows: the grader derives it again from the same evidence "
                 "(its worked solution, where it has one, is folded above).")
     elif q.kind == "choice":

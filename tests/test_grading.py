@@ -133,6 +133,22 @@ def _class_folder(subs: Path, scores: Path) -> None:
     (subs / "heidi").mkdir()
     (subs / "heidi" / "00_start_here.ipynb").write_text(LAB00.read_text()[:2000])   # a truncated upload
     put("ivan", _answers(_lab00(), **right), name="01_nsight_workflow.ipynb")       # lab 00 under lab 01's name
+    put("judy", _lab01_functions(), name="01_nsight_workflow.ipynb")                # lab 01's function exercises
+
+
+JUDY_CELLS = [  # lab 01's two function exercises: one right, one a function that returns the lab's own value
+    "import numpy as np\nfrom infralens_lab.quiz import check",
+    "def idle_share(busy, start, end):\n"
+    "    inside = (np.clip(busy[:, 1], start, end) - np.clip(busy[:, 0], start, end)).sum()\n"
+    "    return 1 - inside / (end - start)\n\n\nANSWER_EX1 = idle_share\ncheck('lab01.ex1', ANSWER_EX1)",
+    "def fix_bound(period_ms, gpu_ms, cpu_ms, fraction, speedup):\n    return 1.63  # the lab's value, typed in\n\n\n"
+    "ANSWER_EX4 = fix_bound\ncheck('lab01.ex4', ANSWER_EX4)"]
+
+
+def _lab01_functions():
+    nb = nbformat.v4.new_notebook(metadata={"infralens": {"lab": "lab01"}})
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in JUDY_CELLS]
+    return nb
 
 
 EXPECTED = {  # (student, question): (status, points)
@@ -149,6 +165,10 @@ EXPECTED = {  # (student, question): (status, points)
     # the exercise: nobody wrote code for it (its `...` reads as unanswered); the truncated upload reads as nothing
     **{(who, "lab00.ex1"): ("unanswered", 0) for who in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "ivan")},
     ("heidi", "lab00.ex1"): ("unreadable", 0),
+    # lab 01's function exercises, run by the grader (RUN=1): the right function scores, the one that returns the lab's
+    # own value is wrong on a held-out case; every other question of lab 01 is unanswered
+    **{("judy", qid): ("unanswered", 0) for qid in load_bank("lab01")},
+    ("judy", "lab01.ex1"): ("correct", question("lab01.ex1").points), ("judy", "lab01.ex4"): ("wrong", 0),
 }
 
 
@@ -198,18 +218,23 @@ def test_rows_say_why(graded):
     assert "could not be read as a Jupyter notebook" in by[("heidi", "lab00.q1")]
     assert all("lab mismatch" in by[("ivan", f"lab00.q{i}")] and "says lab01" in by[("ivan", f"lab00.q{i}")]
                for i in (1, 2, 3))
+    # a function exercise: judged on what the function gave in the grader's run, the failed case named
+    # (1.63 is the H100 recording's bound, so it fails on the other GPU's: held out on a CPU, the lab's own on an H200)
+    assert re.search(r"not right on 'TF32 fix, H\d+ recording \((held out|this lab)\)'", by[("judy", "lab01.ex4")])
+    assert "your function gave 1.63" in by[("judy", "lab01.ex4")]
 
 
 def test_one_pytest_item_per_question_and_nbval_still_runs(graded):
     cases = list(ET.parse(graded["cells"]).getroot().iter("testcase"))
-    grade_items = [c for c in cases if re.fullmatch(r"lab00\.(q|ex)\d", c.get("name", ""))]
+    grade_items = [c for c in cases if re.fullmatch(r"lab\d{2}\.(q|ex)\d+", c.get("name", ""))]
     assert len(grade_items) == len(EXPECTED)
     cell_items = [c for c in cases if re.fullmatch(r"Cell \d+", c.get("name", ""))]
     ran = {who for c in cell_items for who in ("alice", "ivan", "heidi") if f"{who}." in c.get("classname", "")}
     assert ran == {"alice", "ivan"}  # executed, and the corrupt file was not handed to nbval
     suite = ET.parse(graded["junit"]).getroot().find("testsuite")
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    assert props == {"points": f"{sum(p for _, p in EXPECTED.values()):g}", "max_points": f"{len(EXPECTED)}"}
+    assert props == {"points": f"{sum(p for _, p in EXPECTED.values()):g}",
+                     "max_points": f"{sum(question(q).points for _, q in EXPECTED):g}"}
 
 
 # ---------------------------------------------------------------- static reading, in-process
@@ -476,14 +501,19 @@ def test_make_grade_run0_scores_without_executing_anything(tmp_path):
                 f"open({str(marker)!r}, 'w').write('student code ran')")
     (tmp_path / "class" / "zoe").mkdir(parents=True)
     nbformat.write(nb, tmp_path / "class" / "zoe" / "00_start_here.ipynb")
+    nbformat.write(_lab01_functions(), tmp_path / "class" / "zoe" / "01_nsight_workflow.ipynb")
     scores = tmp_path / "scores.csv"
     proc = subprocess.run(make_grade_command("RUN=0", f"SUBMISSIONS={tmp_path / 'class'}", f"SCORES={scores}"),
                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = list(csv.DictReader(scores.open()))
-    assert [(r["question"], r["status"]) for r in rows] == [
+    assert [(r["question"], r["status"]) for r in rows if r["lab"] == "lab00"] == [
         ("lab00.q1", "correct"), ("lab00.q2", "unanswered"), ("lab00.ex1", "unanswered"), ("lab00.q3", "unanswered")]
     assert not marker.exists()
+    # a function exercise cannot be evaluated without running code: the row says so, 0 of its points
+    fn = {r["question"]: (r["status"], float(r["points"]), r["feedback"]) for r in rows if r["lab"] == "lab01"}
+    for qid in ("lab01.ex1", "lab01.ex4"):
+        assert fn[qid][:2] == ("not checked", 0) and grader.NOT_RUN_FUNCTION in fn[qid][2]
 
 
 @pytest.mark.parametrize("text", ["", "[]", '{"nbformat": 4, "nbformat_minor": 5}',

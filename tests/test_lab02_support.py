@@ -341,9 +341,12 @@ def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
     kt = counters.kernel_table([_real("ncu_attention.csv"), _real("ncu_matmul.csv")], CEIL, 1.0)
     row = kt.set_index("label").loc["attn_fwd"]
     assert judge(question("lab02.ex1"), row["intensity"], evidence=kt)[0] == "correct"
-    assert judge(question("lab02.ex2"), row["fraction_of_roof"], evidence=kt)[0] == "correct"
-    assert judge(question("lab02.ex2"), 100 * row["fraction_of_roof"], evidence=kt)[0] == "wrong"  # a percent
-    assert judge(question("lab02.ex3"), row["sm_pct"], evidence=kt)[0] == "correct"  # SM % decides for attn_fwd
+    # exercise 2 is a function: the kernel table's fraction is its reference on the table's own columns
+    from infralens_lab.quiz.keys.lab02 import fraction_of_roof
+    args = (row["flops"], row["dram_bytes"], row["time_us"] * 1e-6, row["roof_TFLOPs"] * 1e12, CEIL.copy_bw)
+    assert fraction_of_roof(*args) == pytest.approx(row["fraction_of_roof"], rel=1e-9)
+    from infralens_lab.quiz.keys.lab02 import busiest_pct  # exercise 3 too: the table's decided_pct, SM % for attn_fwd
+    assert busiest_pct(row["fraction_of_roof"], row["sm_pct"], row["memory_pct"]) == row["decided_pct"] == row["sm_pct"]
     assert judge(question("lab02.q3"), 600 / 3.0, evidence=CEIL.versus_datasheet())[0] == "correct"
     assert judge(question("lab02.q2"), 5 / 6)[0] == "correct"
 

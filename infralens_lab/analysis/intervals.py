@@ -52,3 +52,13 @@ def hidden(pairs: Iterable[tuple[float, float]], under: Iterable[tuple[float, fl
     merged = union(pairs)
     total = length(merged)
     return total, total - length(subtract(merged, under))
+
+
+def idle_share(busy: Iterable[tuple[float, float]], start: float, end: float) -> float:
+    """The share (0..1) of the window ``[start, end]`` (µs) not covered by ``busy`` (``(start, end)`` pairs, in any
+    order, overlapping or not): 1 - (merged busy time clipped to the window) / (end - start). The series' idle share
+    (``Trace.summary()['gpu_utilization']`` is 1 minus it on the steady window). ValueError when the window is empty."""
+    if not end > start:
+        raise ValueError(f"idle_share: the window [{start}, {end}] is empty; expected start < end (µs)")
+    inside = [(max(a, start), min(b, end)) for a, b in union(busy) if b > start and a < end]
+    return 1.0 - length(inside) / (end - start)

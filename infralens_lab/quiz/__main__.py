@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for lab in args.labs or labs():
                 for q in load_bank(lab).values():
-                    key = f"derived: {q.derive}({q.derive_args})" if q.derive else q.answer
+                    key = (f"function: {q.reference} on the cases of {q.cases}" if q.kind == "function" else
+                           f"derived: {q.derive}({q.derive_args})" if q.derive else q.answer)
                     tol = f" ± {q.tolerance}" if q.tolerance else ""
                     print(f"{q.id}\t{q.kind}\t{q.points:g} pt\t{key}{tol}")
     except BankError as exc:

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import InfraLensError
 from .check import ANSWER_MIME
+from .functions import parse_cases
 
 PREFIX = "ANSWER_"
 PY_CELL_MAGICS = ("time", "capture", "prun")   # run their body as Python in the user namespace
@@ -261,7 +262,8 @@ def parse_record(data: Any, qid: str) -> tuple[bool, Any, str]:
     """``(ok, value, why)`` for one ``application/vnd.infralens.answer+json`` payload meant for ``qid``.
 
     Strict: an object with exactly ``question`` (== ``qid``) and ``value``; the value a finite number
-    (returned as float), a string of at most :data:`MAX_TEXT` characters, or null. Anything else is refused.
+    (returned as float), a string of at most :data:`MAX_TEXT` characters, null, or a function exercise's
+    ``{"cases": {case name: value}}`` (:func:`infralens_lab.quiz.functions.parse_cases`). Anything else is refused.
     """
     if not isinstance(data, dict) or set(data) != {"question", "value"}:
         return False, None, "the recorded value is not an object of exactly 'question' and 'value'"
@@ -270,6 +272,9 @@ def parse_record(data: Any, qid: str) -> tuple[bool, Any, str]:
     v = data["value"]
     if v is None:
         return True, None, ""
+    if isinstance(v, dict):  # a function exercise's record: what the function gave on each case
+        ok, got, why = parse_cases(v)
+        return (True, {"cases": got}, "") if ok else (False, None, why)
     if isinstance(v, str):
         return (True, v, "") if len(v) <= MAX_TEXT else (False, None, f"the recorded string is over {MAX_TEXT} characters")
     if isinstance(v, (int, float)) and not isinstance(v, bool) and _bits(v) <= MAX_BITS and math.isfinite(v):

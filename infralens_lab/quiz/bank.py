@@ -28,16 +28,16 @@ from typing import Any
 from ..errors import InfraLensError
 
 BANK_SCHEMA = "infralens.quizbank/1"
-KINDS = ("choice", "number", "text")
+KINDS = ("choice", "number", "text", "function")
 BANKS_DIR = Path(__file__).resolve().parent / "banks"
 BANKS_ENV = "INFRALENS_QUIZ_BANKS"  # extra folders searched first, os.pathsep-separated
 SEAL_NOTE = ("Answers, feedback and explanations are sealed (zlib + XOR with a key from the question id + "
              "base64) so that reading this file does not spoil them. This is obfuscation, not security.")
 _ID_RE = re.compile(r"^(lab\d{2})\.[a-z0-9_]+$")
 _PUBLIC = ("id", "kind", "prompt", "options", "vocabulary", "unit", "hint", "points", "derive", "derive_args",
-           "evidence")
+           "evidence", "cases")
 _PROVIDER_RE = re.compile(r"^infralens_lab(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET = ("answer", "feedback", "tolerance", "explanation")
+_SECRET = ("answer", "feedback", "tolerance", "explanation", "reference")
 
 
 class BankError(InfraLensError, ValueError):
@@ -73,6 +73,8 @@ class Question:
     derive: str | None = None
     derive_args: dict[str, Any] = field(default_factory=dict)
     evidence: str | None = None  # derived: 'infralens_lab.module:function' giving the grader its evidence
+    reference: str | None = None  # function: 'infralens_lab.module:function', the right function (sealed)
+    cases: str | None = None      # function: 'infralens_lab.module:function' giving the cases it is run on
 
     @property
     def lab(self) -> str:
@@ -137,6 +139,10 @@ def question_from_plain(d: Any, lab: str | None = None) -> Question:
         _need(isinstance(d.get(name), str) and d[name].strip() != "", w, f"{name!r} must be a non-empty string")
     points = d.get("points", 1)
     _need(_is_number(points) and points > 0, w, f"points is {points!r}, expected a positive number")
+    if kind == "function":
+        return _function_question(d, w, points)
+    for name in ("reference", "cases"):
+        _need(name not in d, w, f"has {name!r}, which only a 'function' question takes (kind is {kind!r})")
     derive = d.get("derive")
     _need(derive is None or (isinstance(derive, str) and derive != ""), w,
           f"derive is {derive!r}, expected the name of a registered derivation")
@@ -197,6 +203,35 @@ def question_from_plain(d: Any, lab: str | None = None) -> Question:
     return Question(id=qid, kind=kind, prompt=d["prompt"], hint=d["hint"], points=points,
                     explanation=d["explanation"], answer=answer, feedback=dict(feedback),
                     derive=derive, derive_args=dict(derive_args), evidence=provider, **kw)
+
+
+def _function_question(d: dict, w: str, points: float) -> Question:
+    """A ``function`` question: the learner hands in a function, run on the bank's ``cases`` and held to the
+    ``reference`` function there (quiz.functions). It is an exercise, with a number tolerance and no fixed answer."""
+    _need(bool(re.match(r"^lab\d{2}\.ex\d", w)), w, "a 'function' question is an exercise: its id looks like "
+          "'lab01.ex1' (the grader reads what its check recorded in the cell's output)")
+    for name in ("reference", "cases"):
+        spec = d.get(name)
+        _need(isinstance(spec, str) and bool(_PROVIDER_RE.match(spec)), w,
+              f"{name} is {spec!r}; a 'function' question needs 'infralens_lab.module:function' there (the "
+              + ("right function, called on each case" if name == "reference" else
+                 "provider of the cases, called with no arguments") + ")")
+    clash = sorted(k for k in ("answer", "derive", "derive_args", "evidence", "options", "vocabulary") if k in d)
+    _need(not clash, w, f"has {clash}, which a 'function' question does not take (its answers come from "
+                        "'reference' on 'cases')")
+    tol = d.get("tolerance")
+    _need(isinstance(tol, dict) and bool(tol) and set(tol) <= {"abs", "rel"}
+          and all(_is_number(v) and v >= 0 for v in tol.values()), w,
+          f"function needs 'tolerance' with 'abs' and/or 'rel' >= 0 (each case's value is a number), got {tol!r}")
+    feedback = d.get("feedback", {})
+    _need(isinstance(feedback, dict) and set(feedback) <= {"low", "high"}
+          and all(isinstance(v, str) for v in feedback.values()), w,
+          f"function feedback maps 'low'/'high' to a string, got {sorted(feedback) if isinstance(feedback, dict) else feedback!r}")
+    unit = d.get("unit", "")
+    _need(isinstance(unit, str), w, f"unit is {unit!r}, expected a string")
+    return Question(id=w, kind="function", prompt=d["prompt"], hint=d["hint"], points=points,
+                    explanation=d["explanation"], feedback=dict(feedback), unit=unit,
+                    tolerance={k: float(v) for k, v in tol.items()}, reference=d["reference"], cases=d["cases"])
 
 
 def _plain_to_file_entry(d: dict) -> dict:

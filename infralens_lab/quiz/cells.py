@@ -47,6 +47,11 @@ def question_markdown(qid: str, number: int | None = None) -> str:
     elif q.kind == "number":
         unit = f" in {q.unit}" if q.unit else ""
         lines.append(f"Answer in `{var}` with a number{unit}.")
+    elif q.kind == "function":
+        unit = f" in {q.unit}" if q.unit else ""
+        lines.append(f"Answer in `{var}` with a function that returns a number{unit} (`{var} = your_function`, the "
+                     "function itself). The check runs it on this lab's evidence and on held-out evidence (the other "
+                     "GPU's recording, perturbed copies of the lab's own) and names the first case it gets wrong.")
     else:
         lines.append(f"Answer in `{var}` with one of: {', '.join(f'`{w}`' for w in q.words)}.")
     if q.derive is not None:

@@ -23,6 +23,7 @@ from typing import Any
 from .. import notebook_guard
 from .bank import Question, answer_variable, normalise_word, question
 from .derive import derive
+from .functions import Case, function_record, outputs, reference_values
 
 GRADE_ENV = "INFRALENS_GRADE"
 STATUSES = ("correct", "wrong", "unanswered")
@@ -99,6 +100,9 @@ class Measured(float):
 def expected_answer(q: Question, evidence: Any = None) -> Any:
     """The right answer: stored, or derived from ``evidence`` for a ``derive`` question. A number question whose
     ``derive_args`` hold ``"spread": {value args}`` gets a :class:`Measured` carrying that column as its spread."""
+    if q.kind == "function":
+        raise ValueError(f"{q.id} is a function exercise: its right answers are its reference function's on each case "
+                         "(quiz.functions.reference_values), not one value")
     if q.derive is None:
         return q.answer
     if evidence is None:
@@ -227,8 +231,75 @@ def _judge(q: Question, answer: Any, expected: Any) -> tuple[str, str]:
     return "wrong", f"{q.id}: not right. {why}"
 
 
+# ---------------------------------------------------------------- function exercises
+def _say(v: float | None, unit: str = "") -> str:
+    return "None" if v is None else f"{v:.4g}{' ' + unit if unit else ''}"
+
+
+def judge_function(q: Question, got: dict[str, float | str | None],
+                   expected: list[tuple[Case, float]]) -> tuple[str, str]:
+    """``(status, feedback)`` for what a learner's function gave on each case (``got``: case name -> number,
+    None or a sentence, :func:`infralens_lab.quiz.functions.outputs`) against the reference's (``expected``).
+
+    Unanswered when it gave None on every case (the scaffold's ``...``). Otherwise the first case, in order, whose
+    value is not a number or lies outside the tolerance (the bank's floor, or the case's own spread when wider)
+    is named with what the function gave, the right value and, for a number, the slip that explains it
+    (:func:`slip`: µs for ms, a fraction for a percent) or the bank's low/high feedback. The right value of a
+    held-out case is shown too: a constant cannot match every case, so showing it gives no answer away."""
+    if expected and all(got.get(c.name) is None for c, _ in expected):
+        first = expected[0][0].name
+        return "unanswered", (f"{q.id}: not answered yet: your function returned None on {first!r} (the body is "
+                              "still `...`?); make it return a number.")
+    unit = f" {q.unit}" if q.unit else ""
+    for i, (c, want) in enumerate(expected):
+        where = f"on {c.name!r} (case {i + 1} of {len(expected)})"
+        if c.name not in got:
+            return "wrong", (f"{q.id}: not right {where}: no value was recorded for this case (the cases your check "
+                             "ran were not these: was the recorded set changed?).")
+        v = got[c.name]
+        if v is None:
+            return "wrong", f"{q.id}: not right {where}: your function returned None; return a number{unit}."
+        if isinstance(v, str):
+            fix = "" if v.startswith("raised") else f"; return a number{unit}"
+            return "wrong", f"{q.id}: not right {where}: your function {v}{fix}."
+        tol = tolerance(q, Measured(want, c.spread))
+        if abs(v - want) <= tol:
+            continue
+        side = "high" if v > want else "low"
+        why = slip(q, v, want, tol) or q.feedback.get(side, f"{v:g}{unit} is too {side}.")
+        return "wrong", (f"{q.id}: not right {where}: your function gave {_say(v, q.unit)}, expected "
+                         f"{want:.4g} ± {tol:.2g}{unit}. {why}")
+    return "correct", ""
+
+
+def _function_check(q: Question, answer: Any) -> tuple[str, str, dict]:
+    """``(status, text, record)`` of a function exercise checked in the kernel: a non-callable answer (a typed
+    constant) is wrong and says that a function is expected; a function is run on every case."""
+    var = answer_variable(q.id)
+    if is_unanswered(answer):
+        return "unanswered", f"{q.id}: not answered yet.", answer_record(q.id, answer)
+    if not callable(answer):
+        shown = f"{answer:g}" if isinstance(answer, float) else repr(answer)[:80]
+        return "wrong", (f"{q.id}: not right. {var} is {shown}, a value; this exercise asks for a function "
+                         f"({var} = your_function, the function itself, not its result): the check runs it on the "
+                         "lab's evidence and on held-out evidence."), answer_record(q.id, answer)
+    expected = reference_values(q)
+    if expected is None:
+        raise ValueError(f"{q.id}: its cases provider {q.cases} found no evidence (no recording in this checkout?)")
+    got = outputs(answer, [c for c, _ in expected])
+    status, text = judge_function(q, got, expected)
+    if status == "correct":
+        first = expected[0][0]
+        held = sum(c.held_out for c, _ in expected)
+        text = (f"right on all {len(expected)} cases ({held} held out); on {first.name!r} it gives "
+                f"{_say(got[first.name], q.unit)}")
+    return status, text, function_record(q.id, got)
+
+
 def _message(q: Question, status: str, text: str, evidence_answer: Any, stale: bool = False) -> str:
     pts = f"{_fmt_points(q.points)} point{'s' if q.points != 1 else ''}"
+    if status == "correct" and q.kind == "function":
+        return f"✓ {q.id}: {text}, {pts}. {q.explanation}"
     if status == "correct":
         derived = ""
         if q.derive is not None:
@@ -287,16 +358,23 @@ def check(qid: str, answer: Any, evidence: Any = None) -> CheckResult:
 
     ``evidence`` (an Evidence, DataFrame or rows) is required for questions whose answer is
     derived from the notebook's evidence; a number answer is right within the question's
-    tolerance (``|answer - expected| <= max(abs, rel * |expected|)``).
+    tolerance (``|answer - expected| <= max(abs, rel * |expected|)``). For a function exercise (bank kind
+    ``function``) ``answer`` is the learner's function itself: it is run on the lab's cases and held-out ones
+    (:mod:`.functions`), each held to the reference within the tolerance, and ``evidence`` is not used.
     """
     q = question(qid)
-    expected = expected_answer(q, evidence)
     stale = _not_run_message(q)
-    status, text = ("unanswered", stale) if stale else _judge(q, answer, expected)
+    if q.kind == "function":  # the answer is a function, run on the lab's cases and held-out ones
+        expected = None
+        status, text, record = ("unanswered", stale, answer_record(qid, None)) if stale else _function_check(q, answer)
+    else:
+        expected = expected_answer(q, evidence)
+        status, text = ("unanswered", stale) if stale else _judge(q, answer, expected)
+        record = answer_record(qid, answer)
     result = CheckResult(qid, status, q.points if status == "correct" else 0, q.points,
                          _message(q, status, text, expected, stale=bool(stale)))
     print(result.message)
-    _publish(answer_record(qid, answer))
+    _publish(record)
     if grade_mode() and status != "correct":
         raise AssertionError(result.message)
     return result

@@ -15,7 +15,9 @@ For one submitted ``.ipynb`` (its bytes, read before any notebook ran) the grade
    and that cell ran, else in the submitted file;
 5. judges it with the same rules as :func:`~infralens_lab.quiz.check.check`, and for a question whose
    answer is derived from evidence (every exercise is), computes the right answer here from the evidence
-   the bank's ``evidence`` provider returns in this process.
+   the bank's ``evidence`` provider returns in this process. A function exercise (bank kind ``function``) is
+   judged from what its function gave on each case in the grader's run (``RUN=1``), against the reference
+   computed here; without a run it is ``not checked`` (:func:`function_row`).
 
 Every error while grading one notebook (RecursionError, MemoryError, anything) stays in that notebook's
 rows. Nothing a cell prints, patches or writes reaches these decisions. See docs/instructors.md.
@@ -35,16 +37,19 @@ from typing import Any
 from ..errors import InfraLensError
 from .answers import Answer, cell_text, final_answers, nfkc, recorded_values, saved_payloads
 from .bank import BankError, Question, answer_variable, is_exercise, labs, load_bank
-from .check import _judge, expected_answer
+from .check import _judge, expected_answer, judge_function
+from .functions import reference_values
 from .scores import CAPS, clip
 
 COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
-STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "unreadable", "unknown lab", "not graded")
+STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "not checked", "unreadable", "unknown lab",
+            "not graded")
+NOT_RUN_FUNCTION = ("function exercise: not checked with RUN=0 (only final values are checked without running code)")
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 _FILE_LAB = re.compile(r"^(\d{2})_")
 _TITLE_LAB = re.compile(r"\bLab\s+(\d{2})\b")
 
-__all__ = ["COLUMNS", "STATUSES", "Answer", "EvidenceUnavailable", "NotebookError", "Row", "expected_for_grading",
+__all__ = ["COLUMNS", "NOT_RUN_FUNCTION", "STATUSES", "Answer", "EvidenceUnavailable", "NotebookError", "Row", "expected_for_grading",
            "final_answers", "grade_notebook", "grader_evidence", "identify_lab", "judge_question", "read_notebook",
            "unreadable_rows"]
 
@@ -220,6 +225,8 @@ def exercise_answer(q: Question, answer: Answer, saved: dict[int, list], run=Non
     var, cell = answer_variable(q.id), answer.cell
     ran = run is not None and cell in run.finished_cells
     state, value, why = recorded_values(run.records if ran else saved, cell, q.id)
+    if state == "ok" and isinstance(value, dict):  # a function exercise's record, for a question that wants a value
+        state, why = "bad", "it holds what a function gave on cases, but this exercise asks for a value"
     where = (f"when the grader ran code cell {cell}" if ran else
              f"in the output saved in the file for code cell {cell}"
              + (" (the grader's run did not reach that cell)" if run is not None else ""))
@@ -254,6 +261,52 @@ def judge_question(q: Question, answer: Answer | None) -> tuple[str, float, str]
     status, text = _judge(q, answer.value, expected)
     note = f" (value recorded {answer.source})" if answer.how == "recorded" and status != "correct" else ""
     return status, (q.points if status == "correct" else 0), (text + note if status != "correct" else "")
+
+
+def function_row(q: Question, answer: Answer | None, run=None) -> tuple[str, float, str, Answer | None]:
+    """``(status, points, feedback, answer shown)`` for a function exercise (bank kind ``function``).
+
+    Its answer is a function, which only running the notebook can evaluate: with ``RUN=1`` the grader reads what
+    ``check`` recorded in its run (what the function gave on each case) and judges it against the reference,
+    computed here on the same cases (:func:`infralens_lab.quiz.check.judge_function`). Without a run that reached
+    the cell (``RUN=0``, a run that died first) the row is ``not checked`` and scores 0 of its points
+    (:data:`NOT_RUN_FUNCTION`); a literal written out (a typed constant) is wrong in either case: a value, not a
+    function. The record saved in the submitted file is not read: no code ran to make it."""
+    var = answer_variable(q.id)
+    if answer is None:
+        return "unanswered", 0, f"no {var} = ... cell in the notebook", None
+    if answer.literal:
+        if answer.value is None or answer.value is Ellipsis or (isinstance(answer.value, str) and not answer.value.strip()):
+            return "unanswered", 0, f"{q.id}: not answered yet.", answer
+        return "wrong", 0, (f"{q.id}: not right. {var} is a value written out; this exercise asks for a function "
+                            f"({var} = your_function), run on the lab's evidence and on held-out evidence."), answer
+    cell = answer.cell
+    if run is None:
+        return "not checked", 0, NOT_RUN_FUNCTION, None
+    if cell not in run.finished_cells:
+        return "not checked", 0, (f"function exercise: not checked: the grader's run did not reach code cell {cell} "
+                                  "(only final values are checked without running code)"), None
+    state, value, why = recorded_values(run.records, cell, q.id)
+    if state == "bad":
+        return "invalid", 0, f"{var}: the value recorded when the grader ran code cell {cell} is refused: {why}", None
+    error = run.cells.get(cell, {}).get("error", "").splitlines()[:1]
+    if state == "none" or value is None:
+        stopped = f"; the cell stopped with {error[0]}" if error else ""
+        return "unanswered", 0, (f"{q.id}: no function was checked when the grader ran code cell {cell}{stopped}: "
+                                 f"set {var} = your_function and keep check({q.id!r}, {var}) in the cell"), None
+    if not isinstance(value, dict):
+        shown = Answer(value=value, cell=cell, how="recorded")
+        return "wrong", 0, (f"{q.id}: not right. {var} was {value!r}, a value; this exercise asks for a function "
+                            f"({var} = your_function), run on the lab's evidence and on held-out evidence."), shown
+    try:
+        expected = reference_values(q)
+    except Exception as exc:  # FunctionCaseError or any failure of the cases or the reference stays in this row
+        return "no evidence", 0, f"not marked: {q.id}: {type(exc).__name__}: {exc}", None
+    if expected is None:
+        return "no evidence", 0, f"not marked: {q.id}: its cases provider {q.cases} found no evidence", None
+    status, text = judge_function(q, value["cases"], expected)
+    shown = Answer(value=f"a function, run on {len(expected)} cases", cell=cell, how="recorded")
+    return status, (q.points if status == "correct" else 0), text, shown
 
 
 def _shown(answer: Answer | None) -> str:
@@ -303,9 +356,12 @@ def _grade(path: Path, name: str, data: bytes | None, run) -> list[Row]:
     rows = []
     for q in bank.values():
         answer = answers.get(answer_variable(q.id))
-        if answer is not None and is_exercise(q.id) and not answer.literal:
-            answer = exercise_answer(q, answer, saved, run)
-        status, points, feedback = judge_question(q, answer)
+        if q.kind == "function":
+            status, points, feedback, answer = function_row(q, answer, run)
+        else:
+            if answer is not None and is_exercise(q.id) and not answer.literal:
+                answer = exercise_answer(q, answer, saved, run)
+            status, points, feedback = judge_question(q, answer)
         extra = [flag] if flag else []
         if status != "correct":
             extra += notes

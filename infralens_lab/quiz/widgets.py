@@ -44,6 +44,9 @@ def question_text(qid: str) -> str:
                      f"{next(iter(q.options))!r}.")
     elif q.kind == "number":
         lines.append(f"Answer in {answer_variable(q.id)} with a number{' in ' + q.unit if q.unit else ''}.")
+    elif q.kind == "function":
+        lines.append(f"Answer in {answer_variable(q.id)} with a function (the function itself); it is checked on this "
+                     "lab's evidence and on held-out evidence.")
     else:
         lines.append(f"Answer in {answer_variable(q.id)} with one of: {', '.join(q.words)}.")
     if q.derive is not None:
