@@ -133,7 +133,22 @@ def test_record_parser_rejects_non_finite_and_huge():
 
 # ---------------------------------------------------------------- nbval never compares the record
 def test_plugin_constants_match_the_package():
-    assert plugin.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == grader.COLUMNS == scores.COLUMNS
+    from infralens_lab.quiz import runner
+
+    assert plugin.ANSWER_MIME == runner.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == grader.COLUMNS == scores.COLUMNS
+
+
+def test_runner_script_imports_nothing_of_the_package():
+    """The runner runs as a script (``python -P runner.py``), so each notebook's run skips importing the quiz
+    package (pandas, the banks): about a second of CPU per notebook on a 2-core machine."""
+    code = ("import runpy, sys; sys.argv = ['runner.py', '--help']\ntry:\n    runpy.run_path(sys.argv_path, run_name='__main__')\n"
+            "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('infralens_lab') or m == 'pandas'))")
+    from infralens_lab.quiz import isolation
+
+    proc = subprocess.run([sys.executable, "-P", "-c", code.replace("sys.argv_path", repr(str(isolation.RUNNER)))],
+                          capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
 
 
 def test_nbval_compares_outputs_without_answer_records():
@@ -205,6 +220,22 @@ def test_snapshot_sees_a_changed_and_an_added_file(tmp_path):
     (tmp_path / "a.py").write_text("x = 2")
     (tmp_path / "b.json").write_text("{}")
     assert snap.changes() == [str(tmp_path / "a.py"), str(tmp_path / "b.json")]
+
+
+def test_snapshot_puts_back_bytes_and_dates_and_removes_what_was_added(tmp_path):
+    """What JOBS > 1 does before running again one at a time the notebooks that ran beside a change: the date
+    goes back too, so that a .pyc compiled from the file before stays valid (else the next import rewrites it)."""
+    import random
+
+    body = f"x = {random.randrange(10**9)}\n".encode()
+    (tmp_path / "a.py").write_bytes(body)
+    os.utime(tmp_path / "a.py", ns=(1_600_000_000_000_000_000, 1_600_000_000_123_456_789))
+    snap = manifest.Snapshot([tmp_path])
+    (tmp_path / "a.py").write_text("def _judge(*a):\n    return 'correct', ''\n")
+    (tmp_path / "planted.pyc").write_bytes(b"\0" * 16)
+    assert snap.restore(snap.changes()) == [] and snap.changes() == []
+    assert (tmp_path / "a.py").read_bytes() == body and not (tmp_path / "planted.pyc").exists()
+    assert (tmp_path / "a.py").stat().st_mtime_ns == 1_600_000_000_123_456_789
 
 
 # ---------------------------------------------------------------- score files
