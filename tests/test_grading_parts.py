@@ -631,3 +631,26 @@ def test_make_grade_refuses_a_conftest_in_the_grader_folder_before_pytest_starts
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "holds conftest.py pytest.ini" in out and "delete all but pytest.ini" in out, out
     assert not (tmp_path / "imported").exists()
+
+
+def test_keys_come_from_the_graders_memory_not_from_files_a_run_can_change(tmp_path, monkeypatch):
+    """make grade computes every key before any notebook runs (pytest_collection_finish), from evidence it then
+    holds in its own memory: a recorded set moved away afterwards (as a RUN=1 notebook's code could do) changes no
+    key. Without that memory the same call finds no evidence, so this test can fail."""
+    from infralens_lab.evidence import DATA_ROOT_ENV, data_root
+    from infralens_lab.quiz import question
+
+    data = tmp_path / "recorded"
+    shutil.copytree(data_root(), data)
+    monkeypatch.setenv(DATA_ROOT_ENV, str(data))
+    q = question("lab04.ex3")   # the stride-8 copy's dominant stall share, from the recorded ncu run
+    grader.grader_evidence.cache_clear()
+    try:
+        key = grader.expected_for_grading(q)
+        data.rename(tmp_path / "moved")
+        assert grader.expected_for_grading(q) == key
+        grader.grader_evidence.cache_clear()
+        with pytest.raises(grader.EvidenceUnavailable):
+            grader.expected_for_grading(q)
+    finally:
+        grader.grader_evidence.cache_clear()
