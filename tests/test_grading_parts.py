@@ -353,6 +353,8 @@ def test_empty_submissions_folder_is_refused_clearly(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["SUBMISSIONS=/no/such/folder"], "SUBMISSIONS=/no/such/folder does not exist"),
     (["SUBMISSIONS=.", "RUN=2"], "RUN=2; expected 1"),
+    (["SUBMISSIONS=.", "JOBS=0"], "JOBS=0; expected a whole number of notebooks to run at once"),
+    (["SUBMISSIONS=.", "JOBS=two"], "JOBS=two; expected a whole number"),
 ])
 def test_bad_make_grade_arguments_are_named(args, words):
     proc = _make(*args)
@@ -654,3 +656,68 @@ def test_keys_come_from_the_graders_memory_not_from_files_a_run_can_change(tmp_p
             grader.expected_for_grading(q)
     finally:
         grader.grader_evidence.cache_clear()
+
+
+class _FakeFile:
+    """What GradeSession's run loop needs of a GradeFile."""
+
+    def __init__(self, who):
+        self.name_, self.data = f"{who}/00_start_here.ipynb", who.encode()
+        self.planted, self.changed, self.victim = [], [], ""
+
+    def flag_victim(self, culprit):
+        self.victim = culprit
+
+
+def _session(tmp_path, jobs, files):
+    """A GradeSession with its run state set up by hand over ``tmp_path/subs`` (no pytest config, no kernels)."""
+    from infralens_lab.quiz import world
+    from infralens_lab.quiz.submissions import FolderState
+
+    subs = tmp_path / "subs"
+    for f in files:
+        (subs / f.name_).parent.mkdir(parents=True)
+        (subs / f.name_).write_text(f"{f.data.decode()}\n")
+    s = plugin.GradeSession.__new__(plugin.GradeSession)
+    s.jobs, s.timeout, s.budget, s.started, s.outcomes, s.stopped, s.messages = jobs, 30.0, None, None, {}, "", []
+    s.submissions, s.files, s.folder_state = str(subs), files, FolderState(subs)
+    s.snapshot, s.world_bytes = manifest.Snapshot([]), {}
+    s.world = world.state(subs, Path.cwd())
+    return s, subs
+
+
+@pytest.mark.parametrize("plants_again", [True, False])
+def test_a_change_found_while_two_ran_is_pinned_by_running_them_again_alone(tmp_path, monkeypatch, plants_again):
+    """JOBS=2 (issue 44): b rewrites c's file while a runs beside it; the grader cannot tell which did it, puts the
+    file back and runs a and b again one at a time: b is flagged, c is the victim, a is clean, as with JOBS=1. A
+    notebook that does it only once (not again when run alone) leaves both flagged."""
+    import threading
+    import time as _time
+
+    files = [_FakeFile(n) for n in ("a", "b", "c", "d")]
+    s, subs = _session(tmp_path, 2, files)
+    runs, lock = [], threading.Lock()
+
+    def fake_run(data, limit, env=None):
+        who = data.decode()
+        with lock:
+            runs.append(who)
+            first = runs.count(who) == 1
+        if who == "b" and (first or plants_again):   # at once, while a runs beside it
+            victim = subs / "c" / "00_start_here.ipynb"
+            victim.chmod(0o644)
+            victim.write_text("all right now\n")
+        _time.sleep(0.3)
+        return RunOutcome("ok", seconds=0.3)
+
+    monkeypatch.setattr(plugin, "run_notebook", fake_run)
+    s._run_all(files)
+    assert (subs / "c" / "00_start_here.ipynb").read_text() == "c\n"
+    assert set(s.outcomes) == set(files) and all(o.state == "ok" for o in s.outcomes.values())
+    assert sorted(runs[:2]) == ["a", "b"] and runs[2:4] == ["a", "b"] and runs.count("c") == 1, runs  # again, alone
+    a, b, c, _ = files
+    if plants_again:
+        assert b.planted == ["c/00_start_here.ipynb (changed)"] and a.planted == [] and c.victim == b.name_
+    else:
+        assert a.planted == b.planted == ["c/00_start_here.ipynb (changed)"] and c.victim == ""
+        assert any("all are flagged" in m for m in s.messages), s.messages
