@@ -57,8 +57,8 @@ gates-gpu: $(STAMP)
 # TIMEOUT seconds, and whatever it leaves running is killed. RUN=0 grades from the files alone and executes
 # no submitted code (no sandbox needed). Scores and class_report.html are written once, at the end.
 # BUDGET=seconds caps all runs together (RUN=1): what is left is "not run: budget", scored from the file.
-# JOBS=N runs up to N notebooks at once (RUN=1; default: one per CPU core), each isolated as alone; the rows are
-# those of JOBS=1 (a change found while several ran is pinned down by running those again one at a time).
+# JOBS=N runs up to N notebooks at once (RUN=1; default: one per CPU core, 1 on a GPU machine), each isolated; rows as
+# JOBS=1 (a change found while several ran is pinned down by running those again one at a time).
 SUBMISSIONS ?=
 SCORES ?= scores.csv
 RUN ?= 1

@@ -143,7 +143,12 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
 
 
 def default_jobs() -> int:
-    """Notebooks to run at once by default: the CPU cores this process may use, or 1 if unknown."""
+    """Notebooks to run at once by default: the CPU cores this process may use, or 1 if unknown; 1 on a GPU
+    machine, where notebooks that time kernels live would share the GPU and time each other (JOBS=N overrides)."""
+    from ..device import mode
+
+    if mode() == "gpu":
+        return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -380,7 +385,7 @@ class GradeSession:
         if self.budget is not None and not self.budget > 0:
             raise pytest.UsageError(f"--infralens-budget {self.budget:g}: expected a positive number of seconds")
         jobs = config.getoption("infralens_jobs", None)
-        self.jobs = default_jobs() if jobs is None else jobs
+        self.jobs = 1 if not self.run else default_jobs() if jobs is None else jobs
         if self.run and self.jobs < 1:
             raise pytest.UsageError(f"--infralens-jobs {self.jobs}: expected a whole number of notebooks at least 1 "
                                     "(with make grade: JOBS=N)")
