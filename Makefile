@@ -57,17 +57,21 @@ gates-gpu: $(STAMP)
 # TIMEOUT seconds, and whatever it leaves running is killed. RUN=0 grades from the files alone and executes
 # no submitted code (no sandbox needed). Scores and class_report.html are written once, at the end.
 # BUDGET=seconds caps all runs together (RUN=1): what is left is "not run: budget", scored from the file.
+# JOBS=N runs up to N notebooks at once (RUN=1; default: one per CPU core, 1 on a GPU machine), each isolated; rows as
+# JOBS=1 (a change found while several ran is pinned down by running those again one at a time).
 SUBMISSIONS ?=
 SCORES ?= scores.csv
 RUN ?= 1
 TIMEOUT ?= 120
 BUDGET ?=
-GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT) $(if $(BUDGET),--infralens-budget=$(BUDGET)))
+JOBS ?=
+GRADE_EXEC := $(if $(filter 0,$(RUN)),,--infralens-run --infralens-timeout=$(TIMEOUT) $(if $(BUDGET),--infralens-budget=$(BUDGET)) $(if $(JOBS),--infralens-jobs=$(JOBS)))
 GRADE_ROOT := infralens_lab/quiz/grade_root
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120]"; exit 2; }
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path/to/notebooks/ [SCORES=scores.csv] [RUN=0] [TIMEOUT=120] [JOBS=N] [BUDGET=s]"; exit 2; }
 	@test -e "$(SUBMISSIONS)" || { echo "make grade: SUBMISSIONS=$(SUBMISSIONS) does not exist; expected a folder of submitted .ipynb notebooks" >&2; exit 2; }
 	@case "$(RUN)" in 0|1) ;; *) echo "make grade: RUN=$(RUN); expected 1 (execute the notebooks, isolated) or 0 (read the files only)" >&2; exit 2;; esac
+	@case "$(JOBS)" in ''|[1-9]|[1-9][0-9]|[1-9][0-9][0-9]) ;; *) echo "make grade: JOBS=$(JOBS); expected a whole number of notebooks to run at once, 1 to 999 (default: one per CPU core)" >&2; exit 2;; esac
 	@# pytest imports a conftest.py in the folder it is given before the grader can check anything: refuse first
 	@test "$$(ls -A $(GRADE_ROOT))" = "pytest.ini" || { echo "make grade: refusing to grade: $(GRADE_ROOT) holds $$(ls -A $(GRADE_ROOT) | tr '\n' ' '); expected only pytest.ini (pytest would import a conftest.py there). If you did not put them there, a submission's code may have (RUN=1): delete all but pytest.ini" >&2; exit 2; }
 	@# pytest exits 1 when some answers are wrong: that is a result, not an error; 2 and up are errors

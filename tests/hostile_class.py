@@ -43,14 +43,16 @@ EXERCISE = {"id": EX, "kind": "number", "points": 1, "unit": "lanes", "tolerance
 PLANTED_CONFTEST = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
                     "    out = yield\n    out.get_result().outcome = 'passed'\n"
                     "from infralens_lab.quiz import check\ncheck._judge = lambda q, a, e: ('correct', '')\n")
-# a cell finds the grading process in /proc: its submissions folder, score path and working folder
-FIND_GRADER = ("import os, glob, json, shutil\nsubs = scores = cwd = None\n"
-               "for d in glob.glob('/proc/[0-9]*'):\n    try:\n        argv = open(d + '/cmdline', 'rb').read().decode().split('\\0')\n"
-               "    except OSError:\n        continue\n"
+# a cell finds the grading process in /proc: its submissions folder, score path and working folder. It walks up
+# from its own process (kernel, runner, grader), so another grading run on the same machine is never the one hit
+FIND_GRADER = ("import os, glob, json, shutil\nsubs = scores = cwd = None\npid = os.getppid()\n"
+               "while pid > 1 and subs is None:\n"
+               "    argv = open(f'/proc/{pid}/cmdline', 'rb').read().decode().split('\\0')\n"
                "    hits = [a.split('=', 1)[1] for a in argv if a.startswith('--infralens-submissions=')]\n"
                "    if hits and '--infralens-score-csv' in argv:\n"
                "        subs, scores = hits[0], argv[argv.index('--infralens-score-csv') + 1]\n"
-               "        cwd = os.readlink(d + '/cwd')\n        break\n")
+               "        cwd = os.readlink(f'/proc/{pid}/cwd')\n"
+               "    pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n")
 PLANT_YAN = ("def overwrite(dst, src):\n    st = os.stat(dst)\n    os.chmod(os.path.dirname(dst), 0o755)\n"
              "    os.chmod(dst, 0o644)\n    shutil.copyfile(src, dst)\n    os.utime(dst, (st.st_atime, st.st_mtime))\n"
              "overwrite(os.path.join(subs, 'yan', '00_start_here.ipynb'), os.path.join(subs, 'alice', '00_start_here.ipynb'))\n"

@@ -64,6 +64,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import CHROMIUM_ARGS, FIXTURE_QUESTION, FIXTURE_RIGHT, FIXTURE_WRONG, ROOT
+from helpers import question_sections_of
 
 from infralens_lab.present import SCROLL_CUE_CLASS, SCROLL_FADE_CLASS
 from infralens_lab.quiz.cells import CLEARED_TAGS
@@ -890,6 +891,20 @@ def test_class_report_in_chromium(width, browser, shots, tmp_path):
         assert len(svgs) == 2 and max(svgs) <= width, f"a histogram runs past the window: {svgs}"
         page.screenshot(path=str(shots / f"class_report_{width}.png"), full_page=True)
         trouble.check(f"class report at {width} px")
+        if width == 800:  # one student's feedback page (make grade writes one per student), at the narrow width
+            students = {r["notebook"]: r["notebook"].split("/")[1] for r in rows}
+            who = "student_00_with_a_rather_long_folder_name"
+            pages = report.write_student_pages(rows, tmp_path / "feedback", students)
+            student = next(p for p in pages if p.name == report.page_name(who))
+            page.goto(student.as_uri(), wait_until="load")
+            assert page.title() == f"Feedback: {who}"
+            over = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert over <= 1, f"a feedback page at {width} px is {over} px wider than the window"
+            assert check_tables(page, "main", f"feedback page at {width} px") == 2  # lab00, lab01
+            text = page.inner_text("main")
+            assert "lab00.q1" in text and "right (1/1)" in text and question_sections_of("lab00")["lab00.q1"] in text
+            page.screenshot(path=str(shots / f"feedback_page_{width}.png"), full_page=True)
+            trouble.check(f"feedback page at {width} px")
 
 
 SEARCHES = (("long scoreboard", "04_"), ("bucket_cap_mb", "06_"))

@@ -133,7 +133,22 @@ def test_record_parser_rejects_non_finite_and_huge():
 
 # ---------------------------------------------------------------- nbval never compares the record
 def test_plugin_constants_match_the_package():
-    assert plugin.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == grader.COLUMNS == scores.COLUMNS
+    from infralens_lab.quiz import runner
+
+    assert plugin.ANSWER_MIME == runner.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == grader.COLUMNS == scores.COLUMNS
+
+
+def test_runner_script_imports_nothing_of_the_package():
+    """The runner runs as a script (``python -P runner.py``), so each notebook's run skips importing the quiz
+    package (pandas, the banks): about a second of CPU per notebook on a 2-core machine."""
+    code = ("import runpy, sys; sys.argv = ['runner.py', '--help']\ntry:\n    runpy.run_path(sys.argv_path, run_name='__main__')\n"
+            "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('infralens_lab') or m == 'pandas'))")
+    from infralens_lab.quiz import isolation
+
+    proc = subprocess.run([sys.executable, "-P", "-c", code.replace("sys.argv_path", repr(str(isolation.RUNNER)))],
+                          capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
 
 
 def test_nbval_compares_outputs_without_answer_records():
@@ -205,6 +220,22 @@ def test_snapshot_sees_a_changed_and_an_added_file(tmp_path):
     (tmp_path / "a.py").write_text("x = 2")
     (tmp_path / "b.json").write_text("{}")
     assert snap.changes() == [str(tmp_path / "a.py"), str(tmp_path / "b.json")]
+
+
+def test_snapshot_puts_back_bytes_and_dates_and_removes_what_was_added(tmp_path):
+    """What JOBS > 1 does before running again one at a time the notebooks that ran beside a change: the date
+    goes back too, so that a .pyc compiled from the file before stays valid (else the next import rewrites it)."""
+    import random
+
+    body = f"x = {random.randrange(10**9)}\n".encode()
+    (tmp_path / "a.py").write_bytes(body)
+    os.utime(tmp_path / "a.py", ns=(1_600_000_000_000_000_000, 1_600_000_000_123_456_789))
+    snap = manifest.Snapshot([tmp_path])
+    (tmp_path / "a.py").write_text("def _judge(*a):\n    return 'correct', ''\n")
+    (tmp_path / "planted.pyc").write_bytes(b"\0" * 16)
+    assert snap.restore(snap.changes()) == [] and snap.changes() == []
+    assert (tmp_path / "a.py").read_bytes() == body and not (tmp_path / "planted.pyc").exists()
+    assert (tmp_path / "a.py").stat().st_mtime_ns == 1_600_000_000_123_456_789
 
 
 # ---------------------------------------------------------------- score files
@@ -322,6 +353,8 @@ def test_empty_submissions_folder_is_refused_clearly(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["SUBMISSIONS=/no/such/folder"], "SUBMISSIONS=/no/such/folder does not exist"),
     (["SUBMISSIONS=.", "RUN=2"], "RUN=2; expected 1"),
+    (["SUBMISSIONS=.", "JOBS=0"], "JOBS=0; expected a whole number of notebooks to run at once"),
+    (["SUBMISSIONS=.", "JOBS=two"], "JOBS=two; expected a whole number"),
 ])
 def test_bad_make_grade_arguments_are_named(args, words):
     proc = _make(*args)
@@ -600,3 +633,91 @@ def test_make_grade_refuses_a_conftest_in_the_grader_folder_before_pytest_starts
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "holds conftest.py pytest.ini" in out and "delete all but pytest.ini" in out, out
     assert not (tmp_path / "imported").exists()
+
+
+def test_keys_come_from_the_graders_memory_not_from_files_a_run_can_change(tmp_path, monkeypatch):
+    """make grade computes every key before any notebook runs (pytest_collection_finish), from evidence it then
+    holds in its own memory: a recorded set moved away afterwards (as a RUN=1 notebook's code could do) changes no
+    key. Without that memory the same call finds no evidence, so this test can fail."""
+    from infralens_lab.evidence import DATA_ROOT_ENV, data_root
+    from infralens_lab.quiz import question
+
+    data = tmp_path / "recorded"
+    shutil.copytree(data_root(), data)
+    monkeypatch.setenv(DATA_ROOT_ENV, str(data))
+    q = question("lab04.ex3")   # the stride-8 copy's dominant stall share, from the recorded ncu run
+    grader.grader_evidence.cache_clear()
+    try:
+        key = grader.expected_for_grading(q)
+        data.rename(tmp_path / "moved")
+        assert grader.expected_for_grading(q) == key
+        grader.grader_evidence.cache_clear()
+        with pytest.raises(grader.EvidenceUnavailable):
+            grader.expected_for_grading(q)
+    finally:
+        grader.grader_evidence.cache_clear()
+
+
+class _FakeFile:
+    """What GradeSession's run loop needs of a GradeFile."""
+
+    def __init__(self, who):
+        self.name_, self.data = f"{who}/00_start_here.ipynb", who.encode()
+        self.planted, self.changed, self.victim = [], [], ""
+
+    def flag_victim(self, culprit):
+        self.victim = culprit
+
+
+def _session(tmp_path, jobs, files):
+    """A GradeSession with its run state set up by hand over ``tmp_path/subs`` (no pytest config, no kernels)."""
+    from infralens_lab.quiz import world
+    from infralens_lab.quiz.submissions import FolderState
+
+    subs = tmp_path / "subs"
+    for f in files:
+        (subs / f.name_).parent.mkdir(parents=True)
+        (subs / f.name_).write_text(f"{f.data.decode()}\n")
+    s = plugin.GradeSession.__new__(plugin.GradeSession)
+    s.jobs, s.timeout, s.budget, s.started, s.outcomes, s.stopped, s.messages = jobs, 30.0, None, None, {}, "", []
+    s.submissions, s.files, s.folder_state = str(subs), files, FolderState(subs)
+    s.snapshot, s.world_bytes = manifest.Snapshot([]), {}
+    s.world = world.state(subs, Path.cwd())
+    return s, subs
+
+
+@pytest.mark.parametrize("plants_again", [True, False])
+def test_a_change_found_while_two_ran_is_pinned_by_running_them_again_alone(tmp_path, monkeypatch, plants_again):
+    """JOBS=2 (issue 44): b rewrites c's file while a runs beside it; the grader cannot tell which did it, puts the
+    file back and runs a and b again one at a time: b is flagged, c is the victim, a is clean, as with JOBS=1. A
+    notebook that does it only once (not again when run alone) leaves both flagged."""
+    import threading
+    import time as _time
+
+    files = [_FakeFile(n) for n in ("a", "b", "c", "d")]
+    s, subs = _session(tmp_path, 2, files)
+    runs, lock = [], threading.Lock()
+
+    def fake_run(data, limit, env=None):
+        who = data.decode()
+        with lock:
+            runs.append(who)
+            first = runs.count(who) == 1
+        if who == "b" and (first or plants_again):   # at once, while a runs beside it
+            victim = subs / "c" / "00_start_here.ipynb"
+            victim.chmod(0o644)
+            victim.write_text("all right now\n")
+        _time.sleep(0.3)
+        return RunOutcome("ok", seconds=0.3)
+
+    monkeypatch.setattr(plugin, "run_notebook", fake_run)
+    s._run_all(files)
+    assert (subs / "c" / "00_start_here.ipynb").read_text() == "c\n"
+    assert set(s.outcomes) == set(files) and all(o.state == "ok" for o in s.outcomes.values())
+    assert sorted(runs[:2]) == ["a", "b"] and runs[2:4] == ["a", "b"] and runs.count("c") == 1, runs  # again, alone
+    a, b, c, _ = files
+    if plants_again:
+        assert b.planted == ["c/00_start_here.ipynb (changed)"] and a.planted == [] and c.victim == b.name_
+    else:
+        assert a.planted == b.planted == ["c/00_start_here.ipynb (changed)"] and c.victim == ""
+        assert any("all are flagged" in m for m in s.messages), s.messages

@@ -6,12 +6,15 @@ subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): a process a notebook starts and 
 find it. Per notebook, :func:`run_notebook`
 
 1. writes the submission's bytes (read before anything ran) into a fresh scratch folder;
-2. starts :mod:`.runner` there, in its own session and process group; the runner starts the kernel, so the
+2. starts :mod:`.runner` there (as a script), in its own session and process group; the runner starts the kernel, so the
    kernel's parent is the runner and ``os.kill(os.getppid(), SIGKILL)`` in a cell kills the runner, never
-   the grader;
+   the grader. The runner is a child subreaper too, so what the kernel abandons is re-parented to the
+   runner, inside this run's process tree, while the runner lives;
 3. waits at most ``timeout`` seconds; then kills the runner's group, and
 4. :func:`kill_descendants`: finds every process below the grader in ``/proc`` (detached ones included,
-   since they were re-parented here) and SIGKILLs them until none is left, reaping each.
+   since they were re-parented here) and SIGKILLs them until none is left, reaping each, sparing only the
+   process trees of the runners of other notebooks still running (``make grade JOBS=N`` runs up to N at
+   once, one thread each): a process outside every live runner's tree belongs to a run that is over.
 
 What it does not stop: code running as your user can signal or rewrite anything your user can reach (it
 can look the grader up in ``/proc``); only another user or a container isolates that (docs/instructors.md).
@@ -19,7 +22,6 @@ can look the grader up in ``/proc``); only another user or a container isolates 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -27,22 +29,21 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PR_SET_CHILD_SUBREAPER = 36
+from .runner import become_subreaper  # noqa: F401 - the grader and tests call it from here
+
+RUNNER = Path(__file__).with_name("runner.py")   # run as a script: see its module doc
 MAX_RESULTS_BYTES = 20 * 1024 * 1024
 STATES = ("ok", "timed out", "kernel died", "runner killed", "runner failed", "not run", "not run: budget")
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (Linux); False where the platform has no such thing."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+# runners of the notebooks running now (JOBS > 1): started and swept for leftovers under one lock, so that a sweep
+# never sees a runner that is being started (a fork not yet registered) or kills a tree that is still running
+_RUNNERS: set[int] = set()
+_RUNNERS_LOCK = threading.Lock()
 
 
 def _proc_table() -> dict[int, tuple[int, str]]:
@@ -61,23 +62,25 @@ def _proc_table() -> dict[int, tuple[int, str]]:
     return table
 
 
-def descendants(root: int | None = None) -> list[tuple[int, int, str]]:
-    """Every process below ``root`` (default: this one): ``(pid, ppid, state)``, parents first."""
+def descendants(root: int | None = None, spare: frozenset[int] | set[int] = frozenset()) -> list[tuple[int, int, str]]:
+    """Every process below ``root`` (default: this one) but the trees rooted at ``spare``: ``(pid, ppid,
+    state)``, parents first."""
     root = os.getpid() if root is None else root
     table = _proc_table()
     children = defaultdict(list)
     for pid, (ppid, _) in table.items():
         children[ppid].append(pid)
-    out, todo = [], list(children.get(root, []))
+    out, todo = [], [p for p in children.get(root, []) if p not in spare]
     while todo:
         pid = todo.pop(0)
         out.append((pid, *table[pid]))
-        todo += children.get(pid, [])
+        todo += [p for p in children.get(pid, []) if p not in spare]
     return out
 
 
-def kill_descendants(rounds: int = 200, pause_s: float = 0.01) -> list[int]:
-    """SIGKILL every descendant of this process and reap the ones re-parented here, until none is left.
+def kill_descendants(rounds: int = 200, pause_s: float = 0.01, spare: frozenset[int] | set[int] = frozenset()) -> list[int]:
+    """SIGKILL every descendant of this process but the trees rooted at ``spare`` (runners still running), and
+    reap the ones re-parented here, until none is left.
 
     Returns the pids still there after ``rounds`` tries (empty when all are gone). Needs Linux's /proc.
     """
@@ -86,7 +89,7 @@ def kill_descendants(rounds: int = 200, pause_s: float = 0.01) -> list[int]:
     me = os.getpid()
     left: list[int] = []
     for _ in range(rounds):
-        procs = descendants(me)
+        procs = descendants(me, spare)
         if not procs:
             return []
         for pid, ppid, state in procs:
@@ -111,6 +114,8 @@ class RunOutcome:
     records: dict[int, list] = field(default_factory=dict)   # code cell -> answer payloads it published
     seconds: float = 0.0
     leftover: list[int] = field(default_factory=list)        # pids that would not die (never expected)
+    started: float = 0.0                                     # wall clock (time.time()) at the runner's start
+    ended: float = 0.0                                       # and once its leftovers were killed
 
     @property
     def finished_cells(self) -> set[int]:
@@ -181,13 +186,15 @@ def run_notebook(data: bytes, timeout: float, env: dict | None = None, python: s
     scratch.mkdir()
     nb_path, results, log = scratch / "submission.ipynb", private / "results.jsonl", private / "runner.log"
     nb_path.write_bytes(data)
-    cmd = [python or sys.executable, "-m", "infralens_lab.quiz.runner", str(nb_path), str(results),
+    cmd = [python or sys.executable, "-P", str(RUNNER), str(nb_path), str(results),
            "--cell-timeout", f"{timeout:g}", "--log", str(private / "kernel.log")]
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     timed_out = False
     with Path(log).open("wb") as log_f:
-        proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log_f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        with _RUNNERS_LOCK:
+            proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log_f,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            _RUNNERS.add(proc.pid)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -196,13 +203,17 @@ def run_notebook(data: bytes, timeout: float, env: dict | None = None, python: s
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.kill()
             proc.wait()
+        finally:
+            with _RUNNERS_LOCK:
+                _RUNNERS.discard(proc.pid)
     seconds = time.monotonic() - start
-    leftover = kill_descendants()
+    with _RUNNERS_LOCK:  # the runner is gone: everything below this process outside a live runner's tree is ours
+        leftover = kill_descendants(spare=frozenset(_RUNNERS))
     try:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:]
     except OSError:
         tail = []
     outcome = _outcome(_read_events(results), proc.returncode, timed_out, timeout, " ".join(tail)[-300:], seconds)
-    outcome.leftover = leftover
+    outcome.leftover, outcome.started, outcome.ended = leftover, started, time.time()
     shutil.rmtree(private, ignore_errors=True)
     return outcome

@@ -111,27 +111,64 @@ def verify(quiz_dir: Path = QUIZ_DIR) -> None:
         f"purpose, record the change with `{REGENERATE}`.")
 
 
+def put_back(saved: dict[str, bytes | None], paths: list[str], times: dict[str, tuple[int, int]] | None = None) -> list[str]:
+    """Write each of ``paths`` back as ``saved`` holds it: its bytes (and its ``(atime_ns, mtime_ns)`` from ``times``,
+    so that a ``.pyc`` compiled from it stays valid); removed when ``saved`` has no entry for it (a file added
+    since); left as it is when ``saved`` holds None (it could not be read then). Returns sentences for what could
+    not be put back (empty when all was)."""
+    import os
+
+    failed = []
+    for p in paths:
+        try:
+            if p not in saved:
+                Path(p).unlink(missing_ok=True)
+            elif saved[p] is None:
+                failed.append(f"{p} could not be put back: the grader could not read it before the runs")
+            else:
+                Path(p).parent.mkdir(parents=True, exist_ok=True)
+                Path(p).write_bytes(saved[p])
+                if times and p in times:
+                    os.utime(p, ns=times[p])
+        except OSError as exc:
+            failed.append(f"{p} could not be put back: {exc.strerror or exc}")
+    return failed
+
+
 class Snapshot:
-    """SHA-256 of every file under some folders, taken once and held in this process's memory."""
+    """SHA-256 of every file under some folders, taken once and held in this process's memory, with the bytes
+    (the package, the banks and the recorded evidence: about 20 MB) so that :meth:`restore` can put them back."""
 
     SUFFIXES = (".py", ".pyc", ".json", ".csv", ".txt", ".ipynb", ".ini")  # .pyc: the grader compiles them all first
 
     def __init__(self, folders: list[Path]):
         self.folders = [Path(f) for f in folders if Path(f).is_dir()]
-        self.hashes = self._hash()
+        self.data: dict[str, bytes | None] = {}
+        self.times: dict[str, tuple[int, int]] = {}
+        self.hashes = self._hash(keep=self.data)
 
-    def _hash(self) -> dict[str, str]:
+    def _hash(self, keep: dict | None = None) -> dict[str, str]:
         out = {}
         for folder in self.folders:
             for p in sorted(folder.rglob("*")):
                 if p.is_file() and p.suffix in self.SUFFIXES:
                     try:
-                        out[str(p)] = sha256_file(p)
+                        data = p.read_bytes()
+                        out[str(p)] = hashlib.sha256(data).hexdigest()
+                        if keep is not None:
+                            st = p.stat()
+                            self.times[str(p)] = (st.st_atime_ns, st.st_mtime_ns)
                     except OSError:
-                        out[str(p)] = "unreadable"
+                        data, out[str(p)] = None, "unreadable"
+                    if keep is not None:
+                        keep[str(p)] = data
         return out
 
     def changes(self) -> list[str]:
         """Files changed, added or removed since the snapshot (paths as strings, sorted)."""
         now = self._hash()
         return sorted(p for p in set(now) | set(self.hashes) if now.get(p) != self.hashes.get(p))
+
+    def restore(self, paths: list[str]) -> list[str]:
+        """Put ``paths`` (from :meth:`changes`) back as the snapshot found them; sentences for what could not be."""
+        return put_back(self.data, paths, self.times)

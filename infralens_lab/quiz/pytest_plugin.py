@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,9 @@ from .grader import (
     unreadable_rows,
 )
 from .isolation import RunOutcome, kill_descendants, run_notebook
-from .manifest import PACKAGE_DIR, ManifestError, Snapshot, verify
+from .manifest import PACKAGE_DIR, ManifestError, Snapshot, put_back, verify
 from .report import write_report, write_student_pages
+from .runner import skip_iri_grammar
 from .scores import (  # the plugin's summary and CSV (tests use these names)
     add_flag,
     clip_row,
@@ -82,6 +84,9 @@ def pytest_addoption(parser):
                          "copy, a timeout; whatever it leaves running is killed)")
     group.addoption("--infralens-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help=f"grade mode, --infralens-run: seconds one notebook may run (default {DEFAULT_TIMEOUT_S})")
+    group.addoption("--infralens-jobs", type=int, default=None, metavar="N",
+                    help="grade mode, --infralens-run: notebooks run at once, each isolated as alone (default: the "
+                         "number of CPU cores this process may use, or 1 if unknown)")
     group.addoption("--infralens-budget", type=float, default=None, metavar="SECONDS",
                     help="grade mode, --infralens-run: seconds all runs together may take; a notebook whose turn "
                          "comes after that is not run ('not run: budget') and is scored from its file")
@@ -137,6 +142,19 @@ def check_writable(path: str | os.PathLike, option: str) -> None:
             "folder you can write to (with make grade: SCORES=path/scores.csv)")
 
 
+def default_jobs() -> int:
+    """Notebooks to run at once by default: the CPU cores this process may use, or 1 if unknown; 1 on a GPU
+    machine, where notebooks that time kernels live would share the GPU and time each other (JOBS=N overrides)."""
+    from ..device import mode
+
+    if mode() == "gpu":
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def run_limit(timeout: float, budget: float | None, spent: float) -> float | None:
     """Seconds the next notebook may run: its own ``timeout``, cut to what is left of the class's ``budget``
     after ``spent`` seconds of runs; None when nothing is left (the notebook is not run)."""
@@ -159,6 +177,7 @@ def pytest_configure(config):
                                 "--infralens-grade (or INFRALENS_GRADE=1)")
     if not on:
         return
+    skip_iri_grammar()   # before the grader first reads a notebook (nbformat)
     if config.getoption("nbval", False) or config.getoption("nbval_lax", False):
         raise pytest.UsageError("grade mode executes the notebooks itself, each isolated in its own process "
                                 "(--infralens-run, make grade's RUN=1): drop --nbval/--nbval-lax")
@@ -365,7 +384,13 @@ class GradeSession:
         self.budget = config.getoption("infralens_budget", None)
         if self.budget is not None and not self.budget > 0:
             raise pytest.UsageError(f"--infralens-budget {self.budget:g}: expected a positive number of seconds")
-        self.spent = 0.0
+        jobs = config.getoption("infralens_jobs", None)
+        self.jobs = 1 if not self.run else default_jobs() if jobs is None else jobs
+        if self.run and self.jobs < 1:
+            raise pytest.UsageError(f"--infralens-jobs {self.jobs}: expected a whole number of notebooks at least 1 "
+                                    "(with make grade: JOBS=N)")
+        self.started = None      # time.monotonic() when the first run began: BUDGET counts wall time from there
+        self.outcomes = None     # GradeFile -> RunOutcome, once every notebook has run
         self.submissions = config.getoption("infralens_submissions", None)
         self.files: list[GradeFile] = []
         self.rows: list[dict] = []
@@ -390,7 +415,9 @@ class GradeSession:
         except Exception:  # no recorded data in this install: nothing there to watch
             data = []
         self.snapshot = Snapshot([PACKAGE_DIR, *banks_dirs(), *data])
-        self.world = world.state(Path(self.submissions) if self.submissions else None, Path.cwd())
+        self.world_bytes: dict = {}
+        self.world0 = self.world = world.state(Path(self.submissions) if self.submissions else None, Path.cwd(),
+                                               keep=self.world_bytes)
 
     # ------------------------------------------------------------ hooks
     @pytest.hookimpl(tryfirst=True)
@@ -423,20 +450,63 @@ class GradeSession:
                     expected_for_grading(q)
 
     def execute(self, gf: GradeFile):
-        if self.stopped:
-            return RunOutcome("not run", self.stopped)
-        limit = run_limit(self.timeout, self.budget, self.spent)
+        """``gf``'s run: every notebook is run (JOBS at a time) the first time one is asked for."""
+        if self.outcomes is None:
+            self.outcomes = {}
+            self._run_all([f for f in self.files if f.readable])
+        return self.outcomes[gf]
+
+    def _limit(self) -> float | None:
+        if self.started is None:
+            self.started = time.monotonic()
+        return run_limit(self.timeout, self.budget, time.monotonic() - self.started)
+
+    def _run_all(self, order: list[GradeFile]) -> None:
+        """Run ``order``'s notebooks; rows and flags come out as with JOBS=1 (one at a time, in order). Up to
+        JOBS run at once, and after each the grader looks for changes (the submissions, its own files, what it
+        loads). A change found while several ran cannot be pinned on one: the grader lets the others finish, puts
+        everything back, and runs those notebooks again one at a time, in order, checking after each."""
+        i = 0
+        while i < len(order):
+            if self.stopped:
+                self.outcomes[order[i]] = RunOutcome("not run", self.stopped)
+                i += 1
+            elif self.jobs == 1:
+                self.outcomes[order[i]] = self._run_checked(order[i])
+                i += 1
+            else:
+                i, suspects = self._run_side_by_side(order, i)
+                for gf in suspects:
+                    self.outcomes[gf] = (RunOutcome("not run", self.stopped) if self.stopped
+                                         else self._run_checked(gf))
+                if suspects and not any(gf.planted or gf.changed for gf in suspects):
+                    self._unpinned()
+        stop = next((k for k, f in enumerate(order) if f.changed), None)
+        for gf in order[stop + 1:] if stop is not None else []:  # after the one that changed the grader's files
+            if self.outcomes[gf].state != "not run":
+                self.outcomes[gf] = RunOutcome("not run", self.stopped)
+
+    def _isolated(self, gf: GradeFile, limit: float | None) -> RunOutcome:
         if limit is None:
             return RunOutcome("not run: budget", f"not run: the class's time budget of {self.budget:g} s was spent "
                               "before this notebook's turn")
-        with read_only(self.folder_state):
-            outcome = run_notebook(gf.data, limit, env=dict(os.environ))
-        self.spent += outcome.seconds
-        self._put_back(gf)
-        changed = self.snapshot.changes() if self.snapshot is not None else []
+        return run_notebook(gf.data, limit, env=dict(os.environ))
+
+    def _found(self) -> tuple[list, list, list, dict]:
+        """What changed since the last clean look: (the submissions, the grader's files, what the grader loads
+        (``quiz.world``), the world's state now)."""
         now = world.state(Path(self.submissions), Path.cwd())
-        changed += world.changes(self.world, now)
-        self.world = now
+        own = self.snapshot.changes() if self.snapshot is not None else []
+        return self.folder_state.changes(), own, world.changes(self.world, now), now
+
+    def _run_checked(self, gf: GradeFile) -> RunOutcome:
+        """Run ``gf`` alone, then name what its run changed (as JOBS=1 does for every notebook)."""
+        with read_only(self.folder_state):
+            outcome = self._isolated(gf, self._limit())
+        self._leftover(gf, outcome)
+        self._put_back(gf)
+        _, own, loads, self.world = self._found()
+        changed = own + loads
         if changed:
             gf.changed = changed
             self.stopped = (f"not run: {gf.name_}'s run changed the grader's own files, so no notebook runs after "
@@ -445,9 +515,59 @@ class GradeSession:
                                  "Scores are unaffected (computed with what was loaded before any notebook ran), "
                                  "but restore them (git checkout -- <file>) before grading again: make grade "
                                  "will refuse until then.")
+        return outcome
+
+    def _run_side_by_side(self, order: list[GradeFile], i: int) -> tuple[int, list[GradeFile]]:
+        """Run ``order[i:]`` JOBS at a time until done or until a change is found; returns where to go on and the
+        notebooks to run again one at a time (those running since the last clean look, in order)."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        active, window, found = {}, set(), False
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool, read_only(self.folder_state):
+            while active or (i < len(order) and not found):
+                while not found and len(active) < self.jobs and i < len(order):
+                    gf, i = order[i], i + 1
+                    active[pool.submit(self._isolated, gf, self._limit())] = gf
+                    window.add(gf)
+                done, _ = wait(active, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: order.index(active[f])):
+                    gf, outcome = active.pop(fut), fut.result()
+                    self._leftover(gf, outcome)
+                    if found:
+                        continue
+                    subs, own, loads, now = self._found()
+                    if subs or own or loads:
+                        found = True
+                        continue
+                    self.outcomes[gf], self.world = outcome, now
+                    window = set(active.values())
+        if not found:
+            return i, []
+        suspects = sorted(window, key=order.index)
+        subs, own, loads, _ = self._found()   # all of it, made before or after the first look found something
+        failed = self.folder_state.restore(subs) + self.snapshot.restore(own) + put_back(self.world_bytes, loads)
+        self.world = world.state(Path(self.submissions), Path.cwd())
+        self.unpinned = (suspects, [f"{rel} ({how})" for rel, how in subs], own + loads)
+        self.messages.append(f"note: while {', '.join(f.name_ for f in suspects)} ran side by side, "
+                             f"{', '.join(([f'{r} ({h})' for r, h in subs] + own + loads)[:10])} changed; the grader "
+                             + ("could not put back all: " + "; ".join(failed) if failed else "put it back")
+                             + " and ran them again one at a time, to tell which did it")
+        return i, suspects
+
+    def _unpinned(self) -> None:
+        """Run again alone, none of the suspects changed anything: flag them all (the instructor judges)."""
+        suspects, subs, grader = self.unpinned
+        for gf in suspects:
+            gf.planted, gf.changed = list(subs), list(grader)
+        if grader:
+            self.stopped = (f"not run: the grader's own files changed while {', '.join(f.name_ for f in suspects)} "
+                            "ran side by side, so no notebook runs after them; exercises are read from the saved outputs")
+        self.messages.append(f"WARNING: run again one at a time, none of {', '.join(f.name_ for f in suspects)} "
+                             "changed anything: all are flagged (run them with JOBS=1 to see which does it)")
+
+    def _leftover(self, gf: GradeFile, outcome: RunOutcome) -> None:
         if outcome.leftover:
             self.messages.append(f"ERROR: processes {outcome.leftover} left by {gf.name_} would not die")
-        return outcome
 
     def _put_back(self, gf: GradeFile) -> None:
         """Compare the submissions folder with the state taken before any run; name what ``gf``'s run changed,

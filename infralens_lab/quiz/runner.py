@@ -1,4 +1,9 @@
-"""The child that runs one submitted notebook for the grader: ``python -m infralens_lab.quiz.runner NB RESULTS``.
+"""The child that runs one submitted notebook for the grader: ``python -P .../quiz/runner.py NB RESULTS``.
+
+Run as a script, not as ``-m infralens_lab.quiz.runner``: importing the quiz package (pandas, the banks) would cost
+each notebook about a second of CPU before its kernel starts, so this file imports nothing of the package (its
+one shared constant is held equal to ``quiz.check.ANSWER_MIME`` by a test) and ``-P`` keeps its own folder off
+``sys.path``.
 
 Started by :mod:`.isolation` in its own session and process group, in a scratch folder holding a copy of
 the submission. It starts a fresh kernel (this environment's Python, whatever the notebook's metadata
@@ -12,25 +17,37 @@ survives if it is killed:
 * ``{"event": "dead", "cell": N}`` when the kernel died in cell N; ``{"event": "end"}`` after the last cell.
 
 The kernel is this process's child, not the grader's: a cell that signals ``os.getppid()`` reaches this
-runner. The kernel's stdout and stderr go to a log file, never to RESULTS. The grader decides nothing from
+runner. The runner is a child subreaper (Linux): a process the kernel starts and abandons is re-parented here,
+so it stays inside this run's process tree, apart from the runs of other notebooks graded at the same time. The kernel's stdout and stderr go to a log file, never to RESULTS. The grader decides nothing from
 this file but whether cells ran and the values ``check`` recorded for exercises (forging one is answering
 it: see docs/instructors.md).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
 import sys
 from pathlib import Path
 
-from .check import ANSWER_MIME
+ANSWER_MIME = "application/vnd.infralens.answer+json"  # quiz.check.ANSWER_MIME (a test holds them equal)
+PR_SET_CHILD_SUBREAPER = 36
 
 MAX_RECORDS = 100        # answer payloads kept per cell
 MAX_ERROR = 3000         # characters of a cell's error kept
 KERNEL_NAME = ":infralens-grader-env"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux's ``prctl(PR_SET_CHILD_SUBREAPER)``): processes orphaned below it
+    are re-parented to it, not to init. False where the platform has no such thing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def _spec_manager():
@@ -57,7 +74,15 @@ def _records(cell) -> list:
     return out[-MAX_RECORDS:]
 
 
+def skip_iri_grammar() -> None:
+    """Keep ``jsonschema`` (imported by nbformat) from importing its optional IRI format check, ``rfc3987_syntax``,
+    which builds a grammar at import: about 4 s of a 2-core machine, paid by the grader and by every notebook's
+    runner, for a format nbformat's schema never uses. Call before nbformat is first imported."""
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+
 def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
+    skip_iri_grammar()
     import nbformat  # heavy: Jupyter, only here
     from jupyter_client import AsyncKernelManager  # heavy: Jupyter, only here
     from nbclient import NotebookClient  # heavy: Jupyter, only here
@@ -68,6 +93,7 @@ def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
             out.write(json.dumps(event) + "\n")
             out.flush()
 
+        become_subreaper()
         emit(event="start", runner=os.getpid())
         nb = nbformat.read(str(nb_path), as_version=4)
         km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=_spec_manager())
@@ -98,7 +124,7 @@ def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m infralens_lab.quiz.runner", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -P infralens_lab/quiz/runner.py", description=__doc__.splitlines()[0])
     ap.add_argument("notebook", type=Path)
     ap.add_argument("results", type=Path)
     ap.add_argument("--cell-timeout", type=float, default=600.0)

@@ -104,18 +104,22 @@ def problems(submissions: Path | None, cwd: Path | None = None) -> list[str]:
     return out
 
 
-def state(submissions: Path | None, cwd: Path | None = None) -> dict[str, str]:
+def state(submissions: Path | None, cwd: Path | None = None, keep: dict | None = None) -> dict[str, str]:
     """``{path: sha256}`` of the conftest.py files :func:`conftests` finds, the ``.pth`` files and every
-    distribution's ``entry_points.txt`` in :func:`site_dirs`: taken before notebooks run, compared after each."""
+    distribution's ``entry_points.txt`` in :func:`site_dirs`: taken before notebooks run, compared after each.
+    With ``keep``, each file's bytes are stored there too (to put back with ``quiz.manifest.put_back``)."""
     paths = [*conftests(submissions, cwd)]
     for d in site_dirs():
         paths += [*d.glob("*.pth"), *d.glob("*.dist-info/entry_points.txt"), *d.glob("*.egg-info/entry_points.txt")]
     out = {}
     for p in paths:
         try:
-            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+            data = p.read_bytes()
+            out[str(p)] = hashlib.sha256(data).hexdigest()
         except OSError:
-            out[str(p)] = "unreadable"
+            data, out[str(p)] = None, "unreadable"
+        if keep is not None:
+            keep[str(p)] = data
     return out
 
 
