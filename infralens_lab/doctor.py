@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import device
+from . import colab, device
 from .evidence import default_reference, recordings
 from .units import GiB, MiB
 
@@ -35,14 +35,86 @@ FIX_MODE_SETTING = (f"`unset {device.MODE_ENV}` to let the labs detect the GPU, 
                     "(Triton's interpreter on the CPU) or `gpu` (only on a machine with a usable CUDA GPU).")
 FIX_NO_NSYS = ("Nsight Systems (`nsys`) is not on PATH; the labs use torch.profiler's timeline instead "
                "and show the `nsys` command to run where it is installed.")
-FIX_COUNTERS = ("Performance counters are restricted to administrators (RmProfilingAdminOnly=1), so ncu "
-                "will stop with ERR_NVGPUCTRPERM. Run ncu with sudo, or allow all users: put "
-                "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d/ and reboot.")
+MODULE_OPTION = "options nvidia NVreg_RestrictProfilingToAdminUsers=0"
+MODPROBE_DIR = Path("/etc/modprobe.d")
+CAP_SYS_ADMIN = 21  # the capability bit (linux/capability.h) ncu needs to read counters restricted to admins
 FIX_CPU_TORCH = ("This torch is a CPU build although an NVIDIA GPU is present. Reinstall a CUDA build: "
                  "`rm -rf .venv && make lab` picks one when `nvidia-smi` works.")
 FIX_NO_RECORDED = ("No recorded evidence was found, so labs on this machine have nothing to show for "
                    "performance. Use a clean clone of the repository, or record your own on a GPU with "
                    "`python -m infralens_lab record --out data/recorded/<gpu-slug>`.")
+
+
+@dataclass(frozen=True)
+class CounterSituation:
+    """What decides the fix for ERR_NVGPUCTRPERM here: root or not, CAP_SYS_ADMIN in effect (None: unknown),
+    the container this runs in (None: none found), the hosted notebook service (Colab, Kaggle; None: none), and
+    whether /etc/modprobe.d, where the driver's module option is set, is writable by this process."""
+
+    root: bool
+    sys_admin: bool | None = None
+    container: str | None = None
+    hosted: str | None = None
+    modprobe_writable: bool = False
+
+
+def counter_fix(s: CounterSituation) -> tuple[str, str]:
+    """``(status, fix)`` for counters restricted to administrators, for the learner's situation ``s``: nothing
+    to do on a hosted service (``note``: the labs use recorded counters), the host's job in a container, the
+    module option written by root, or by sudo, on a machine of one's own."""
+    option = f"`{MODULE_OPTION}`"
+    if s.hosted:
+        return "note", (f"Not possible on this host ({s.hosted}): the GPU's driver belongs to the service, which "
+                        "keeps its performance counters to administrators, and nothing inside the notebook can "
+                        "change that. The labs use recorded counters.")
+    if s.container:
+        return "problem", (f"Not settable inside this container ({s.container}): the module option belongs to the "
+                           f"host's driver. Whoever runs the host can put {option} in its {MODPROBE_DIR}/ and "
+                           "reboot, or start the container with `--cap-add=SYS_ADMIN`. Until then the labs use "
+                           "recorded counters.")
+    if s.root and s.modprobe_writable:
+        return "problem", (f"You are root here: allow every user with `echo '{MODULE_OPTION}' > "
+                           f"{MODPROBE_DIR}/nvidia-profiling.conf`, then `update-initramfs -u` (Debian, Ubuntu) and "
+                           "reboot.")
+    if s.root:
+        return "problem", (f"Not settable on this host: {MODPROBE_DIR} is not writable even as root (a read-only "
+                           "image). The image's maker can add the module option; until then the labs use recorded "
+                           "counters.")
+    return "problem", (f"You are not root, and ncu reads counters here only as an administrator. With sudo: `echo "
+                       f"'{MODULE_OPTION}' | sudo tee {MODPROBE_DIR}/nvidia-profiling.conf`, then `sudo "
+                       "update-initramfs -u` (Debian, Ubuntu) and reboot; without it, ask the administrator. Until "
+                       "then the labs use recorded counters.")
+
+
+def container_kind() -> str | None:
+    """The container this process runs in (``docker``, ``podman``, ``kubernetes``, ...), or None when none is
+    found (marker files, then PID 1's control groups; a cgroup-v2 container may go unseen)."""
+    if Path("/.dockerenv").exists():
+        return "docker"
+    if Path("/run/.containerenv").exists():
+        return "podman"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    try:
+        groups = Path("/proc/1/cgroup").read_text()
+    except OSError:
+        return None
+    return next((k for k in ("kubepods", "docker", "containerd", "lxc") if k in groups), None)
+
+
+def has_sys_admin() -> bool | None:
+    """Whether CAP_SYS_ADMIN is in this process's effective capabilities (``CapEff`` of /proc/self/status), or
+    None where that cannot be read."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    return None
+
+
 FIX_NO_WIDGETS = ("ipywidgets is not importable, so quiz self-check buttons will not show (answers in "
                   "variables still work). Install it with `pip install ipywidgets` or run `make lab`.")
 
@@ -75,6 +147,10 @@ class Probes:
     recordings: callable = None
     default_reference: callable = None  # -> (slug or None, why): the set the labs use
     numpy_problem: callable = None  # -> the sentence saying this numpy breaks Triton's interpreter, or None
+    container: callable = container_kind
+    sys_admin: callable = has_sys_admin
+    hosted: callable = colab.hosted
+    modprobe_writable: callable = None
 
     def __post_init__(self):
         if self.params_text is None:
@@ -87,6 +163,13 @@ class Probes:
             self.default_reference = default_reference
         if self.numpy_problem is None:
             self.numpy_problem = device.numpy_interpreter_problem
+        if self.modprobe_writable is None:
+            self.modprobe_writable = lambda: MODPROBE_DIR.is_dir() and os.access(MODPROBE_DIR, os.W_OK)
+
+    def counter_situation(self) -> CounterSituation:
+        """The situation :func:`counter_fix` words the fix for, from these probes."""
+        return CounterSituation(root=bool(self.is_root()), sys_admin=self.sys_admin(), container=self.container(),
+                                hosted=self.hosted(), modprobe_writable=bool(self.modprobe_writable()))
 
 
 @dataclass
@@ -234,14 +317,16 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
         if probe_counters and p.which("ncu") and p.counter_probe is not None:
             out = p.counter_probe()
             if "ERR_NVGPUCTRPERM" in out:
-                checks.append(Check("counters", "problem", "ncu reported ERR_NVGPUCTRPERM", FIX_COUNTERS))
+                checks.append(Check("counters", *_perm("ncu reported ERR_NVGPUCTRPERM")))
                 return
             checks.append(Check("counters", "ok", "ncu read a counter from a test kernel"))
             return
         if restricted and not p.is_root():
-            checks.append(Check("counters", "problem",
-                                "RmProfilingAdminOnly=1 and not running as root: ncu will fail with "
-                                "ERR_NVGPUCTRPERM", FIX_COUNTERS))
+            checks.append(Check("counters", *_perm("RmProfilingAdminOnly=1 and not running as root: ncu will fail "
+                                                   "with ERR_NVGPUCTRPERM")))
+        elif restricted and p.sys_admin() is False:  # root in a container without CAP_SYS_ADMIN is no admin to ncu
+            checks.append(Check("counters", *_perm("RmProfilingAdminOnly=1, and this root lacks CAP_SYS_ADMIN: ncu "
+                                                   "will fail with ERR_NVGPUCTRPERM")))
         elif restricted:
             checks.append(Check("counters", "ok", "restricted to admins, and this process is root"))
         elif restricted is False:
@@ -249,6 +334,10 @@ def run_doctor(verbose: bool = True, probes: Probes | None = None, probe_counter
         else:
             checks.append(Check("counters", "note", "driver params unreadable; run with --probe-counters "
                                                     "to try ncu once", ""))
+
+    def _perm(detail: str) -> tuple[str, str, str]:
+        status, fix = counter_fix(p.counter_situation())
+        return status, detail, fix
 
     def widgets_check():
         try:

@@ -60,14 +60,17 @@ INSTALLED_DATA = ("share", "infralens_lab", "recorded")  # where a wheel puts da
 def data_root() -> Path:
     """Folder holding one sub-folder of recorded evidence per GPU: ``$INFRALENS_DATA`` if set; else
     ``data/recorded`` of the checkout this package sits in (an editable install); else, for a wheel,
-    ``<prefix>/share/infralens_lab/recorded`` (pyproject's data-files). The checkout's path when none exists."""
+    ``<prefix>/share/infralens_lab/recorded`` (pyproject's data-files), the prefix the package was installed
+    under first (a venv, ``--prefix``, ``--user``, Debian's /usr/local), then Python's. The checkout's path when
+    none exists."""
     env = os.environ.get(DATA_ROOT_ENV)
     if env:
         return Path(env)
     checkout = Path(__file__).resolve().parents[1] / "data" / "recorded"
     if checkout.is_dir():
         return checkout
-    for prefix in (sysconfig.get_paths()["data"], sys.prefix, sys.base_prefix):
+    up = Path(__file__).resolve().parents  # <prefix> of <prefix>/lib/pythonX.Y/site-packages/infralens_lab: up[4]
+    for prefix in (*up[4:5], sysconfig.get_paths()["data"], sys.prefix, sys.base_prefix):
         installed = Path(prefix).joinpath(*INSTALLED_DATA)
         if installed.is_dir():
             return installed
@@ -522,7 +525,7 @@ def default_reference(root: str | Path | None = None) -> tuple[str | None, str]:
     default = root / DEFAULT_FILE
     if default.is_file():
         slug = default.read_text().strip()
-        return slug, f"committed default ({root.parent.name}/{root.name}/{DEFAULT_FILE}){ignored}"
+        return slug, f"committed default ({root.name}/{DEFAULT_FILE}){ignored}"  # data/recorded, or a wheel's share/../recorded
     if len(have) == 1:
         return have[0], "the only recorded set"
     if not have:

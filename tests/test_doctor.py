@@ -30,7 +30,9 @@ def probes(facts=H100, tools=("ncu", "nsys", "nvidia-smi"), params="RmProfilingA
                    counter_probe=lambda: counter_output,
                    recordings=lambda: list(recorded),
                    default_reference=lambda: ((recorded[0], "committed default") if recorded else (None, "none")),
-                   numpy_problem=lambda: None)  # the machine's own numpy (2.5 on the lent GPU) must not leak in
+                   numpy_problem=lambda: None,  # the machine's own numpy (2.5 on the lent GPU) must not leak in
+                   container=lambda: None, sys_admin=lambda: root, hosted=lambda: None,  # a machine of one's own
+                   modprobe_writable=lambda: root)
     for k, v in over.items():
         setattr(p, k, v)
     return p
@@ -64,8 +66,9 @@ def test_ncu_absent_is_a_problem_with_the_install_fix():
 def test_counters_restricted_and_not_root_names_err_nvgpuctrperm():
     r = run(probes(params="Foo: 1\nRmProfilingAdminOnly: 1\n", root=False))
     c = r.by_name("counters")
-    assert c.status == "problem" and "ERR_NVGPUCTRPERM" in c.detail and c.fix == doc.FIX_COUNTERS
-    assert "NVreg_RestrictProfilingToAdminUsers=0" in str(r)
+    assert c.status == "problem" and "ERR_NVGPUCTRPERM" in c.detail
+    assert c.fix == doc.counter_fix(doc.CounterSituation(root=False))[1] and c.fix.startswith("You are not root")
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in str(r) and "sudo tee /etc/modprobe.d/" in str(r)
 
 
 def test_counters_restricted_but_root_is_fine():
@@ -81,7 +84,7 @@ def test_counters_unknown_without_driver_params():
 def test_counter_probe_reporting_err_nvgpuctrperm():
     r = run(probes(counter_output=NCU_PERM), probe_counters=True)
     c = r.by_name("counters")
-    assert (c.status, c.detail, c.fix) == ("problem", "ncu reported ERR_NVGPUCTRPERM", doc.FIX_COUNTERS)
+    assert (c.status, c.detail) == ("problem", "ncu reported ERR_NVGPUCTRPERM") and c.fix.startswith("You are not root")
 
 
 def test_counter_probe_success_overrides_params():
@@ -273,3 +276,60 @@ def test_doctor_uses_an_infralens_ncu_that_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("INFRALENS_NCU", str(ncu))
     check = doc.run_doctor(verbose=False, probes=probes(tool_version=infralens_lab.device.tool_version)).by_name("ncu")
     assert check.status == "ok" and "2025.3.1" in check.detail and "INFRALENS_NCU" in check.detail
+
+
+# ---------------------------------------------------------------- ERR_NVGPUCTRPERM: the fix for the learner's situation
+SITUATIONS = {  # name: (root, probes' overrides, status, words the fix must hold)
+    "colab": (True, dict(hosted=lambda: "Google Colab", container=lambda: "docker", sys_admin=lambda: False),
+              "note", ["Not possible on this host (Google Colab)", "The labs use recorded counters."]),
+    "kaggle": (True, dict(hosted=lambda: "Kaggle", container=lambda: "docker", sys_admin=lambda: False),
+               "note", ["Not possible on this host (Kaggle)", "recorded counters"]),
+    "container as root": (True, dict(container=lambda: "docker", sys_admin=lambda: False), "problem",
+                          ["Not settable inside this container (docker)", "--cap-add=SYS_ADMIN", "host's driver"]),
+    "container, not root": (False, dict(container=lambda: "kubepods"), "problem",
+                            ["Not settable inside this container (kubepods)"]),
+    "bare metal, root": (True, dict(modprobe_writable=lambda: True), "problem",
+                         ["You are root here", "> /etc/modprobe.d/nvidia-profiling.conf", "reboot"]),
+    "bare metal, root, read-only /etc": (True, dict(modprobe_writable=lambda: False), "problem",
+                                         ["Not settable on this host", "not writable even as root"]),
+    "bare metal, not root": (False, {}, "problem", ["You are not root", "sudo tee", "ask the administrator"]),
+}
+
+
+@pytest.mark.parametrize("name", SITUATIONS)
+def test_err_nvgpuctrperm_fix_names_the_learners_situation(name):
+    """ncu's real permission error on a faked machine of each kind: the doctor names the fix that applies there,
+    and no other situation's fix."""
+    root, over, status, words = SITUATIONS[name]
+    c = run(probes(root=root, counter_output=NCU_PERM, **over), probe_counters=True).by_name("counters")
+    assert (c.status, c.detail) == (status, "ncu reported ERR_NVGPUCTRPERM"), c
+    for w in words:
+        assert w in c.fix, (name, c.fix)
+    for other, (_, _, _, their_words) in SITUATIONS.items():
+        if their_words[0].split(" (")[0] != words[0].split(" (")[0]:
+            assert their_words[0] not in c.fix, (name, other)
+
+
+def test_root_in_a_container_without_cap_sys_admin_is_told_before_ncu_fails():
+    """Driver params say admins only; this process is root but has no CAP_SYS_ADMIN (a container): not 'ok'."""
+    p = probes(params="RmProfilingAdminOnly: 1\n", root=True, sys_admin=lambda: False, container=lambda: "docker")
+    c = run(p).by_name("counters")
+    assert c.status == "problem" and "CAP_SYS_ADMIN" in c.detail and "Not settable inside this container" in c.fix
+    assert run(probes(params="RmProfilingAdminOnly: 1\n", root=True)).by_name("counters").status == "ok"
+
+
+def test_the_situation_probes_read_this_machine_without_raising():
+    s = doc.Probes().counter_situation()
+    assert isinstance(s.root, bool) and s.sys_admin in (True, False, None) and isinstance(s.modprobe_writable, bool)
+    assert s.container is None or isinstance(s.container, str)
+
+
+def test_cap_sys_admin_is_read_from_capeff(monkeypatch, tmp_path):
+    status, real = tmp_path / "status", doc.Path
+    monkeypatch.setattr(doc, "Path", lambda arg: status if arg == "/proc/self/status" else real(arg))
+    status.write_text("Name:\tpython\nCapEff:\t000001ffffffffff\n")
+    assert doc.has_sys_admin() is True
+    status.write_text("Name:\tpython\nCapEff:\t00000000a80425fb\n")  # docker's default set: no CAP_SYS_ADMIN (bit 21)
+    assert doc.has_sys_admin() is False
+    status.write_text("Name:\tpython\n")
+    assert doc.has_sys_admin() is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import device, evidence
+from ..parse.ncu import NcuError, NcuPermissionError
 from ..quiz import check
 
 
@@ -14,6 +15,18 @@ def check_on(qid: str, answer, ev):
               f"it cannot be marked until the recording exists.")
         return None
     return check(qid, answer, evidence=ev)
+
+
+def counters_fallback(exc: NcuError, st) -> str:
+    """The one line a cell prints when live ncu failed and it shows the recorded counters instead: what
+    happened, and whose counters follow (the recorded set's GPU). The fix for this machine is the doctor's."""
+    gpu = st.gpu if st is not None else "no GPU (nothing is recorded here)"
+    if isinstance(exc, NcuPermissionError):
+        what = "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM)"
+        fix = "; `python -m infralens_lab doctor --probe-counters` names the fix for this machine"
+    else:
+        what, fix = "ncu could not run here: " + " ".join(exc.message.split()).rstrip("."), ""
+    return f"Live counters: {what}; recorded counters from {gpu} are shown instead{fix}."
 
 
 def store():

@@ -24,7 +24,7 @@ from ..parse.ncu import demangled_regex
 from ..parse.trace import load_trace
 from ..workloads.pipeline import VERSIONS, make_step
 from ..workloads.tiny_gpt import GPTConfig
-from . import copy_ceiling, store  # noqa: F401  (re-exported: notebooks call lab01.store, lab01.copy_ceiling)
+from . import copy_ceiling, counters_fallback, store  # noqa: F401  (re-exported: notebooks call lab01.store, lab01.copy_ceiling)
 
 # On a CPU the traced step only has to show ranges and ops, so it is tiny (well under a second).
 CPU_CONFIG = GPTConfig(n_layer=1, n_head=2, n_kv_head=2, n_embd=64, ffn=128, vocab=256, block_size=32)
@@ -98,8 +98,8 @@ def hot_kernel_ncu(st, hot_kernel: str, live: bool | None = None) -> HotCounters
             text = NR.run_ncu(TARGET, rx, metrics=HOT_METRICS, launch_count=1)
             cap = evidence.live("ncu_hot_kernel", {"csv": text}, NR.command_line(
                 TARGET, rx, metrics=HOT_METRICS, launch_count=1)).caption()
-        except parse_ncu.NcuError as exc:
-            print(f"Live ncu failed: {exc.message}\nfix: {exc.fix}")
+        except parse_ncu.NcuError as exc:  # one line, then the recorded counters
+            print(counters_fallback(exc, st))
     live = text is not None
     if not live and (st is None or TRAIN_STEP_FILE not in st.files()):
         print(f"Hot-kernel counters: no {TRAIN_STEP_FILE} recorded and no ncu here; `record --only traces,ncu_train_step`.")

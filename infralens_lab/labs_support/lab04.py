@@ -19,7 +19,7 @@ from ..measure import ncu as NR
 from ..parse import ncu
 from ..parse.runs import copy_run
 from ..units import MiB
-from . import check_on, store  # noqa: F401  (re-exported: notebooks call lab04.check_on and lab04.store)
+from . import check_on, counters_fallback, store  # noqa: F401  (re-exported: notebooks call lab04.check_on and lab04.store)
 
 COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")
 ATTN_FILE, SOURCE_FILE = "ncu_attention.csv", "ncu_copies_source.csv"
@@ -84,9 +84,10 @@ def recorded_copy_family(st) -> copy_info.CopyFamily | None:
                    stall_caption=file_caption(st, COPY_FILES[1]) if stalls_text else "")
 
 
-def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> copy_info.CopyFamily | None:
+def live_copy_family(st=None, n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> copy_info.CopyFamily | None:
     """On a GPU with ncu: profile the coalesced copy and a few strides now (counters and stall samples, one ncu
-    run each, as the recorder does). Elsewhere, or if ncu fails, None after a note."""
+    run each, as the recorder does). Elsewhere, or if ncu fails, None after one line (naming the GPU of the
+    recorded set ``st``, whose counters the lab shows instead)."""
     if not is_gpu():
         print("Live counters: none in interpreter mode (no GPU, so no ncu); the recorded counters follow.")
         return None
@@ -94,8 +95,8 @@ def live_copy_family(n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> copy_info
     try:
         texts = NR.profile_runs(runs, {"counters": ncu.TIME + ncu.DRAM + ncu.SECTORS + ncu.SOL + ncu.OCCUPANCY + ncu.CLOCK,
                                        "stalls": ncu.TIME + ncu.STALLS})
-    except ncu.NcuError as exc:
-        print(f"Live counters: ncu could not run here: {exc.message}\nfix: {exc.fix}\nThe recorded counters follow.")
+    except ncu.NcuError as exc:  # one line, then the recorded counters
+        print(counters_fallback(exc, st))
         return None
     ev = evidence.live("ncu_copies_live", {"counters_csv": texts["counters"], "stalls_csv": texts["stalls"]},
                        "infralens_lab.labs_support.lab04.live_copy_family() (ncu, see commands)")

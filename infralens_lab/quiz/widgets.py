@@ -5,8 +5,10 @@
 answer, even in grade mode. In JupyterLab it shows radio buttons (choice) or a text box
 (number, text) in a container with CSS class ``infralens-selfcheck``; the same display also
 carries the question as plain text and HTML, so an offline reader (or an HTML export
-without widget state) still sees the question. Without IPython or ipywidgets (a plain
-``python3`` run on a GPU machine) it prints the question.
+without widget state) still sees the question. Without IPython (a plain ``python3`` run on a GPU
+machine) it prints the question. Where widgets cannot show (:func:`widgets_unavailable`: no ipywidgets,
+``INFRALENS_WIDGETS=0``, or Colab's custom widget manager, turned on here, refusing) it shows the question as
+text and HTML with a line saying the answer cell's ``check`` gives the feedback.
 
 A saved notebook keeps only a reference to each widget (its model id). In a fresh kernel (a reopened
 notebook, a restart) that model is gone, and JupyterLab would show "Error displaying widget: model
@@ -19,15 +21,19 @@ from __future__ import annotations
 import html
 import importlib
 import json
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .. import colab
 from .bank import BankError, Question, answer_variable, question
 from .check import _judge, _message, expected_answer
 
 CSS_CLASS = "infralens-selfcheck"
+WIDGETS_ENV = "INFRALENS_WIDGETS"  # 0 / off / text: the self-checks show text, for a front end without widgets
+WIDGETS_OFF = ("0", "off", "text", "no", "false")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # A code cell's call of self_check and the question it shows (the site and the restore read it).
 SELF_CHECK_CALL = re.compile(r"""self_check\(\s*["']([^"']+)["']""")
@@ -63,15 +69,38 @@ def question_html(qid: str) -> str:
             f"{html.escape(head.split(': ', 1)[1])}{body}</div>")
 
 
-def _ipython_and_widgets():
+def widgets_unavailable() -> str | None:
+    """Why the self-checks cannot show widgets in this kernel (then they show the question as text and HTML, and
+    the answer cell's ``check`` gives the feedback), or None when they can. Not possible: ``INFRALENS_WIDGETS``
+    set to ``0``/``off``/``text`` (a front end without a widget manager), ipywidgets missing, or Colab's custom
+    widget manager refusing to start (:func:`infralens_lab.colab.enable_colab_widgets` turns it on in Colab)."""
+    setting = os.environ.get(WIDGETS_ENV, "").strip().lower()
+    if setting in WIDGETS_OFF:
+        return f"{WIDGETS_ENV}={setting}"
     try:
-        import ipywidgets  # optional: ipywidgets, only here
+        import ipywidgets  # noqa: F401  (optional: ipywidgets, only here; the check: does it import?)
+    except ImportError:
+        return "ipywidgets is not installed"
+    return colab.enable_colab_widgets()
+
+
+def _ipython_display():
+    """IPython's ``display`` in a running IPython, else None."""
+    try:
         from IPython import get_ipython  # optional: IPython, only here
         from IPython.display import display  # optional: IPython, only here
     except ImportError:
         return None
-    if get_ipython() is None:
+    return display if get_ipython() is not None else None
+
+
+def _ipython_and_widgets():
+    """``(display, ipywidgets)`` where self-checks can show widgets, else None."""
+    display = _ipython_display()
+    if display is None or widgets_unavailable() is not None:
         return None
+    import ipywidgets  # optional: ipywidgets, only here (widgets_unavailable imported it)
+
     return display, ipywidgets
 
 
@@ -238,7 +267,15 @@ def self_check(qid: str, evidence: Any = None) -> None:
     text = question_text(qid)
     env = _ipython_and_widgets()
     if env is None:
-        print(text)
+        shown = _ipython_display()
+        if shown is None:  # plain python: the question, printed
+            print(text)
+            return None
+        why = widgets_unavailable() or "no widgets here"
+        note = (f"(No self-check buttons here: {why}. Set {answer_variable(qid)} in the answer cell below and run "
+                f"it: its check(\"{qid}\", {answer_variable(qid)}) gives the feedback.)")
+        shown({"text/plain": f"{text}\n{note}",
+               "text/html": question_html(qid) + f"<div><i>{html.escape(note)}</i></div>"}, raw=True)
         return None
     display, ipywidgets = env
     box = _build(q, ipywidgets, evidence)
