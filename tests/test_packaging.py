@@ -102,8 +102,16 @@ def test_lab00_passes_nbval_from_the_wheel_in_a_fresh_venv(tmp_path, wheel):
     purelib = sysconfig.get_paths()["purelib"]  # this venv's site-packages (the test's interpreter)
     fresh_lib = fresh / Path(purelib).relative_to(sys.prefix)
     (fresh_lib / "zz_test_venv.pth").write_text(purelib + "\n")
-    r = _run(sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--prefix", str(fresh), str(wheel))
+    # --ignore-installed: without it pip, run from this venv, first uninstalls the package it finds installed
+    # here (the checkout's editable install) before writing the wheel under --prefix, and every later kernel of
+    # the test session then fails to import infralens_lab
+    r = _run(sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "--prefix",
+             str(fresh), str(wheel))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "uninstall" not in (r.stdout + r.stderr).lower(), r.stdout[-2000:]
+    r = _run(sys.executable, "-c", "import infralens_lab; print(infralens_lab.__file__)", cwd=str(tmp_path))
+    assert r.returncode == 0 and r.stdout.strip() == str(ROOT / "infralens_lab" / "__init__.py"), \
+        f"installing the wheel under --prefix changed this venv's infralens_lab: {r.stdout} {r.stderr[-1000:]}"
     py = str(fresh / "bin" / "python")
     run_dir = tmp_path / "elsewhere" / "labs"  # lab 00's first cell lists the lab notebooks beside it: all of them
     run_dir.mkdir(parents=True)
