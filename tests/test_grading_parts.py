@@ -721,3 +721,13 @@ def test_a_change_found_while_two_ran_is_pinned_by_running_them_again_alone(tmp_
     else:
         assert a.planted == b.planted == ["c/00_start_here.ipynb (changed)"] and c.victim == ""
         assert any("all are flagged" in m for m in s.messages), s.messages
+
+
+def test_a_large_group_of_duplicates_names_three_and_counts_the_rest():
+    """60 copies of one file: each row names three of the others and counts the rest, not 59 paths a row."""
+    names = [f"s{i:02d}/04.ipynb" for i in range(60)]
+    rows = [{"notebook": n, "feedback": "", "flags": ""} for n in names]
+    scores.flag_duplicates(rows, {n: None for n in names}, {n: "same" for n in names})
+    first = rows[0]["feedback"]
+    assert "s01/04.ipynb, s02/04.ipynb, s03/04.ipynb and 56 more" in first and "s04/04.ipynb" not in first
+    assert all(r["flags"] == "duplicate" for r in rows) and len(first) < 200

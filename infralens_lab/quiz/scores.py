@@ -25,6 +25,7 @@ from pathlib import Path
 
 COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
 CAPS = {"answer": 200, "feedback": 600, "notebook": 300}   # characters kept of a cell that came from a file
+DUPLICATES_NAMED = 3   # a duplicate's feedback names this many of the others, then counts the rest (60 copies: 59)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")          # OWASP: a spreadsheet reads these as a formula
 # C0 and C1 controls (ESC, CR, ...) and Unicode's bidirectional and invisible format characters (U+202E, ...)
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
@@ -128,7 +129,9 @@ def flag_duplicates(rows: list[dict], prints: dict[str, str | None], shas: dict[
             groups.append(members)
             for r in rows:
                 if r["notebook"] in members:
-                    others = ", ".join(m for m in members if m != r["notebook"])
+                    rest = [m for m in members if m != r["notebook"]]
+                    others = ", ".join(rest[:DUPLICATES_NAMED]) + (
+                        f" and {len(rest) - DUPLICATES_NAMED} more" if len(rest) > DUPLICATES_NAMED else "")
                     add_flag(r, "duplicate", f"Duplicate: {label} as {others} (for the instructor to judge; "
                                              "the score is unchanged).")
     return groups
