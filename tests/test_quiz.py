@@ -578,7 +578,7 @@ def test_self_check_never_raises_or_records_in_grade_mode(grade, monkeypatch, tm
     text.value = "48"
     button.click()
     out = capsys.readouterr().out
-    assert "Too few" in out and "not right" in out and "✓ lab00.q3: right (from your evidence: 48 lanes)" in out
+    assert "Too few" in out and "not right" in out and "✓ lab00.q3: right (from your evidence: 48 offsets)" in out
     assert "Now set ANSWER_Q3 = 48 in the answer cell below" in out
     assert not (tmp_path / "s.jsonl").exists()
 

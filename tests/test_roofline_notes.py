@@ -40,9 +40,26 @@ def test_matmul_notes_say_waves_occupancy_tensor_pipe_and_the_host_apart():
     assert lines[2] == ("1024³: 128 CTAs = 0.97 waves (leaves 3% of the GPU's block slots empty), achieved occupancy "
                         "14%; tensor pipe busy 31% of the cycles, 7.2 µs at 1.77 GHz")
     assert "8192³: 132 CTAs = 1.00 waves (fills the GPU)" in lines[5]
-    assert lines[-1].startswith("Called back to back, 256³, 512³, 1024³ wait on the host: 21 to 23 µs per call "
-                                "against 4.1 to 7.2 µs of kernel")
-    assert lines[-1].endswith("µs of kernel (one event pair around the calls).")
+    host = next(ln for ln in lines if ln.startswith("Called back to back"))
+    assert host.startswith("Called back to back, 256³, 512³, 1024³ wait on the host: 21 to 23 µs per call "
+                           "against 4.1 to 7.2 µs of kernel")
+    assert host.endswith("µs of kernel (one event pair around the calls).")
+    # 8192³ takes 1,695 µs a call back to back against a 1,422 µs kernel, but the host issues a call in 29 µs: not
+    # the host (issue 39: "the GPU waited for the host" was wrong there); 2048³ and 4096³ are within 10 % of it
+    assert lines[-1].startswith("8192³: 1,695 µs per call back to back against a 1,422 µs kernel, yet the host "
+                                "issues a call in 29 µs"), lines[-1]
+    assert "the extra 273 µs per call is the kernel running slower back to back than alone (1,446 µs" in lines[-1]
+    assert "sweep did not sample its clock" in lines[-1]
+    assert not any(ln.startswith(("2048³: 28", "4096³: 18")) for ln in lines)
+
+
+def test_a_slower_call_is_not_put_on_the_clock_when_the_host_is_slower_than_the_kernel():
+    row = {"size": 8192, "per_call_us": 2000.0, "kernel_us": 1000.0, "cpu_issue_us": 1500.0, "single_call_us": 1000.0,
+           "clock_ghz": 1.5}
+    assert NT.slower_back_to_back(row) is None  # the host could not keep up: it is the host, not the clock
+    assert NT.slower_back_to_back(dict(row, cpu_issue_us=float("nan"))) is None  # not recorded: no claim
+    assert NT.slower_back_to_back(dict(row, per_call_us=1050.0, cpu_issue_us=20.0)) is None  # within 10 %
+    assert "the extra 1,000 µs per call" in NT.slower_back_to_back(dict(row, cpu_issue_us=20.0))
 
 
 def test_clock_notes_read_the_clock_control_and_the_range():

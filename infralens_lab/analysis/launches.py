@@ -120,7 +120,9 @@ def matmul_launches(df: pd.DataFrame, sweep: list | None = None, tensor_peak_per
     rows (the recorder's ceilings sweep, CUDA events, calls back to back), when given: ``per_call_us`` (one event
     pair around many calls when recorded as ``batched_ms``, else the median of an event pair around each call),
     ``timing`` (which of the two), ``paced_by`` and ``host_gap_us`` (:func:`host_gap`; NaN for a call the kernel
-    paces, where the small difference is the two runs' clocks and caches, not the host)."""
+    paces, where the small difference is the two runs' clocks and caches, not the host), ``cpu_issue_us`` (the
+    host's own time to issue one call, timed on the CPU without waiting for the GPU; NaN when not recorded) and
+    ``single_call_us`` (the median of an event pair around each call)."""
     w = ncu.wide(df)
     ops = next((n for n in ncu.TENSOR_OPS_NAMES if n in w.columns), None)
     if ops is None:
@@ -152,5 +154,7 @@ def matmul_launches(df: pd.DataFrame, sweep: list | None = None, tensor_peak_per
             gap = host_gap(row["per_call_us"] * 1e-6, row["kernel_us"] * 1e-6)
             row["paced_by"] = gap["paced_by"]  # a kernel-paced call's small difference is clocks and caches, not the host
             row["host_gap_us"] = gap["gap_s"] * 1e6 if gap["paced_by"] == "host" else math.nan
+            row["cpu_issue_us"] = 1e3 * r["cpu_issue_ms"] if r.get("cpu_issue_ms") else math.nan
+            row["single_call_us"] = 1e3 * r["median_ms"]
         rows.append(row)
     return pd.DataFrame(rows)

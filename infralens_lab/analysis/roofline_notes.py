@@ -9,6 +9,8 @@ SI units in, the units named in each sentence out.
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from ..units import MiB
@@ -66,7 +68,28 @@ def matmul_notes(t: pd.DataFrame) -> list[str]:
             per, ker = _span(host["per_call_us"], ".0f"), _span(host["kernel_us"], ".1f")
             out.append("Called back to back, " + ", ".join(f"{int(r['size'])}³" for _, r in host.iterrows())
                        + f" wait on the host: {per} µs per call against {ker} µs of kernel ({t['timing'].iloc[0]}).")
+        out += [line for _, r in t[t["paced_by"] == "kernel"].iterrows() if (line := slower_back_to_back(r))]
     return out
+
+
+SLOWER = 1.10  # a kernel-paced call this much longer than its kernel gets a sentence on why
+
+
+def slower_back_to_back(r) -> str | None:
+    """For a kernel-paced size whose calls back to back take at least :data:`SLOWER` times its kernel: why it is
+    not the host. The host issues a call in ``cpu_issue_us``, far less than the kernel runs, so the queue never
+    ran dry; the extra time per call is the kernel itself running slower back to back than alone (single calls,
+    Nsight Compute), which for the same work is a lower clock. The sweep did not sample its clock, so the sentence
+    says so. None when the call is within :data:`SLOWER` of the kernel or no CPU issue time was recorded."""
+    issue = r.get("cpu_issue_us")
+    if issue is None or math.isnan(issue) or not r["per_call_us"] >= SLOWER * r["kernel_us"] or issue >= r["kernel_us"]:
+        return None
+    return (f"{int(r['size'])}³: {r['per_call_us']:,.0f} µs per call back to back against a {r['kernel_us']:,.0f} µs "
+            f"kernel, yet the host issues a call in {issue:,.0f} µs, so the GPU's queue never ran dry: the extra "
+            f"{r['per_call_us'] - r['kernel_us']:,.0f} µs per call is the kernel running slower back to back than "
+            f"alone ({r['single_call_us']:,.0f} µs for a single call, {r['kernel_us']:,.0f} µs under Nsight Compute "
+            f"at {r['clock_ghz']:.2f} GHz): the same work at a lower clock, we think (the sweep did not sample its "
+            "clock).")
 
 
 def _small_matmuls(kt: pd.DataFrame, mt: pd.DataFrame | None) -> pd.DataFrame:

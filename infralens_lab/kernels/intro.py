@@ -32,13 +32,13 @@ def add_kernel(x_ptr,  # pointer to the first input vector (in HBM)
     # This program owns elements [pid * BLOCK_SIZE, (pid + 1) * BLOCK_SIZE).
     block_start = pid * BLOCK_SIZE
     offsets = block_start + tl.arange(0, BLOCK_SIZE)
-    # The last block may run past the end of the vectors: mask those lanes off.
+    # The last block may run past the end of the vectors: mask those offsets off.
     mask = offsets < n_elements
-    # Load x and y from HBM into registers (masked lanes are not read).
+    # Load x and y from HBM into registers (masked-off offsets are not read).
     x = tl.load(x_ptr + offsets, mask=mask)
     y = tl.load(y_ptr + offsets, mask=mask)
     output = x + y
-    # Write the sum back to HBM (masked lanes are not written).
+    # Write the sum back to HBM (masked-off offsets are not written).
     tl.store(out_ptr + offsets, output, mask=mask)
 
 

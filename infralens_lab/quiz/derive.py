@@ -301,7 +301,7 @@ def _launch_1d(evidence: Any, n: str, block: str, where: dict | None, what: str)
 
 @register_derivation("masked_lanes")
 def masked_lanes(evidence: Any, n: str = "n", block: str = "block_size", where: dict | None = None) -> int:
-    """Lab 00: lanes masked off in the last program of a 1-D launch, ``ceil(n/B)*B - n``."""
+    """Lab 00: offsets masked off in the last program of a 1-D launch, ``ceil(n/B)*B - n``."""
     elements, size = _launch_1d(evidence, n, block, where, "masked_lanes")
     return -(-elements // size) * size - elements
 
