@@ -63,11 +63,14 @@ def test_lab01_has_two_function_exercises():
 
 
 @pytest.mark.parametrize("q", FUNCTIONS, ids=lambda q: q.id)
-def test_reference_passes_and_a_constant_fails_on_every_case(q, expected, capsys):
+def test_reference_passes_and_a_constant_fails_on_every_case(q, expected, capsys, monkeypatch):
     cases = expected[q.id]
     assert sum(c.held_out for c, _ in cases) >= 2 and not cases[0][0].held_out  # the lab's own first, then held out
     ref = fx.load(q.reference, "reference")
-    assert check(q.id, ref).status == "correct"
+    assert check(q.id, ref).status == "wrong"  # handed in as it is, the grader's key is refused (test_quiz_keys_guard)
+    with monkeypatch.context() as m:  # with the key guard off, the reference is right on every case
+        m.setattr(fx._Watch, "__call__", lambda self, frame, event, arg: None)
+        assert check(q.id, ref).status == "correct"
     for c, v in cases:  # a typed constant equal to the right value of any one case fails on another, named
         r = check(q.id, lambda *a, _v=v, **k: _v)
         assert r.status == "wrong", f"{q.id}: the constant {v} (case {c.name!r}) passed every case"

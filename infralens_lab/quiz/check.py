@@ -23,7 +23,7 @@ from typing import Any
 from .. import notebook_guard
 from .bank import Question, answer_variable, normalise_word, question
 from .derive import derive
-from .functions import Case, function_record, outputs, reference_values
+from .functions import Case, function_record, key_codes, load, outputs, reference_values
 
 GRADE_ENV = "INFRALENS_GRADE"
 STATUSES = ("correct", "wrong", "unanswered")
@@ -286,7 +286,7 @@ def _function_check(q: Question, answer: Any) -> tuple[str, str, dict]:
     expected = reference_values(q)
     if expected is None:
         raise ValueError(f"{q.id}: its cases provider {q.cases} found no evidence (no recording in this checkout?)")
-    got = outputs(answer, [c for c, _ in expected])
+    got = outputs(answer, [c for c, _ in expected], key_codes(load(q.reference, "reference function")))
     status, text = judge_function(q, got, expected)
     if status == "correct":
         first = expected[0][0]

@@ -21,8 +21,11 @@ import copy
 import functools
 import importlib
 import math
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import InfraLensError
@@ -144,15 +147,77 @@ def error_text(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}" + (f": {msg}" if msg else "")[:MAX_SAY - 40]
 
 
-def outputs(fn: Callable, case_list: tuple[Case, ...] | list[Case]) -> dict[str, float | str | None]:
+KEYS_DIR = Path(__file__).resolve().parent / "keys"  # every function defined here is a grader's key
+
+
+def delegates(*fns: Callable) -> Callable:
+    """Decorator for a reference that hands the whole step to another function (``fix_bound`` to
+    ``overlap.step_bound``): a learner's function that calls one of ``fns`` is caught like one that calls the
+    reference itself (:func:`key_codes`)."""
+    for f in fns:
+        if not hasattr(f, "__code__"):
+            raise FunctionCaseError(f"delegates({f!r}): expected Python functions (a key is caught by its code object)")
+
+    def mark(ref: Callable) -> Callable:
+        ref.__grader_delegates__ = tuple(fns)
+        return ref
+    return mark
+
+
+def key_codes(reference: Callable) -> frozenset:
+    """The code objects a learner's function must not call: the reference's and those it :func:`delegates` to
+    (functions defined under ``quiz/keys/`` are caught by their file)."""
+    return frozenset(f.__code__ for f in (reference, *getattr(reference, "__grader_delegates__", ()))
+                     if hasattr(f, "__code__"))
+
+
+class KeyCalledError(InfraLensError):
+    """Raised inside a learner's function, at the call, when it calls a grader's key (:func:`outputs`)."""
+
+
+class _Watch:
+    """A profile hook (``sys.setprofile``) that notes the first call of a grader's key while a learner's function
+    runs and raises :class:`KeyCalledError` there; ``hit`` names the key even when the learner's code catches it."""
+
+    def __init__(self, codes: frozenset):
+        self.codes, self.hit = codes, None
+
+    def __call__(self, frame, event, arg):
+        code = frame.f_code
+        if event == "call" and (code in self.codes or Path(code.co_filename).parent == KEYS_DIR):
+            self.hit = self.hit or f"{frame.f_globals.get('__name__', '?')}.{code.co_qualname}"
+            raise KeyCalledError(f"{self.hit} is the grader's key")
+
+
+def outputs(fn: Callable, case_list: tuple[Case, ...] | list[Case],
+            keys: frozenset = frozenset()) -> dict[str, float | str | None]:
     """``{case name: what fn gave}`` for every case, in order (see :func:`as_number`); an exception raised by
-    ``fn`` becomes :func:`error_text`, so one failing case does not stop the others."""
+    ``fn`` becomes :func:`error_text`, so one failing case does not stop the others.
+
+    ``fn`` runs under a profile hook (``sys.setprofile``, and ``threading.setprofile`` for threads it starts) that
+    refuses a call of a grader's key: a code object in ``keys`` (:func:`key_codes`) or any function defined under
+    ``quiz/keys/``. Such a case gives ``"called the grader's key ...: write the step yourself"``, whatever the
+    function returned; so does a function that removes the hook. This stops a function that hands the step to
+    the grader's own code, not one that forges the answer record (see docs/instructors.md)."""
     out: dict[str, float | str | None] = {}
     for c in case_list:
+        args, kwargs = copy.deepcopy(c.args), copy.deepcopy(c.kwargs)  # outside the hook: the grader's own copying
+        watch, before = _Watch(keys), sys.getprofile()
+        threading.setprofile(watch)
+        sys.setprofile(watch)
         try:
-            out[c.name] = as_number(c.call(fn))
+            got = as_number(fn(*args, **kwargs))
         except Exception as exc:  # the learner's code: any exception is reported with the case, not raised
-            out[c.name] = error_text(exc)
+            got = error_text(exc)
+        finally:
+            removed = sys.getprofile() is not watch
+            sys.setprofile(before)
+            threading.setprofile(None)
+        if watch.hit:
+            got = f"called the grader's key {watch.hit}: write the step yourself"[:MAX_SAY]
+        elif removed:
+            got = "removed the profile hook the check runs it under (sys.setprofile): not checked"
+        out[c.name] = got
     return out
 
 

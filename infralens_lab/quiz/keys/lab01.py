@@ -11,6 +11,7 @@ from ...analysis.hardware import matmul_rate_table
 from ...analysis.joins import trace_comparison
 from ...analysis.overlap import step_bound
 from ...parse.trace import idle_by_cause, load_trace
+from ..functions import delegates
 
 
 def _store():
@@ -163,6 +164,7 @@ def idle_share_cases():
 FIX_ARGS = ("period_ms", "gpu_ms", "cpu_ms", "fraction", "speedup")  # exercise 4's arguments, in order
 
 
+@delegates(step_bound)  # step_bound is the whole step: a function that calls it is refused
 def fix_bound(period_ms: float, gpu_ms: float, cpu_ms: float, fraction: float, speedup: float) -> float:
     """Exercise 4's reference: the bound of a fix with both floors, ``analysis.overlap.step_bound(...).bound``."""
     return step_bound(period_ms, gpu_ms, cpu_ms, fraction, speedup).bound

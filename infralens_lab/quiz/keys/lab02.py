@@ -10,6 +10,7 @@ from ... import evidence
 from ...analysis import counters, roofline
 from ...analysis.hardware import Ceilings
 from ...parse.ncu import parse_raw_csv
+from ..functions import delegates
 
 
 def ceilings():
@@ -94,6 +95,7 @@ def _short_gpu(st) -> str:
 UNIT_ARGS = ("roof_fraction", "sm_pct", "memory_pct")  # exercise 3's arguments, in order
 
 
+@delegates(roofline.verdict)  # the one rule is the whole step: a function that calls it is refused
 def busiest_pct(roof_fraction: float, sm_pct: float, memory_pct: float) -> float:
     """Exercise 3's reference: the % of its peak that a kernel's busiest unit reached, the unit the one rule
     (:func:`infralens_lab.analysis.roofline.verdict`) names: the roofline's fraction, SM % and Memory % together."""
