@@ -98,6 +98,20 @@ class CopyFamily:
         return dict(zip(self.table["config"], self.table["label"], strict=True))
 
 
+def counter_rows(raw, labels: dict | None = None) -> dict[str, dict[str, float]]:
+    """``{row label: {metric: value}}``: each copy's raw Nsight Compute counters (the ``.sum`` metrics of
+    :func:`infralens_lab.parse.ncu.parse_raw_csv`'s tidy frame ``raw``: totals over the GPU, in each metric's own
+    unit), keyed by the row label ``labels`` gives its config (:meth:`CopyFamily.labels`; the config itself
+    otherwise). What lab 04's exercise 1 hands a learner's function, one copy at a time."""
+    if not {"config", "metric", "value"} <= set(getattr(raw, "columns", [])):
+        raise ValueError(f"counter_rows: got {type(raw).__name__} with columns {list(getattr(raw, 'columns', []))}; "
+                         "expected the tidy frame of parse.ncu.parse_raw_csv")
+    w = ncu.wide(raw[raw["metric"].str.endswith(".sum")])
+    labels = labels or {}
+    return {labels.get(r["config"], r["config"]): {k: float(v) for k, v in r.items() if k not in ncu.KEYS and v == v}
+            for r in w.to_dict(orient="records")}
+
+
 def family(counters_text: str, stalls_text: str | None = None, bench_rows=None) -> CopyFamily:
     """The :class:`CopyFamily` of an ncu counters CSV (``ncu_copies.csv``), its stall-sampling CSV
     (``ncu_copies_stalls.csv``, optional) and the bench record's ``copies`` rows (optional: the useful bandwidth

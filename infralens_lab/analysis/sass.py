@@ -251,3 +251,32 @@ def census_agreement(rows: pd.DataFrame, census: pd.DataFrame) -> pd.DataFrame:
     tol = 1e-3 * out[["from_source", "from_census"]].max(axis=1)  # 0.1%: rounding of printed values
     out["agree"] = (out["from_source"] - out["from_census"]).abs() <= tol
     return out
+
+
+_SASS_INSTRUCTION = re.compile(r"^[-0-9a-fA-FY:]+\t(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
+_HGMMA_SHAPE = re.compile(r"^\.(\d+)x(\d+)x(\d+)")
+
+
+def opcode_counts(sass: str) -> pd.Series:
+    """Static instruction counts by base opcode (``HGMMA``, ``LDGSTS``, ``UTMALDG`` ...) of one kernel's SASS as
+    ``cuobjdump -sass`` prints it through Triton's ``asm["sass"]`` (a control-code field, a tab, an optional
+    predicate, the instruction): each instruction once, not how often it executed. ValueError when ``sass`` holds
+    no instruction line."""
+    ops = [m.group(1) for m in map(_SASS_INSTRUCTION.match, str(sass).splitlines()) if m]
+    if not ops:
+        raise ValueError(f"opcode_counts: no SASS instruction line in {len(str(sass))} characters; expected "
+                         "cuobjdump -sass output (e.g. '--:-:1:-:8\\tLDC R1, c[0x0][0x28];')")
+    return pd.Series(ops).value_counts().rename("count")
+
+
+def hgmma_ops_per_warp(sass: str) -> float | None:
+    """Tensor ops per warp of one ``HGMMA.MxNxK`` of the SASS, averaged over its static HGMMAs: ``2·M·N·K / 4`` (a
+    warpgroup of 4 warps issues it; Nsight Compute's ``sm__inst_executed_pipe_tensor`` counts warp-level
+    instructions). None without an HGMMA."""
+    sizes = []
+    for m in map(_SASS_INSTRUCTION.match, str(sass).splitlines()):
+        shape = _HGMMA_SHAPE.match(m.group(2)) if m and m.group(1) == "HGMMA" else None
+        if shape:
+            a, b, c = map(int, shape.groups())
+            sizes.append(2 * a * b * c / 4)
+    return sum(sizes) / len(sizes) if sizes else None

@@ -1,0 +1,99 @@
+"""Compile the two tiled attention kernels for one GPU architecture and read their SASS, with or without a GPU.
+
+:func:`compiled_sass` runs this module in a fresh Python process (``python -m infralens_lab.measure.sass_compile``):
+Triton must be imported with ``TRITON_INTERPRET=0`` to compile, and a lab's process (interpreter mode on a CPU)
+imported it otherwise. The child compiles ``attn_fwd`` (the teaching kernel, its GPU config from
+:func:`infralens_lab.kernels.attention.tiled_config`) and ``attn_fwd_fast`` (the first autotuner candidate whose
+BLOCK_M and warps are given) for ``GPUTarget("cuda", cc, 32)`` with the ptxas of Triton's wheel, and disassembles
+each cubin with the wheel's ``cuobjdump -sass`` (Triton's ``asm["sass"]``). Nothing is launched or timed: the SASS
+is what would run, its instruction counts are static (each instruction once, not how often it executed).
+tools/arch_compile_check.py compiles every kernel for every architecture the same way.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from ..errors import InfraLensError
+
+
+class SassCompileError(InfraLensError, RuntimeError):
+    """The compile child failed; the message holds its last lines."""
+
+
+def _spec_args(dtype: str, head_dim: int, block_m: int, warps: int):
+    """``[(kernel name, fn, signature, constexprs, options, attrs, config label)]`` of the two kernels, as their
+    wrappers launch them on contiguous tensors (unit last strides, 16-divisible pointers, strides and lengths)."""
+    from ..kernels import attention
+    from ..kernels import attention_fast as af
+
+    p = f"*{dtype}"
+    out = []
+    tc = attention.tiled_config(head_dim, gpu=True)
+    names = attention.attn_fwd.arg_names
+    sig, const = {}, {"HEAD_DIM": head_dim, "BLOCK_M": tc["BLOCK_M"], "BLOCK_N": tc["BLOCK_N"], "CAUSAL": False}
+    for n in names:
+        if n in const:
+            sig[n] = "constexpr"
+        elif n.endswith("_ptr"):
+            sig[n] = p
+        elif n.startswith("stride_") and n.endswith("d"):
+            sig[n], const[n] = "constexpr", 1
+        else:
+            sig[n] = "fp32" if n == "sm_scale" else "i32"
+    aligned = [n for n in names if n.endswith("_ptr") or (n.startswith("stride_") and not n.endswith("d"))
+               or n in ("H", "N_CTX")]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    opts = {"num_warps": tc["num_warps"], "num_stages": tc["num_stages"]}
+    out.append(("attn_fwd", attention.attn_fwd, sig, const, opts, attrs,
+                f"BLOCK_M={tc['BLOCK_M']} BLOCK_N={tc['BLOCK_N']} warps={tc['num_warps']} stages={tc['num_stages']}"))
+    cands = [c for c in af.candidates_for("small_d" if head_dim <= 64 else "d128", 90, head_dim, 2, prune=False)
+             if c.block_m == block_m and c.num_warps == warps and not c.ws]
+    if not cands:
+        raise SassCompileError(f"no attn_fwd_fast candidate with BLOCK_M={block_m} and {warps} warps for D={head_dim}")
+    c, half, fnames = cands[0], cands[0].block_m // 2, af.attn_fwd_fast.arg_names
+    sig = {"desc_q": f"tensordesc<{dtype}[{half},{head_dim}]>", "desc_k": f"tensordesc<{dtype}[{c.block_n},{head_dim}]>",
+           "desc_v": f"tensordesc<{dtype}[{c.block_n},{head_dim}]>", "desc_o": f"tensordesc<{dtype}[{half},{head_dim}]>",
+           "q_ptr": p, "k_ptr": p, "v_ptr": p, "o_ptr": p, "N_CTX": "i32", "qk_scale": "fp32"}
+    const = {"HEAD_DIM": head_dim, "BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "CAUSAL": False, "EVEN_M": True,
+             "EVEN_N": True, "WS": c.ws}
+    sig.update({n: "constexpr" for n in const})
+    attrs = {(fnames.index(n),): [["tt.divisibility", 16]] for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "N_CTX")}
+    opts = {"num_warps": c.num_warps, "num_stages": c.num_stages, **({"maxnreg": c.maxnreg} if c.maxnreg else {})}
+    out.append(("attn_fwd_fast", af.attn_fwd_fast, sig, const, opts, attrs, af._name(c)))
+    return out
+
+
+def _child(cc: int, dtype: str, head_dim: int, block_m: int, warps: int) -> dict:
+    import triton  # heavy: only in the child, after TRITON_INTERPRET=0
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out = {}
+    for name, fn, sig, const, opts, attrs, label in _spec_args(dtype, head_dim, block_m, warps):
+        k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", cc, 32), options=opts)
+        out[name] = {"config": label, "sass": k.asm["sass"],
+                     "triton": triton.__version__}
+    return out
+
+
+def compiled_sass(cc: int = 90, dtype: str = "fp16", head_dim: int = 64, block_m: int = 128, warps: int = 4,
+                  timeout_s: float = 600) -> dict:
+    """``{kernel: {"config", "sass", "triton"}}`` for ``attn_fwd`` and ``attn_fwd_fast`` compiled for
+    ``sm_<cc>`` (``dtype``, ``head_dim``; the fast kernel's candidate with ``block_m`` rows and ``warps`` warps,
+    non-causal), in a child process (a few seconds). :class:`SassCompileError` with the child's last lines if the
+    compile fails."""
+    env = dict(os.environ, TRITON_INTERPRET="0", INFRALENS_MODE="gpu")
+    cmd = [sys.executable, "-m", __name__, str(cc), dtype, str(head_dim), str(block_m), str(warps)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-5:])
+        raise SassCompileError(f"compiling the attention kernels for sm_{cc} failed (exit {r.returncode}): {tail}")
+    return json.loads(r.stdout)
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    json.dump(_child(int(a[0]), a[1], int(a[2]), int(a[3]), int(a[4])), sys.stdout)
