@@ -3,6 +3,9 @@ compile's refusals (measure.sass_compile). The compile itself (about 10 s, Trito
 not here."""
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
 from infralens_lab.analysis import sass
@@ -33,3 +36,32 @@ def test_opcode_counts_refuses_text_without_sass():
 def test_compile_spec_refuses_a_block_no_candidate_has():
     with pytest.raises(sass_compile.SassCompileError, match="no attn_fwd_fast candidate with BLOCK_M=96 and 4 warps"):
         sass_compile._spec_args("fp16", 64, 96, 4)
+
+
+def test_a_compile_is_kept_and_a_changed_or_spoiled_one_compiled_again(tmp_path, monkeypatch):
+    """compiled_sass runs its child once per key: a second call reads the cache; another head_dim, or a cache file
+    that is not the two kernels' SASS, compiles again (the child is faked here: the real one takes ~10 s)."""
+    monkeypatch.setenv(sass_compile.CACHE_ENV, str(tmp_path))
+    calls = []
+
+    def child(cmd, **kw):
+        calls.append(cmd[-4:])
+        out = {k: {"config": "c", "sass": f"{k} HGMMA {cmd[-3]}", "triton": "x"} for k in sass_compile.KERNELS}
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(out), stderr="")
+    monkeypatch.setattr(sass_compile.subprocess, "run", child)
+    first = sass_compile.compiled_sass(head_dim=64)
+    assert sass_compile.compiled_sass(head_dim=64) == first and len(calls) == 1
+    assert sass_compile.compiled_sass(head_dim=128)["attn_fwd"]["sass"] == "attn_fwd HGMMA 128" and len(calls) == 2
+    (cached,) = tmp_path.glob(f"sass-{sass_compile.cache_key(90, 'fp16', 64, 128, 4)}.json")
+    cached.write_text('{"attn_fwd": {"sass": ""}}')  # spoiled: compiled again, and the cache mended
+    assert sass_compile.compiled_sass(head_dim=64) == first and len(calls) == 3
+    assert json.loads(cached.read_text()) == first
+
+
+def test_a_failed_compile_names_the_childs_last_lines(tmp_path, monkeypatch):
+    monkeypatch.setenv(sass_compile.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(sass_compile.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, stdout="", stderr="line 1\nptxas fatal: unknown target sm_42"))
+    with pytest.raises(sass_compile.SassCompileError, match=r"sm_42 failed \(exit 1\): line 1\nptxas fatal"):
+        sass_compile.compiled_sass(cc=42)
+    assert not list(tmp_path.glob("*.json"))  # nothing kept from a failure
