@@ -162,28 +162,26 @@ def test_recorded_run_is_found_in_any_recorded_set(tmp_path, monkeypatch):
     rec = lab06.recorded_run()
     assert rec is not None and rec.world == 2 and ddp_run.sweep_counts(rec).equals(ddp_run.sweep_counts(RUN))
     assert lab06.recorded_status(rec).startswith("Recorded NCCL run: present, 2 ranks")
-    keys_lab06._recorded.cache_clear()
-    keys_lab06._widest.cache_clear()
+    keys_lab06._runs.cache_clear()
     try:
-        assert keys_lab06.recorded_bench()["bytes"].tolist() == ddp_run.bench_inputs(RUN)["bytes"].tolist()
-        assert keys_lab06.recorded_intervals() is not None and keys_lab06.recorded_straggler() is not None
+        bench = keys_lab06.bench_cases()
+        assert bench[0].args[0]["bytes"].tolist() == ddp_run.bench_inputs(RUN)["bytes"].tolist()
+        assert not bench[0].held_out and all(c.held_out for c in bench[1:])  # one set: its own, then perturbed copies
+        assert keys_lab06.exposed_cases() is not None and keys_lab06.recorded_straggler() is not None
     finally:
-        keys_lab06._recorded.cache_clear()
-        keys_lab06._widest.cache_clear()
+        keys_lab06._runs.cache_clear()
 
 
 def test_missing_recording_is_said_plainly(monkeypatch, tmp_path):
     monkeypatch.setenv("INFRALENS_DATA", str(tmp_path / "none"))
     assert lab06.recorded_run() is None
     assert "not in this checkout yet" in lab06.recorded_status(None) and "--only device,distributed" in lab06.recorded_status(None)
-    keys_lab06._recorded.cache_clear()
-    keys_lab06._widest.cache_clear()
+    keys_lab06._runs.cache_clear()
     try:
-        assert keys_lab06.recorded_bench() is None and keys_lab06.recorded_intervals() is None and keys_lab06.recorded_straggler() is None
+        assert keys_lab06.bench_cases() is None and keys_lab06.exposed_cases() is None and keys_lab06.recorded_straggler() is None
         assert lab06.held_out_run(RUN)[0] is RUN
     finally:
-        keys_lab06._recorded.cache_clear()
-        keys_lab06._widest.cache_clear()
+        keys_lab06._runs.cache_clear()
 
 
 def test_model_inputs_without_a_recording_are_labelled_assumptions():
