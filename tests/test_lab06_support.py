@@ -219,14 +219,14 @@ def test_derived_questions_mark_against_the_tables():
 
 
 def test_exercises_are_marked_by_the_formulas_the_tables_use():
-    bench = ddp_run.bench_inputs(RUN)
+    bench = ddp_run.bench_inputs(RUN)  # ex1 and ex3 ask for functions (tests/test_functions_lab06.py): a value is refused
     right = scaling.busbw(scaling.algbw(float(bench["bytes"].iloc[-1]), float(bench["seconds"].iloc[-1])), 2)
-    assert check("lab06.ex1", right, evidence=bench).correct and not check("lab06.ex1", right * 1.1, evidence=bench).correct
+    assert "asks for a function" in check("lab06.ex1", right).message
     plan = keys_lab06.gpu_model_plan()
     assert plan == ddp_run.plan_inputs(measure_distributed.GPU_MODEL, 100)
     assert check("lab06.ex2", 8, evidence=plan).correct and not check("lab06.ex2", 11, evidence=plan).correct
     iv = analysis_distributed.steady_step_intervals(RUN.traces(ddp_run.SCALING_CONFIG))
-    assert check("lab06.ex3", analysis_distributed.exposed_share(iv), evidence=iv).correct
+    assert "asks for a function" in check("lab06.ex3", analysis_distributed.exposed_share(iv)).message
     starts = ddp_run.straggler_starts(RUN)
     assert check("lab06.ex4", analysis_distributed.wait_at(starts, 0) / 1e3, evidence=starts).correct
     assert not check("lab06.ex4", analysis_distributed.wait_at(starts, 0), evidence=starts).correct  # µs, not ms
