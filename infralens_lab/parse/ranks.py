@@ -7,7 +7,9 @@ a trimmed ``trace`` each, ``single``, ``no_sync``, ``bench``). A folder of per-r
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import evidence
@@ -99,3 +101,43 @@ def widest_recorded_run() -> tuple[str, RankRun] | None:
     store, world = best
     evs = [store.load(f"ddp_rank{r}") for r in range(world)]
     return store.folder.name, RankRun([e.values for e in evs], evs[0])
+
+
+PID_STRIDE = 10_000_000  # rank r's processes become pid + (r + 1) * PID_STRIDE in a merged trace: no two ranks share one
+
+
+def ranks_chrome_trace(traces: list[Trace]) -> dict:
+    """Every rank's trace as one chrome-trace document (Perfetto, chrome://tracing), on the host clock the traces
+    share (processes of one machine): each rank's processes renamed ``rank r · CPU (pid p)`` and ``rank r · GPU d``,
+    sorted by rank, and each GPU stream named by what runs on it (``NCCL`` when it holds an NCCL kernel, else
+    ``compute``). Times are kept as recorded; only ``pid`` changes (offset by :data:`PID_STRIDE` per rank) so that
+    two ranks never share a row. ValueError for no traces or a trace without events."""
+    if not traces:
+        raise ValueError("ranks_chrome_trace needs the per-rank traces of at least one rank; got none")
+    out: list[dict] = []
+    for r, tr in enumerate(traces):
+        events = tr.data.get("traceEvents") if isinstance(tr.data, dict) else None
+        if not events:
+            raise ValueError(f"rank {r}'s trace has no traceEvents; expected a torch.profiler chrome trace")
+        gpu_pids = {e.get("pid") for e in events if e.get("cat") == "kernel"}
+        nccl = {(e.get("pid"), e.get("tid")) for e in events if e.get("cat") == "kernel" and "nccl" in str(e.get("name", "")).lower()}
+        streams = {(e.get("pid"), e.get("tid")) for e in events if e.get("cat") == "kernel"}
+        base = (r + 1) * PID_STRIDE
+        pids = sorted({e["pid"] for e in events if isinstance(e.get("pid"), int)})
+        for i, pid in enumerate(pids):
+            name = f"rank {r} · GPU {pid}" if pid in gpu_pids else f"rank {r} · CPU (pid {pid})"
+            out += [{"ph": "M", "name": "process_name", "pid": base + pid, "tid": 0, "args": {"name": name}},
+                    {"ph": "M", "name": "process_sort_index", "pid": base + pid, "tid": 0, "args": {"sort_index": base + i}}]
+        for pid, tid in sorted(streams, key=str):
+            what = "NCCL" if (pid, tid) in nccl else "compute"
+            out.append({"ph": "M", "name": "thread_name", "pid": base + pid, "tid": tid,
+                        "args": {"name": f"stream {tid} ({what})"}})
+        out += [{**e, "pid": base + e["pid"]} if isinstance(e.get("pid"), int) else dict(e) for e in events]
+    return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def export_ranks_chrome_trace(traces: list[Trace], path: str | Path) -> Path:
+    """Write :func:`ranks_chrome_trace` of ``traces`` to ``path`` (JSON) and return the path: every rank in one file."""
+    p = Path(path)
+    p.write_text(json.dumps(ranks_chrome_trace(traces)))
+    return p
