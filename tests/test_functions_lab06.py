@@ -63,7 +63,8 @@ def test_function_exercise_with_held_out_sets_and_perturbed_copies(qid, expected
     assert {"2x-nvidia-h200", "4x-nvidia-h200"} <= {n.split(", ")[1].split(" (")[0] for n in names if "(held out)" in n
                                                       and n.startswith(("all-reduce benchmark, ", "steady steps, "))}
     assert sum("(perturbed, held out)" in n for n in names) >= 4
-    assert check(qid, fx.load(q.reference, "reference")).status == "correct"
+    # the reference itself is the grader's key: refused (its values on every case: test_quiz_functions' generic test)
+    assert "called the grader's key" in check(qid, fx.load(q.reference, "reference")).message
     for c, v in cases[:3]:  # a typed constant, the right value of a recorded case, fails on another case, named
         said = _first_failed(check(qid, lambda *a, _v=v: _v))
         assert c.name not in said and any(d.name in said for d, _ in cases)
