@@ -160,7 +160,7 @@ def _order(lab: str, kind: str) -> list[int]:
 
 
 def test_lab05_numbers_its_questions_and_exercises_in_order():
-    assert _order("05_overlap_launch.ipynb", "q") == list(range(1, 8))
+    assert _order("05_overlap_launch.ipynb", "q") == list(range(1, 9))
     assert _order("05_overlap_launch.ipynb", "ex") == [1, 2, 3]
 
 

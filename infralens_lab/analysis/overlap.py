@@ -8,6 +8,7 @@ runs on a device. Interval union and subtraction are :mod:`~infralens_lab.measur
 * :func:`hidden_fraction`: the share of one set of intervals covered by another (copy time hidden
   under compute; stage-0 time hidden under stage 1). 1.0 = fully hidden, 0.0 = fully exposed.
 * :func:`copy_overlap`: that fraction for a GPU trace: host-to-device memcpy time under kernels.
+* :func:`copy_stream`: the stream (a trace viewer's row) of the copies that ran beside kernels.
 * :func:`pipeline_metrics`: a two-stage pipeline's period (the spacing of stage-1 completions in steady
   state), each stage's mean time, the two predictions (``s0 + s1`` serialised, ``max(s0, s1)``
   overlapped), the overlap score ``(s0 + s1 - period) / min(s0, s1)`` clipped to [0, 1], and which
@@ -89,6 +90,24 @@ def copy_overlap(trace, copy_kind: str = "HtoD") -> dict:
     total, hid = _hidden(civ, kiv)
     return {"copies": len(cp), "copy_us": total, "hidden_us": hid, "exposed_us": total - hid,
             "fraction": (hid / total) if total > 0 else None, "steps": max(1, len(trace.steps()))}
+
+
+def copy_stream(trace, copy_kind: str = "HtoD") -> int:
+    """The CUDA stream (the row a trace viewer draws it on) of the ``copy_kind`` copies the profiled steps launched
+    that ran beside a kernel: of the streams holding such copies, the one with the most copy time under kernels. A
+    second-stream copy gives a stream other than the kernels'; a copy on the kernels' own stream is never under
+    them. ValueError, naming what was seen, when no such copy ran while a kernel did."""
+    g = trace.gpu_events(scope="steps")
+    cp = g[(g["cat"] == "gpu_memcpy") & g["name"].str.contains(copy_kind, regex=False)]
+    k = trace.gpu_events(scope="all")
+    kiv = list(zip(k.loc[k["cat"] == "kernel", "start_us"], k.loc[k["cat"] == "kernel", "end_us"], strict=True))
+    under = {int(s): _hidden(list(zip(c["start_us"], c["end_us"], strict=True)), kiv)[1]
+             for s, c in cp.groupby("stream")}
+    best = max(under, key=lambda s: (under[s], -s), default=None)
+    if best is None or under[best] <= 0:
+        raise ValueError(f"{len(cp)} {copy_kind} copies launched by the profiled steps on streams {sorted(under)}, "
+                         "none of them while a kernel ran; expected a copy on a second stream beside the kernels")
+    return best
 
 
 def range_intervals(trace, name: str) -> list[tuple[float, float]]:

@@ -5,6 +5,8 @@ prints what is missing and how to record it, and returns ``None``, so cells neve
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import torch
 
@@ -31,6 +33,15 @@ def explain_error(fn) -> object:
     except NeedsGpu as exc:
         print(f"{exc.what}: not available here. {exc.why}\nFix: {exc.fix}.")
         return None
+
+
+PERFETTO_DIR = Path("artifacts") / "perfetto"  # beside the notebook; git-ignored (.gitignore: artifacts/)
+
+
+def export_for_perfetto(traces: dict, prefix: str = "lab05") -> dict:
+    """``{key: Path}``: each Trace of ``{key: Trace}`` written to ``PERFETTO_DIR/<prefix>_<key>.json``, rows named."""
+    PERFETTO_DIR.mkdir(parents=True, exist_ok=True)
+    return {k: tr.export_chrome_trace(PERFETTO_DIR / f"{prefix}_{k}.json") for k, tr in traces.items()}
 
 
 def recorded(st, name: str):

@@ -700,9 +700,25 @@ class Trace:
         return out
 
     def export_chrome_trace(self, path: str | Path) -> Path:
-        """Write the trace as chrome-trace JSON (open it in Perfetto or chrome://tracing)."""
+        """Write the trace as chrome-trace JSON (open it in Perfetto or chrome://tracing). A recorded trace is
+        trimmed of its metadata events, so rows without a name get one: ``GPU N`` for a process whose events carry a
+        CUDA ``stream``, ``stream S`` for each of its rows (Kineto draws one row per stream), ``CPU`` and ``thread T``
+        for the others; the events themselves are written as recorded."""
         p = Path(path)
-        p.write_text(json.dumps(self.data))
+        events = self.data.get("traceEvents", [])
+        named = {(e.get("name"), e.get("pid"), e.get("tid") if e.get("name") == "thread_name" else None)
+                 for e in events if e.get("ph") == "M"}
+        rows = {(e["pid"], e["tid"], "stream" in (e.get("args") or {}))
+                for e in events if e.get("ph") == "X" and "pid" in e and "tid" in e}
+        meta = []
+        for pid, tid, gpu in sorted(rows, key=str):
+            for kind, key, name in (("process_name", None, f"GPU {pid}" if gpu else "CPU"),
+                                    ("thread_name", tid, f"stream {tid}" if gpu else f"thread {tid}")):
+                if (kind, pid, key) not in named:
+                    named.add((kind, pid, key))
+                    meta.append({"ph": "M", "name": kind, "pid": pid, "args": {"name": name},
+                                 **({"tid": tid} if key is not None else {})})
+        p.write_text(json.dumps({**self.data, "traceEvents": meta + events} if meta else self.data))
         return p
 
 
