@@ -9,8 +9,10 @@ from __future__ import annotations
 from ... import evidence
 from ...analysis import attention as attn
 from ...analysis import copies as copy_info
+from ...analysis.stalls import dominant_item
 from ...parse import ncu
 from ..derive import dominant_stall_share
+from ..functions import delegates
 from .lab01 import _short_gpu
 
 COPY_FILES = ("ncu_copies.csv", "ncu_copies_stalls.csv")  # what the recorder writes (record step `ncu_copies`)
@@ -67,6 +69,7 @@ def kv_reads():
 
 
 # ---------------------------------------------------------------- function exercises (issue 38)
+@delegates(ncu.sectors_per_request)  # the whole step: a function that calls it is refused
 def sectors_per_request(row: dict) -> float:
     """Exercise 1's reference: the 32-byte sectors a warp-wide global load touched in L1TEX, on average, from one
     copy's raw counters ``{metric: value}``: ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` over
@@ -76,6 +79,7 @@ def sectors_per_request(row: dict) -> float:
     return float(row[sectors]) / float(row[requests])
 
 
+@delegates(dominant_stall_share, dominant_item)  # the series' rule is the step: a function calling it is refused
 def dominant_share(samples) -> float:
     """Exercise 3's reference: the dominant stall reason's share (0 to 1) of all of one kernel's samples, by the
     series' one rule (:func:`infralens_lab.analysis.stalls.dominant_item`: ``selected`` left out of the choice, kept

@@ -13,6 +13,7 @@ from ...measure.torch_trace import quiet_profiler_chatter
 from ...parse.trace import load_trace
 from ...units import MiB
 from ...workloads.overlap import COPY_BATCH_MIB, COPY_MODES, sleep_stages
+from ..functions import delegates
 from . import lab01 as lab01_keys
 
 
@@ -108,6 +109,7 @@ def hidden_share_cases():
 BOUND_ARGS = ("period_ms", "exposed_copy_ms", "copy_ms", "kernel_ms")  # exercise 3's arguments, in order
 
 
+@delegates(overlap_bound)  # the whole step: a function that calls it is refused
 def hiding_bound(period_ms: float, exposed_copy_ms: float, copy_ms: float, kernel_ms: float) -> float:
     """Exercise 3's reference: the best speedup of hiding a step's exposed copy under its kernels, with both floors
     (:func:`infralens_lab.analysis.overlap.overlap_bound`'s ``bound``)."""
