@@ -9,7 +9,7 @@ import functools
 
 from ...analysis import ledger
 from ...analysis import ledger_views as views
-from ...measure.memory import compare, measure_inference, measure_training_step
+from ...measure.memory import compare, measure_training_step
 from ...measure.torch_trace import quiet_profiler_chatter
 
 
@@ -22,11 +22,6 @@ def _step():
 
 def _predicted():
     return ledger.predict_training(ledger.Model.from_gpt_config(views.live_config()), views.live_training())
-
-
-def predicted():
-    """The predicted ledger of the live step (ex1: the Adam states line)."""
-    return _predicted()
 
 
 def ledger_rows():
@@ -42,14 +37,6 @@ def gaps():
 def moments():
     """Live bytes by moment of the live step (q3)."""
     return views.moments_table(_step())
-
-
-@functools.lru_cache(maxsize=1)
-def inference_predicted():
-    """The predicted ledger of the live generation the notebook measures (batch 4): its KV-cache line (ex2)."""
-    with quiet_profiler_chatter():
-        meas = measure_inference(views.live_config(), batch=4)
-    return ledger.predict_for(meas.attrs["meta"])
 
 
 def scaling():
