@@ -151,17 +151,10 @@ def test_bank_questions_are_answerable_from_the_tables_the_lab_shows():
 
 
 def test_exercises_are_marked_against_the_ledger_and_the_live_step():
+    """ex3 is a value marked against the live step; ex1 and ex2 are function exercises (tests/test_functions_lab03.py)."""
     from infralens_lab.quiz import judge, question
 
-    cfg = views.live_config()
-    pred = ledger.predict_training(ledger.Model.from_gpt_config(cfg), views.live_training())
-    psi = ledger.param_count(ledger.Model.from_gpt_config(cfg))
-    assert judge(question("lab03.ex1"), 8 * psi, evidence=pred)[0] == "correct"  # fp32 AdamW: m and v
-    assert judge(question("lab03.ex1"), 12 * psi, evidence=pred)[0] == "wrong"  # no master copy in fp32
-    meta = {"kind": "infer", "config": vars(cfg), "batch": 4, "context": 128, "prompt": 124, "new_tokens": 4,
-            "dtype": "fp32"}
-    kv = 2 * cfg.n_layer * 4 * 128 * cfg.n_kv_head * (cfg.n_embd // cfg.n_head) * 4
-    assert judge(question("lab03.ex2"), kv, evidence=ledger.predict_for(meta))[0] == "correct"
+    assert question("lab03.ex1").kind == question("lab03.ex2").kind == "function"
     gaps = lab03.compare(PREDICTED, MEASURED)
     want = float(gaps.loc[gaps["category"] == "activations", "gap_pct"].iloc[0])
     assert judge(question("lab03.ex3"), want, evidence=gaps)[0] == "correct"

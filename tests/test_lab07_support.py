@@ -141,13 +141,15 @@ def test_derived_questions_mark_against_the_notebooks_evidence(store):
 
     rec = lab07.recorded_resnet(store)
     ot = op_times(rec["channels_first"][0])  # conv2d keeps 100 - 90 = 10 µs, cudnn_convolution 90 - 5 - 5 = 80 µs
-    assert check("lab07.ex1", 0.08, evidence=ot).correct and not check("lab07.ex1", 0.09, evidence=ot).correct
+    assert ot.set_index("name").loc["aten::cudnn_convolution", "self_ms"] == pytest.approx(0.08)
+    assert ot.set_index("name").loc["aten::conv2d", "self_ms"] == pytest.approx(0.01)
     # the hand-made traces: channels_first 130 µs of kernels (30 of them the layout transform), channels_last 100
     g = lab07.layout_saving(rec, lab07.recorded_gates(store))
     assert g["share"] == pytest.approx(1.0)
     assert check("lab07.q5", 1.0, evidence=g).correct and not check("lab07.q5", 0.3 / 1.3, evidence=g).correct
-    kt = gates.k_table(lab07.recorded_gates(store).values["aa_ratios"], 0.05)
-    assert check("lab07.ex2", 1, evidence=kt).correct and not check("lab07.ex2", 3, evidence=kt).correct
+    from infralens_lab.quiz import question
+
+    assert question("lab07.ex1").kind == question("lab07.ex2").kind == "function"  # tests/test_functions_lab07.py
     import pandas as pd
 
     rc = pd.DataFrame([
@@ -159,8 +161,8 @@ def test_derived_questions_mark_against_the_notebooks_evidence(store):
 
 def test_grader_keys_use_the_recorded_set():
     """quiz.keys.lab07 builds the notebook's evidence from the committed default set by the same functions:
-    the grader's keys for ex1, q5, ex2 and q6 are what the notebook's cells compute."""
-    from infralens_lab.measure.top_ops import op_times
+    the grader's keys for q5 and q6 are what the notebook's cells compute (ex1 and ex2 are function exercises:
+    tests/test_functions_lab07.py)."""
     from infralens_lab.quiz import grader, question
 
     st = lab07.store()
@@ -169,12 +171,9 @@ def test_grader_keys_use_the_recorded_set():
         pytest.skip("no recorded lab 07 evidence")
     grader.grader_evidence.cache_clear()
     try:
-        top = op_times(rec["channels_first"][0]).iloc[0]["self_ms"]
-        assert grader.expected_for_grading(question("lab07.ex1")) == pytest.approx(top)
         cmp = lab07.format_compare(rec).set_index("family")  # the family table the notebook shows
         d = cmp["channels_first_us"] - cmp["channels_last_us"]
         assert grader.expected_for_grading(question("lab07.q5")) == pytest.approx(d["layout transform"] / d["all kernels"])
-        assert grader.expected_for_grading(question("lab07.ex2")) == gates.smallest_k(gates.k_table(gev.values["aa_ratios"], gates.LAB_TOLERANCE))
         procs = gev.values.get("aa_processes")
         if procs:  # q6: the median over processes of ratio spread / a's spread, from the table the notebook shows
             t = gates.drift_table({i: (p["a_ms"], p["b_ms"]) for i, p in enumerate(procs)}).iloc[:-1]

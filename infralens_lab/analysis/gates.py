@@ -159,6 +159,24 @@ def false_alarm_rate(ratios: Sequence[float], k: int, tolerance: float, n_boot: 
     return fails / n_boot
 
 
+def false_alarm_exact(ratios: Sequence[float], k: int, tolerance: float) -> float:
+    """The false-alarm rate :func:`false_alarm_rate` estimates, computed exactly: the probability that the median of
+    ``k`` ratios drawn with replacement from ``ratios`` lies more than ``tolerance`` below their median. For odd
+    ``k`` the median is the middle draw, so it is below the limit exactly when at least ``(k + 1) / 2`` draws are:
+    with ``p`` the share of ``ratios`` below the limit, the binomial tail ``sum C(k, j) p^j (1 - p)^(k - j)`` over
+    ``j >= (k + 1) / 2``. The bootstrap's answer scatters around it by its own sampling error (about
+    ``sqrt(rate (1 - rate) / n_boot)``)."""
+    _check_k(k)
+    if k % 2 == 0:
+        raise ValueError(f"k={k}; expected an odd k (the median of an even k averages two draws: no binomial tail)")
+    if len(ratios) < 2:
+        raise ValueError(f"{len(ratios)} ratios; expected at least 2 to draw from")
+    xs = list(map(float, ratios))
+    limit = percentile(xs, 50) * (1 - tolerance)
+    p = sum(x < limit for x in xs) / len(xs)
+    return float(sum(math.comb(k, j) * p ** j * (1 - p) ** (k - j) for j in range((k + 1) // 2, k + 1)))
+
+
 def detection_rate(ratios: Sequence[float], k: int, tolerance: float, slowdown: float, n_boot: int = 2000,
                    seed: int = 1) -> float:
     """How often the same gate would catch a candidate ``slowdown`` (a fraction, 0.1 = 10% slower) worse

@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from ..parse.trace import Trace, step_gpu_work
+from ..parse.trace import CPU_CATS, Trace, step_gpu_work
 
 FAMILIES = (  # first match wins; patterns on the kernel name, case-insensitive
     ("layout transform", r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|transpose|permute"),
@@ -117,6 +117,22 @@ def op_calls(tr: Trace) -> pd.DataFrame:
         ops = ops[(ops["start_us"] >= st["cpu_start_us"].min()) & (ops["start_us"] < st["cpu_end_us"].max())]
     self_us = pd.Series([tr.self_us.get(i, 0.0) for i in ops.index], index=ops.index, dtype=float)
     return pd.DataFrame({"name": ops["name"], "dur_us": ops["dur"], "children_us": ops["dur"] - self_us}).reset_index(drop=True)
+
+
+def cpu_events(tr: Trace) -> pd.DataFrame:
+    """The profiled steps' CPU events (aten ops, runtime and driver calls, ranges) on the trace's one CPU thread, as
+    ``name, start_us, dur_us`` (µs): what :func:`op_calls` reads its calls from, left for the reader to nest (lab
+    07's exercise 1). The events that start inside the profiled steps' CPU span, as :func:`op_calls` keeps them.
+    ValueError when the trace has CPU events on more than one thread (nesting is per thread)."""
+    ev, st = tr.events, tr.steps()
+    cpu = ev[ev["cat"].isin(CPU_CATS)]
+    threads = sorted(cpu[["pid", "tid"]].drop_duplicates().itertuples(index=False, name=None))
+    if len(threads) > 1:
+        raise ValueError(f"the trace has CPU events on {len(threads)} threads {threads[:4]}; expected one "
+                         "(nest each thread's events apart)")
+    if not st.empty:
+        cpu = cpu[(cpu["start_us"] >= st["cpu_start_us"].min()) & (cpu["start_us"] < st["cpu_end_us"].max())]
+    return pd.DataFrame({"name": cpu["name"], "start_us": cpu["start_us"], "dur_us": cpu["dur"]}).reset_index(drop=True)
 
 
 def op_times(tr: Trace, top: int | None = None) -> pd.DataFrame:
