@@ -91,7 +91,7 @@ def _first(r) -> str:
 # ---------------------------------------------------------------- ex1: self time from the events
 def test_ex1_right_function_passes_and_the_reference_too(self_cases, capsys):
     assert check("lab07.ex1", _self_right).status == "correct"
-    assert check("lab07.ex1", key.self_ms).status == "correct"
+    assert "called the grader's key" in check("lab07.ex1", key.self_ms).message  # the reference itself: refused
     assert f"right on all {len(self_cases)} cases" in capsys.readouterr().out
     assert sum(c.held_out for c in self_cases) >= 4 and not self_cases[0].held_out
 
@@ -212,7 +212,7 @@ def test_ex2_right_function_passes_and_the_labs_bootstrap_too(k_cases):
     """The exact rate and the lab's resampled one (analysis.gates.false_alarm_rate, 2,000 draws) pick the same k on
     every case, so a learner who loops over the lab's function passes as well as one who writes the binomial tail."""
     assert check("lab07.ex2", _k_right).status == "correct"
-    assert check("lab07.ex2", key.smallest_k).status == "correct"
+    assert "called the grader's key" in check("lab07.ex2", key.smallest_k).message  # the reference itself: refused
 
     def boot(ratios, tolerance, budget):
         return next(k for k in gates.KS if gates.false_alarm_rate(ratios, k, tolerance) <= budget)

@@ -11,6 +11,7 @@ from ...analysis import ledger
 from ...analysis import ledger_views as views
 from ...measure.memory import compare, measure_training_step
 from ...measure.torch_trace import quiet_profiler_chatter
+from ..functions import delegates
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,12 +49,14 @@ def scaling():
 LIVE_INFER_BATCH = 4  # the sequences of the live generation the notebook measures (lab03.measure_live_inference)
 
 
+@delegates(ledger.model_states)  # the ledger's own line: a function that calls it is refused
 def optimizer_bytes(params: int, precision: str, optimizer: str) -> float:
     """Exercise 1's reference: the optimizer-states line of the ledger, KΨ bytes for ``params`` parameters trained
     in ``precision`` with ``optimizer`` (:func:`infralens_lab.analysis.ledger.model_states`, no sharding)."""
     return float(ledger.model_states(params, precision, optimizer)["optimizer states"][0])
 
 
+@delegates(ledger.kv_cache_bytes)  # the ledger's own line: a function that calls it is refused
 def kv_bytes(n_layer: int, n_head: int, n_kv_head: int, n_embd: int, batch: int, context: int, dtype: str) -> float:
     """Exercise 2's reference: the KV cache's bytes for a model of ``n_layer`` layers, ``n_head`` query heads,
     ``n_kv_head`` key/value heads and width ``n_embd``, holding ``context`` positions of ``batch`` sequences in
