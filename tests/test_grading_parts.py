@@ -18,6 +18,7 @@ from helpers import make_grade_command, question_sections_of
 
 from infralens_lab.quiz import answers, grader, manifest, report, scores
 from infralens_lab.quiz import bank as bank_mod
+from infralens_lab.quiz import functions as fx
 from infralens_lab.quiz import pytest_plugin as plugin
 from infralens_lab.quiz.check import ANSWER_MIME, answer_record, check
 from infralens_lab.quiz.isolation import RunOutcome
@@ -645,17 +646,23 @@ def test_keys_come_from_the_graders_memory_not_from_files_a_run_can_change(tmp_p
     data = tmp_path / "recorded"
     shutil.copytree(data_root(), data)
     monkeypatch.setenv(DATA_ROOT_ENV, str(data))
-    q = question("lab04.ex3")   # the stride-8 copy's dominant stall share, from the recorded ncu run
+    q = question("lab04.ex2")   # DRAM bytes per useful byte of the stride-16 copy, from the recorded ncu run
+    fn = question("lab04.ex3")  # a function exercise: its reference on the cases built from the recorded sets
     grader.grader_evidence.cache_clear()
+    fx.reference_values.cache_clear()
     try:
-        key = grader.expected_for_grading(q)
+        key, right = grader.expected_for_grading(q), fx.reference_values(fn)
         data.rename(tmp_path / "moved")
         assert grader.expected_for_grading(q) == key
+        assert [v for _, v in fx.reference_values(fn)] == [v for _, v in right]
         grader.grader_evidence.cache_clear()
+        fx.reference_values.cache_clear()
         with pytest.raises(grader.EvidenceUnavailable):
             grader.expected_for_grading(q)
+        assert fx.reference_values(fn) is None  # without the memory, the same call finds no recording
     finally:
         grader.grader_evidence.cache_clear()
+        fx.reference_values.cache_clear()
 
 
 class _FakeFile:

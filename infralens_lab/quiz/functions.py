@@ -95,10 +95,35 @@ def cases(spec: str) -> tuple[Case, ...] | None:
     return tuple(got)
 
 
+_REFERENCE: dict[tuple, list] = {}  # (id, reference, cases) -> [(case, right value)], held for the process
+
+
 def reference_values(q: Question) -> list[tuple[Case, float]] | None:
     """``[(case, right value)]`` for function exercise ``q``: its ``reference`` on each of its ``cases``, in order
     (a :class:`~infralens_lab.quiz.check.Measured`-like spread is left to the judge, from ``case.spread``). None
-    when the cases provider finds no evidence. FunctionCaseError when the reference does not give a number."""
+    when the cases provider finds no evidence. FunctionCaseError when the reference does not give a number.
+
+    Computed once per process and then held in memory: ``make grade`` computes every key before any notebook runs
+    (``pytest_collection_finish``), so a run that moves or rewrites the recorded sets changes no key.
+    ``reference_values.cache_clear()`` forgets them (tests)."""
+    key = (q.id, q.reference, q.cases)
+    if key not in _REFERENCE:
+        got = _reference_values(q)
+        if got is None:
+            return None
+        _REFERENCE[key] = got
+    return list(_REFERENCE[key])
+
+
+def _cache_clear() -> None:
+    _REFERENCE.clear()
+    cases.cache_clear()
+
+
+reference_values.cache_clear = _cache_clear  # type: ignore[attr-defined]
+
+
+def _reference_values(q: Question) -> list[tuple[Case, float]] | None:
     if q.kind != "function":
         raise FunctionCaseError(f"{q.id} is a {q.kind!r} question, not a 'function' exercise")
     got = cases(q.cases)

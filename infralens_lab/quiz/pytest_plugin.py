@@ -33,6 +33,7 @@ from ..evidence import data_root
 from . import world
 from .bank import BANKS_ENV, BankError, banks_dirs, load_bank
 from .check import GRADE_ENV
+from .functions import reference_values
 from .grader import (
     MAX_NOTEBOOK_BYTES,
     EvidenceUnavailable,
@@ -448,6 +449,9 @@ class GradeSession:
             for q in bank.values():  # every answer key is computed before any notebook runs
                 with contextlib.suppress(EvidenceUnavailable):
                     expected_for_grading(q)
+                if q.kind == "function":  # a function's right values on its cases, held in memory from now on
+                    with contextlib.suppress(Exception):  # a failure is said in the question's own row
+                        reference_values(q)
 
     def execute(self, gf: GradeFile):
         """``gf``'s run: every notebook is run (JOBS at a time) the first time one is asked for."""
