@@ -441,3 +441,16 @@ def test_lab01_hottest_kernel_premise_leftovers_change_it_on_the_h200_only():
         assert (every["total_us"].sum() > steps["total_us"].sum()), slug  # leftovers are there to count
         hottest[slug] = steps.iloc[0]["name"] == every.iloc[0]["name"]
     assert hottest == {"nvidia-h100-80gb-hbm3": True, "nvidia-h200": False}, "re-word lab 01 cell 'Layer 2'"
+
+
+def test_lab03_zero_reading_premise_70b_optimizer_states_still_lead_at_stage_3():
+    """Lab 03's reading of the ZeRO table (issue 39): llama2-7b is led by activations from stage 1; llama2-70b by the
+    weights under stages 1 and 2 and by its optimizer states again under stage 3 (103 GB against 88 GB)."""
+    from infralens_lab.analysis import ledger_views as views
+
+    t = views.scaling().set_index(["model", "zero_stage"])
+    assert [t.loc[("llama2-7b", z), "dominant"] for z in range(4)] == ["optimizer states"] + ["activations"] * 3
+    assert [t.loc[("llama2-70b", z), "dominant"] for z in range(4)] == ["optimizer states", "weights", "weights",
+                                                                        "optimizer states"]
+    r = t.loc[("llama2-70b", 3)]
+    assert r["optimizer states"] > r["activations"]
