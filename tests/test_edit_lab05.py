@@ -182,3 +182,21 @@ def test_the_lab_cell_is_the_package_original():
     assert TAG_SOLUTION in _tags(sol) and output_folded(sol) and "lab05.edit_and_measure(" in "".join(sol["source"])
     shown = "".join("".join(o.get("text", "")) for o in cells[i]["outputs"])
     assert "copies on the compute stream" in shown and "Model, not a measurement" in shown
+
+
+def test_the_live_view_shape_on_recorded_traces(recorded):
+    """The GPU path's table and reading, fed recorded traces in place of live ones (the timing and clock dicts are
+    stand-ins for what live_prefetch returns; only the shape of the view is checked here, not a measurement)."""
+    copies, copy_trs = recorded
+    replays = {"as given": stream_record.replay_prefetch(workloads_overlap.same_stream_prefetch),
+               "yours": stream_record.replay_prefetch(side_stream)}
+    live = {n: {"trace": copy_trs[m][0], "gpu": "GPU X", "clock": {"sm_clock_hz": 1.5e9},
+                "timing": {"median_ms": p, "p10_ms": p * 0.9, "p90_ms": p * 1.1, "n": 20}}
+            for n, m, p in (("as given", "pinned", 2.0), ("yours", "double_buffered", 1.0))}
+    table, reading = stream_order.edit_view(copies, replays, "GPU R", live, lab05.COPY_BYTES)
+    t = table.set_index("prefetch")
+    assert t.loc["yours", "evidence"] == "live, GPU X" and t.loc["yours", "timed_ms"] == 1.0
+    assert t.loc["yours", "hidden_fraction"] == copies.set_index("mode").loc["double_buffered", "hidden_fraction"]
+    assert "Live on GPU X" in reading and "SM clock 1.50 GHz" in reading and "median of 20" in reading
+    live["yours"]["clock"] = {"sm_clock_hz": None, "clock_note": "no NVML"}
+    assert "SM clock not read" in stream_order.edit_view(copies, replays, "GPU R", live, lab05.COPY_BYTES)[1]
