@@ -71,6 +71,20 @@ def memcpy_call_share(tr) -> float:
     return float(inside["dur"].sum()) / c["copy_us"]
 
 
+def h2d_table(rows: list[dict], batch_mib: float, record_hint: str) -> pd.DataFrame:
+    """The recorded host-to-device bandwidth rows (``overlap_h2d``'s ``rows``); a recording made before the recorder
+    timed written pages and two sizes has neither column, and says so in ``attrs['note']`` (``record_hint``: the
+    command that records them)."""
+    t = pd.DataFrame(rows)
+    cols = [c for c in ("memory", "written", "mib", "median_ms", "gb_per_s", "cpu_ms") if c in t.columns]
+    t = t[cols]
+    if "written" not in t.columns:
+        t.attrs["note"] = (f"This recording timed one source per memory type: a {t['mib'].iloc[0]:g} MiB buffer from "
+                           "torch.empty that nothing had written. The recorder now also times written pages and the copy "
+                           f"step's {batch_mib:g} MiB ({record_hint} writes them).")
+    return t
+
+
 def pipeline_table(traces: dict) -> pd.DataFrame:
     """One row per depth (``{depth: Trace}``): :func:`~infralens_lab.analysis.overlap.pipeline_metrics` on the
     ``stage0``/``stage1`` ranges, in milliseconds."""
@@ -138,6 +152,13 @@ def compile_times(values: dict) -> pd.DataFrame:
     t = pd.DataFrame(values["rows"])[["variant", "first_ms", "median_ms", "p10_ms", "p90_ms"]]
     t["vs_eager"] = t["median_ms"] / float(t.loc[t["variant"] == "eager", "median_ms"].iloc[0])
     return t
+
+
+def compile_time_lines(vals: dict) -> list[str]:
+    """The live CPU timings of :func:`compile_times`' record as sentences in seconds of wall time (this machine's,
+    not a GPU's)."""
+    return [f"{r['variant']}: first call {r['first_ms'] / 1e3:.3f} s wall, then {r['median_ms'] / 1e3:.6f} s wall "
+            f"per forward (median)" for r in vals["rows"]]
 
 
 def fusion_table(values: dict, traces: dict | None = None) -> pd.DataFrame:

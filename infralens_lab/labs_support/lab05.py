@@ -10,15 +10,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .. import evidence
-from ..analysis import overlap_tables
+from .. import evidence, present
+from ..analysis import overlap_tables, stream_order
 from ..analysis.overlap import launches_per_step
+from ..analysis.overlap_tables import compile_time_lines  # noqa: F401  (re-exported for the notebook)
 from ..device import is_gpu
-from ..measure import overlap
+from ..measure import overlap, stream_record
 from ..measure.torch_trace import profile, quiet_profiler_chatter
 from ..parse.trace import load_trace
 from ..units import MiB
-from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, sleep_stages, small_ops_step
+from ..workloads.overlap import COPY_BATCH_MIB, COPY_MODES, NeedsGpu, same_stream_prefetch, sleep_stages, small_ops_step
 from ..workloads.pipeline import cpu_threads
 from . import store  # noqa: F401  (re-exported for the notebook)
 
@@ -71,16 +72,8 @@ def fix_tables_by_gpu() -> dict[str, pd.DataFrame]:
 
 
 def h2d_table(ev) -> pd.DataFrame:
-    """The recorded host-to-device bandwidth rows; a recording made before the recorder timed written pages
-    and two sizes has neither column, and says so in ``attrs['note']``."""
-    t = pd.DataFrame(ev.values["rows"])
-    cols = [c for c in ("memory", "written", "mib", "median_ms", "gb_per_s", "cpu_ms") if c in t.columns]
-    t = t[cols]
-    if "written" not in t.columns:
-        t.attrs["note"] = (f"This recording timed one source per memory type: a {t['mib'].iloc[0]:g} MiB buffer from "
-                           "torch.empty that nothing had written. The recorder now also times written pages and the copy "
-                           f"step's {COPY_BATCH_MIB} MiB ({RECORD_HINT} writes them).")
-    return t
+    """The recorded host-to-device bandwidth rows (:func:`~infralens_lab.analysis.overlap_tables.h2d_table`)."""
+    return overlap_tables.h2d_table(ev.values["rows"], COPY_BATCH_MIB, RECORD_HINT)
 
 
 def caption(*evs) -> str:
@@ -121,12 +114,6 @@ def live_compile() -> dict:
         return overlap.compile_study("cpu", repeats=20, **overlap.BLOCKNET_CPU)
 
 
-def compile_time_lines(vals: dict) -> list[str]:
-    """The live CPU timings as sentences in seconds of wall time (this machine's, not a GPU's)."""
-    return [f"{r['variant']}: first call {r['first_ms'] / 1e3:.3f} s wall, then {r['median_ms'] / 1e3:.6f} s wall "
-            f"per forward (median)" for r in vals["rows"]]
-
-
 def live_copies():
     """On a GPU: the copy/compute table measured now (``(table, Evidence)``); elsewhere None, saying why."""
     if not is_gpu():
@@ -138,8 +125,7 @@ def live_copies():
 
 
 def live_launches():
-    """On a GPU: the launch-bound step measured now, eager against CUDA graph (``(table, Evidence)``); elsewhere
-    None, saying why."""
+    """On a GPU: the launch-bound step, eager against CUDA graph, measured now (``(table, Evidence)``); else None."""
     if not is_gpu():
         print("Live launch study: no GPU here, so the recorded one below stands in.")
         return None
@@ -147,3 +133,18 @@ def live_launches():
         vals, trs = overlap.launch_study(compile_too=False)
     ev = evidence.live("launch_overhead_live", vals, "measure.overlap.launch_study(compile_too=False)")
     return overlap_tables.launch_table(vals, trs), ev
+
+
+def edit_and_measure(prefetch, copies: pd.DataFrame, copy_trs: dict) -> None:
+    """Lab 05's edit, ``prefetch(step, i)`` in the double-buffered step beside the one as given: replayed on this CPU
+    (a race or wrong data is named), then profiled and timed on a GPU, or modelled from the recorded ``copies``."""
+    fns = {"as given (same stream)": same_stream_prefetch, "your prefetch": prefetch}
+    replays = {n: stream_record.replay_prefetch(f) for n, f in fns.items()}
+    live = None
+    if is_gpu() and stream_order.safe(replays["your prefetch"]):
+        with quiet_profiler_chatter():
+            live = {n: stream_record.live_prefetch(f) for n, f in fns.items()}
+    table, reading = stream_order.edit_view(copies, replays, copy_trs["pinned"][1].provenance.gpu, live, COPY_BYTES)
+    present.show(table.dropna(axis=1, how="all"), caption=caption(*[e for _, e in copy_trs.values()]),
+                 title="Your prefetch beside the one as given and the recorded steps")
+    print(reading)

@@ -67,11 +67,15 @@ def pinned(t: torch.Tensor) -> torch.Tensor:
 class CopyComputeStep:
     """One step per call: a host batch of ``batch_mib`` MiB (fp16, ``(rows, width)``) goes to the GPU
     and ``matmuls`` matmuls with a ``(width, width)`` weight run on it. ``mode``: see module doc.
-    Batches cycle over ``host_batches`` prepared host tensors. Ranges: ``h2d`` and ``compute``."""
+    Batches cycle over ``host_batches`` prepared host tensors. Ranges: ``h2d`` and ``compute``.
+    ``prefetch(step, i)`` (double-buffered mode only) replaces :meth:`_prefetch`: lab 05's edit-and-measure
+    exercise swaps in the learner's version; :meth:`stand_in` builds the same step over CPU tensors."""
 
-    def __init__(self, mode: str, batch_mib: int = COPY_BATCH_MIB, width: int = 4096, matmuls: int = 4, host_batches: int = 4):
+    def __init__(self, mode: str, batch_mib: int = COPY_BATCH_MIB, width: int = 4096, matmuls: int = 4, host_batches: int = 4,
+                 prefetch: Callable[[CopyComputeStep, int], None] | None = None):
         if mode not in COPY_MODES:
             raise ValueError(f"copy mode {mode!r}; expected one of {COPY_MODES}")
+        _check_prefetch(mode, prefetch)
         for name, v in (("batch_mib", batch_mib), ("width", width), ("matmuls", matmuls), ("host_batches", host_batches)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r}; expected a positive int")
@@ -85,11 +89,33 @@ class CopyComputeStep:
         self.w = torch.randn(width, width, device="cuda", dtype=torch.float16) / width ** 0.5
         self.i = 0
         if mode == "double_buffered":
-            self.side = torch.cuda.Stream()
-            self.buf = [torch.empty(rows, width, device="cuda", dtype=torch.float16) for _ in range(2)]
-            self.copied = [torch.cuda.Event() for _ in range(2)]
-            self.freed = [torch.cuda.Event() for _ in range(2)]
-            self._prefetch(0)
+            self._double_buffer(rows, width, "cuda", prefetch)
+
+    def _double_buffer(self, rows: int, width: int, device: str, prefetch) -> None:
+        """The double-buffered state: a side stream, two buffers, per buffer a ``copied`` and a ``freed`` event;
+        then the first batch's prefetch."""
+        self.side = torch.cuda.Stream()
+        self.buf = [torch.empty(rows, width, device=device, dtype=self.host[0].dtype) for _ in range(2)]
+        self.copied = [torch.cuda.Event() for _ in range(2)]
+        self.freed = [torch.cuda.Event() for _ in range(2)]
+        if prefetch is not None:
+            self._prefetch = lambda i: prefetch(self, i)
+        self._prefetch(0)
+
+    @classmethod
+    def stand_in(cls, host: list[torch.Tensor], w: torch.Tensor, matmuls: int,
+                 prefetch: Callable[[CopyComputeStep, int], None] | None = None) -> CopyComputeStep:
+        """A double-buffered step over CPU tensors (``host`` batches, weight ``w``): the same state and the same
+        :meth:`__call__`, for a recorder that stands in for ``torch.cuda``'s streams and events
+        (:mod:`infralens_lab.measure.stream_record`); call it inside that recorder."""
+        if not host or any(h.shape != host[0].shape for h in host) or host[0].dim() != 2:
+            raise ValueError(f"host batches of shapes {[tuple(h.shape) for h in host]}; expected one or more 2-D "
+                             "tensors of one shape")
+        _check_prefetch("double_buffered", prefetch)
+        step = cls.__new__(cls)
+        step.mode, step.matmuls, step.host, step.w, step.i = "double_buffered", matmuls, host, w, 0
+        step._double_buffer(host[0].shape[0], host[0].shape[1], "cpu", prefetch)
+        return step
 
     def _prefetch(self, i: int) -> None:
         slot = i % 2
@@ -116,6 +142,20 @@ class CopyComputeStep:
         out = self._compute(self.buf[slot])
         self.freed[slot].record(torch.cuda.current_stream())
         return out
+
+
+def same_stream_prefetch(step: CopyComputeStep, i: int) -> None:
+    """Lab 05's edit-and-measure starting point: batch ``i`` copied into its buffer on the compute stream (in order
+    with the matmuls, as ``'pinned'`` copies), then marked copied. Safe, and nothing overlaps."""
+    slot = i % 2
+    step.buf[slot].copy_(step.host[i % len(step.host)], non_blocking=True)
+    step.copied[slot].record(torch.cuda.current_stream())
+
+
+def _check_prefetch(mode: str, prefetch) -> None:
+    if prefetch is not None and (mode != "double_buffered" or not callable(prefetch)):
+        raise ValueError(f"prefetch={prefetch!r} with mode {mode!r}; expected a function prefetch(step, i), and "
+                         "only with mode 'double_buffered' (the mode with a side stream and two buffers)")
 
 
 # ---------------------------------------------------------------- two-stage pipeline
