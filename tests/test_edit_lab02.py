@@ -23,8 +23,6 @@ LAB = Path(__file__).resolve().parents[1] / "labs" / "02_roofline.ipynb"
 LAB_TILES = attention.tiled_config(64, gpu=True)
 WORKED = dict(LAB_TILES, BLOCK_M=256)
 
-pytestmark = pytest.mark.skipif(device.is_gpu(), reason="interpreter-mode checks (a GPU runs the lab itself)")
-
 
 @triton.jit
 def _q_as_output(q_ptr, k_ptr, v_ptr, o_ptr,
@@ -173,5 +171,27 @@ def test_the_reading_interpreter_and_gpu(checks):
     assert tile_edit.edit_reading(same).startswith("Your tiles are the lab's")
 
 
+def test_a_tile_set_too_big_for_shared_memory_is_said_to_not_launch(checks):
+    rows = _rows(checks)
+    rows[1]["resources"] = dict(rows[1]["resources"], shared_bytes=240 * 1024)
+    table = tile_edit.edit_table(rows)
+    assert table["blocks/SM"][1] == 0
+    assert tile_edit.edit_reading(table).startswith("Your edit cannot launch on sm_90: 240 KiB of shared memory per "
+                                                    "block, above the 227 KiB one block may have")
+
+
+@pytest.mark.skipif(device.is_gpu(), reason="interpreter mode only: a GPU times the tiles (next test)")
 def test_no_timing_in_the_interpreter():
     assert tile_runs.time_tiles({"lab's tiles": LAB_TILES}) is None
+
+
+@pytest.mark.skipif(not device.is_gpu(), reason="needs a GPU: times both tile sets with CUDA events and NVML clocks")
+def test_a_gpu_times_both_tile_sets_with_their_clock():
+    rows = tile_runs.measure_edit(WORKED, LAB_TILES)
+    table = tile_edit.edit_table(rows)  # raises PhysicsError for a rate above SMs x peak x clock
+    for r in rows:
+        tm = r["timing"]
+        assert tm["n"] >= 20 and tm["p10_ms"] <= tm["median_ms"] <= tm["p90_ms"], tm
+        assert tm["sm_clock_hz"], f"no SM clock sampled during the timing: {tm.get('clock_note')}"
+    assert (table["TFLOP/s"] > 0).all() and "timed here:" in tile_edit.edit_reading(table)
+    print(table.to_string(), tile_edit.edit_reading(table), sep="\n")

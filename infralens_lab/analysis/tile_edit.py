@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from ..kernels import arch
 from ..units import KiB, MiB
 from . import counters, hardware, traffic
 
@@ -147,6 +148,11 @@ def edit_reading(table: pd.DataFrame) -> str:
     if not b["correct"].startswith("yes"):
         return (f"{b['config'].capitalize()} is wrong: its output differs from torch at {b['correct'][4:-1]}; fix it "
                 "before measuring.")
+    if b["blocks/SM"] == 0:
+        limit = arch.arch_of(90).max_shared_per_block
+        return (f"{b['config'].capitalize()} cannot launch on sm_90: {b['shared KiB']:.0f} KiB of shared memory per "
+                f"block, above the {limit // KiB} KiB one block may have ({arch.SHARED_SOURCE}); shrink a tile or the "
+                "stages.")
     blocks = "block" if b["blocks/SM"] == 1 else "blocks"
     s = (f"{b['config'].capitalize()} reads K and V {b['K/V passes (model)']} times instead of "
          f"{a['K/V passes (model)']} (model: "
@@ -155,7 +161,7 @@ def edit_reading(table: pd.DataFrame) -> str:
          f"({a['regs/thread']}), {b['spilled B']} B spilled, {b['shared KiB']:.0f} KiB shared "
          f"({a['shared KiB']:.0f}): {b['warps/SM']} warps resident per SM ({b['blocks/SM']} {blocks}, limited by "
          f"{b['limited by']}) against {a['warps/SM']}")
-    if "TFLOP/s" in table.columns:
+    if "TFLOP/s" in table.columns and table["TFLOP/s"].notna().all():
         s += (f"; timed here: {b['TFLOP/s']:.0f} TFLOP/s at {b['SM GHz']:.2f} GHz against {a['TFLOP/s']:.0f} at "
               f"{a['SM GHz']:.2f} GHz (medians; spread in the table)")
     else:

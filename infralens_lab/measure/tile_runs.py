@@ -118,8 +118,8 @@ def time_tiles(configs: dict, shape=TIMED_SHAPE, kernel=None, seed: int = 0) -> 
 def measure_edit(tiles, original: dict) -> list[dict]:
     """``[{"config", "tiles", "shape", "check", "resources", "timing"}]`` for ``original`` (``"lab's tiles"``) and
     ``tiles`` (``"your edit"``): :func:`correctness` on fresh inputs, what the compiler gives each for sm_90
-    (:func:`.sass_compile.attn_fwd_resources`) and, on a GPU, :func:`time_tiles` at ``shape`` (``timing`` None
-    otherwise).
+    (:func:`.sass_compile.attn_fwd_resources`) and, on a GPU, :func:`time_tiles` at ``shape`` for those that passed
+    (``timing`` None otherwise).
     :class:`TileError` for a tile set that cannot run."""
     from .sass_compile import attn_fwd_resources
 
@@ -127,5 +127,5 @@ def measure_edit(tiles, original: dict) -> list[dict]:
     rows = [{"config": c, "tiles": t, "shape": TIMED_SHAPE, "check": correctness(t),
              "resources": attn_fwd_resources(t["BLOCK_M"], t["BLOCK_N"], t["num_warps"], t["num_stages"])}
             for c, t in configs.items()]
-    timed = time_tiles(configs)
-    return [r | {"timing": timed[r["config"]] if timed else None} for r in rows]
+    timed = time_tiles({r["config"]: r["tiles"] for r in rows if r["check"]["passed"]}) or {}  # a wrong one: untimed
+    return [r | {"timing": timed.get(r["config"])} for r in rows]
