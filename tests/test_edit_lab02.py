@@ -158,7 +158,7 @@ def test_the_reading_interpreter_and_gpu(checks):
     assert said.startswith("Your edit reads K and V 16 times instead of 32 (model: 0.52x the bytes")
     assert "8 warps resident per SM (1 block, limited by registers) against 16" in said
     assert said.endswith("interpreter: counts and a model, no timing.")
-    timed = {c: dict(median_ms=ms, p10_ms=ms * 0.99, p90_ms=ms * 1.02, n=40, sm_clock_hz=1.755e9, gpu="NVIDIA H200",
+    timed = {c: dict(median_ms=ms, p10_ms=ms * 0.99, p90_ms=ms * 1.02, n=40, rounds=2, sm_clock_hz=1.755e9, gpu="NVIDIA H200",
                      shape=tile_runs.TIMED_SHAPE, sms=132, cc="9.0") for c, ms in (("lab's tiles", 0.8), ("your edit", 0.9))}
     t2 = tile_edit.edit_table(_rows(checks, timed))
     assert t2["TFLOP/s"][0] == pytest.approx(4 * 4 * 16 * 4096 ** 2 * 64 / 0.8e-3 / 1e12)
@@ -185,13 +185,39 @@ def test_no_timing_in_the_interpreter():
     assert tile_runs.time_tiles({"lab's tiles": LAB_TILES}) is None
 
 
+def test_time_tiles_alternates_the_order_and_pools_the_rounds(monkeypatch):
+    """The GPU path's bookkeeping, on the CPU: CUDA events and NVML faked (each call of the kernel runs for real, in
+    the interpreter, at a small shape), the rounds' order alternated and their samples and clocks pooled."""
+    from infralens_lab.measure import ceilings, timing
+
+    order, ms = [], iter(range(1, 100))
+
+    def fake_clocked(fn, pairs, warmup, repeats):
+        fn()
+        order.append(len(order))
+        t = timing.summarize([next(ms) for _ in range(repeats)], "cuda_events")
+        return t, {"sm_clock_hz": 1.7e9 + 1e7 * len(order), "sm_clock_min_hz": 1.6e9, "sm_clock_max_hz": 1.9e9}
+    props = type("P", (), {"name": "Fake GPU", "multi_processor_count": 132, "major": 9, "minor": 0})()
+    monkeypatch.setattr(tile_runs, "is_gpu", lambda: True)
+    monkeypatch.setattr(ceilings, "clocked", lambda fn, pairs, warmup, repeats: fake_clocked(fn, pairs, warmup, repeats))
+    monkeypatch.setattr(tile_runs.torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(tile_runs.torch.cuda, "current_device", lambda: 0)
+    got = tile_runs.time_tiles({"a": dict(LAB_TILES, BLOCK_M=32), "b": dict(LAB_TILES, BLOCK_M=16)},
+                               shape=(1, 1, 48, 64))
+    # round 1: a then b (calls 1, 2); round 2: b then a (calls 3, 4): each pools 20 + 20 samples and its two clocks
+    assert got["a"]["n"] == got["b"]["n"] == 40 and got["a"]["rounds"] == tile_runs.ROUNDS == 2
+    assert got["a"]["median_ms"] == pytest.approx((20 + 61) / 2) and got["b"]["median_ms"] == pytest.approx((40 + 41) / 2)
+    assert got["a"]["sm_clock_hz"] == pytest.approx(1.725e9) and got["b"]["sm_clock_hz"] == pytest.approx(1.725e9)
+    assert (got["a"]["gpu"], got["a"]["sms"], got["a"]["cc"]) == ("Fake GPU", 132, "9.0")
+
+
 @pytest.mark.skipif(not device.is_gpu(), reason="needs a GPU: times both tile sets with CUDA events and NVML clocks")
 def test_a_gpu_times_both_tile_sets_with_their_clock():
     rows = tile_runs.measure_edit(WORKED, LAB_TILES)
     table = tile_edit.edit_table(rows)  # raises PhysicsError for a rate above SMs x peak x clock
     for r in rows:
         tm = r["timing"]
-        assert tm["n"] >= 20 and tm["p10_ms"] <= tm["median_ms"] <= tm["p90_ms"], tm
+        assert tm["n"] >= 40 and tm["rounds"] == 2 and tm["p10_ms"] <= tm["median_ms"] <= tm["p90_ms"], tm
         assert tm["sm_clock_hz"], f"no SM clock sampled during the timing: {tm.get('clock_note')}"
     assert (table["TFLOP/s"] > 0).all() and "timed here:" in tile_edit.edit_reading(table)
     print(table.to_string(), tile_edit.edit_reading(table), sep="\n")

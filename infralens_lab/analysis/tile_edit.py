@@ -116,8 +116,8 @@ def edit_caption(rows: list[dict]) -> str:
     """Where each column of :func:`edit_table` came from: the timing's GPU and method (or the interpreter's counts),
     the model, the compiler and the correctness check."""
     tm, res = rows[-1].get("timing"), rows[-1]["resources"]
-    timed = (f"live · {tm['gpu']} · CUDA events, median and p10-p90 of {tm['n']} calls each at (B,H,N,D)="
-             f"{tm['shape']} fp16, SM clock read by NVML during the timing" if tm else
+    timed = (f"live · {tm['gpu']} · CUDA events, median and p10-p90 of {tm['n']} calls in {tm['rounds']} rounds of "
+             f"alternating order at (B,H,N,D)={tm['shape']} fp16, SM clock read by NVML during the timing" if tm else
              "interpreter: counts, no timing (Triton's interpreter on the CPU)")
     return (f"{timed} · model: analysis.traffic.attention_tiled_traffic at {rows[-1]['shape']} fp16 · compiler: "
             f"Triton "

@@ -25,6 +25,7 @@ POWERS_OF_TWO = {"BLOCK_M": (16, 256), "BLOCK_N": (16, 256), "num_warps": (1, 16
 STAGES = range(1, 7)
 HEAD_DIM = 64  # the recorded attn_fwd's head dim (lab 02's shape, 4, 16, 4096, 64)
 TIMED_SHAPE = (4, 16, 4096, 64)  # B, H, N, D: the shape the recorder profiled attn_fwd at
+ROUNDS = 2  # timed rounds per tile set, the order reversed each round (docs/kernels_notes.md, run 10: order effects)
 
 
 class TileError(InfraLensError, ValueError):
@@ -97,21 +98,35 @@ def correctness(tiles, kernel=None, seed: int | None = None) -> dict:
 
 def time_tiles(configs: dict, shape=TIMED_SHAPE, kernel=None, seed: int = 0) -> dict | None:
     """``{label: {"median_ms", "p10_ms", "p90_ms", "n", "sm_clock_hz", ..., "gpu", "sms", "cc"}}`` for each tile set
-    of ``configs`` (``{label: tiles}``) at ``shape`` fp16, timed with CUDA events while NVML samples the SM clock;
-    None in interpreter mode, where no time means anything about a GPU."""
+    of ``configs`` (``{label: tiles}``) at ``shape`` fp16, timed with CUDA events while NVML samples the SM clock, in
+    :data:`ROUNDS` rounds whose order alternates (median and p10-p90 over every call of every round; the SM clock the
+    median of the rounds'); None in interpreter mode, where no time means anything about a GPU."""
     if not is_gpu():
         return None
+    from ..stats import percentile
     from .ceilings import clocked
+    from .timing import summarize
 
     tiles = {label: check_tiles(t) for label, t in configs.items()}
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(*shape, generator=gen).to("cuda", torch.float16) for _ in range(3))
+    q, k, v = (torch.randn(*shape, generator=gen).to(torch_device(), torch.float16) for _ in range(3))
     out = torch.empty_like(q)
-    props, got = torch.cuda.get_device_properties(torch.cuda.current_device()), {}
-    for label, t in tiles.items():
-        timing, clock = clocked(lambda t=t: launch(q, k, v, out, t, kernel), None, warmup=10, repeats=20)
-        got[label] = {**timing.as_dict(), **clock, "shape": tuple(shape), "gpu": props.name,
-                      "sms": props.multi_processor_count, "cc": f"{props.major}.{props.minor}"}
+    props, runs = torch.cuda.get_device_properties(torch.cuda.current_device()), {label: [] for label in tiles}
+    for r in range(ROUNDS):  # the order alternates: a kernel's time can move with its place in the order
+        for label in (list(tiles) if r % 2 == 0 else list(tiles)[::-1]):
+            runs[label].append(clocked(lambda t=tiles[label]: launch(q, k, v, out, t, kernel), None, warmup=10,
+                                       repeats=20))
+    got = {}
+    for label, pairs in runs.items():
+        clocks = [c for _, c in pairs if c.get("sm_clock_hz")]
+        hz = {key: [c[key] for c in clocks] for key in ("sm_clock_hz", "sm_clock_min_hz", "sm_clock_max_hz")}
+        got[label] = {**summarize([x for t, _ in pairs for x in t.samples_ms], "cuda_events").as_dict(),
+                      "sm_clock_hz": percentile(hz["sm_clock_hz"], 50) if clocks else None,
+                      "sm_clock_min_hz": min(hz["sm_clock_min_hz"], default=None),
+                      "sm_clock_max_hz": max(hz["sm_clock_max_hz"], default=None),
+                      "clock_note": pairs[-1][1].get("clock_note", ""), "rounds": ROUNDS,
+                      "shape": tuple(shape), "gpu": props.name, "sms": props.multi_processor_count,
+                      "cc": f"{props.major}.{props.minor}"}
     return got
 
 
