@@ -1,9 +1,8 @@
-"""Glue for lab 02 (the roofline): which recorded files to load, the live checks, the roofs to draw, captions.
+"""Glue for lab 02 (the roofline): which recorded files to load, the live checks, the roofs, captions, the edit.
 
-The arithmetic is in the notebook; the rules and sentences it prints are analysis (:mod:`~infralens_lab.analysis.counters`
-for counters → FLOPs and bytes, :mod:`~infralens_lab.analysis.roofline` for the one bound rule,
-:mod:`~infralens_lab.analysis.launches` for waves and the host gap, :mod:`~infralens_lab.analysis.clocks`,
-:mod:`~infralens_lab.analysis.roofline_notes` for the sentences). SI units.
+The arithmetic is in the notebook; the rules and sentences it prints are analysis (``analysis.counters`` for counters →
+FLOPs and bytes, ``roofline`` the one bound rule, ``launches`` waves and the host gap, ``clocks``, ``roofline_notes``
+the sentences, ``tile_edit`` the edit-and-measure reading). SI units.
 """
 from __future__ import annotations
 
@@ -13,13 +12,16 @@ import pandas as pd
 import torch
 
 from .. import evidence
+from ..analysis import tile_edit
 from ..analysis.counters import ncu_peak_bandwidths, store_kernel_table
 from ..analysis.hardware import Ceilings
 from ..device import facts, is_gpu, torch_device
 from ..kernels import attention, copies, reference
 from ..kernels.check import matches, tolerance
 from ..measure import ceilings as measure_ceilings
+from ..measure import sass_compile, tile_runs
 from ..parse.ncu import parse_raw_csv
+from ..present import show
 from ..present.roofline import Roof, roofs_from
 
 CSV_FILES = ("ncu_copies.csv", "ncu_attention.csv", "ncu_matmul.csv")
@@ -132,3 +134,17 @@ def kernel_tables_by_gpu() -> dict[str, pd.DataFrame]:
             kt.attrs["caption"] = st.provenance.caption()
             out[st.gpu.removeprefix("NVIDIA ")] = kt
     return out
+
+
+def edit_and_measure(tiles, store=None) -> None:
+    """Lab 02's edit and measure: attn_fwd at the lab's tiles and at ``tiles``, a reading, the recorded original."""
+    try:
+        rows = tile_runs.measure_edit(tiles, attention.tiled_config(64, gpu=True))
+    except (tile_runs.TileError, sass_compile.SassCompileError) as exc:
+        return print(f"Your edit cannot run: {exc}")
+    show(table := tile_edit.edit_table(rows), caption=tile_edit.edit_caption(rows),
+         title="attn_fwd: the lab's tiles and your edit")
+    print(*tile_edit.edit_notes(rows), tile_edit.edit_reading(table), sep="\n")
+    if (frame := load_counters(store, "ncu_attention.csv")) is not None:
+        show(tile_edit.recorded_original(frame), title="The lab's tiles, recorded (ncu)",
+             caption=counters_caption(store, "ncu_attention.csv") + "; TFLOP/s from 4·B·H·N²·D")
