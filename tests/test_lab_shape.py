@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infralens_lab.quiz.cells import lab_shape, question_markdown
+from infralens_lab.quiz.cells import EDIT_KEY, lab_shape, question_markdown
 
 LABS = sorted((Path(__file__).resolve().parents[1] / "labs").glob("[0-9][0-9]_*.ipynb"))
 MIN_EXERCISES = {"00": 1}          # every other lab: 3
@@ -20,6 +20,13 @@ NOT_YET: set[str] = set()  # every lab is on the round-2 protocol
 
 def _nb(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def _questions(path: Path) -> dict:
+    """The notebook without its edit-and-measure cells (``metadata.infralens.edit``: an exercise that is no bank
+    question, so it has no question cell above it; tests/test_leaks.py holds its hint and solution folds)."""
+    nb = _nb(path)
+    return {**nb, "cells": [c for c in nb["cells"] if EDIT_KEY not in c.get("metadata", {}).get("infralens", {})]}
 
 
 def _num(path: Path) -> str:
@@ -36,7 +43,7 @@ PARAMS = [pytest.param(p, id=p.stem, marks=_mark(p)) for p in LABS]
 
 @pytest.mark.parametrize("path", PARAMS)
 def test_exercises_plumbing_and_median(path):
-    s = lab_shape(_nb(path))
+    s = lab_shape(_questions(path))
     need = MIN_EXERCISES.get(_num(path), 3)
     assert s.exercises >= need, f"{path.name}: {s.exercises} exercise cells; expected at least {need}"
     assert s.solutions >= s.exercises, f"{path.name}: {s.solutions} solution cells for {s.exercises} exercises"
@@ -47,7 +54,7 @@ def test_exercises_plumbing_and_median(path):
 
 @pytest.mark.parametrize("path", PARAMS)
 def test_every_question_sits_under_its_markdown(path):
-    s = lab_shape(_nb(path))
+    s = lab_shape(_questions(path))
     assert s.questions, f"{path.name}: no answer or exercise cells tagged"
     assert not s.unpaired, f"{path.name}: questions without their markdown cell right above: {s.unpaired}"
     assert not s.stale_markdown, (f"{path.name}: question cells that differ from the bank: {s.stale_markdown}; "

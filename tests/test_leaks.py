@@ -11,7 +11,16 @@ import pytest
 from conftest import ROOT
 
 from infralens_lab.quiz import question
-from infralens_lab.quiz.cells import FOLDED_TAGS, TAG_ANSWER, TAG_EXERCISE, _qid, _tags, output_folded, reveals
+from infralens_lab.quiz.cells import (
+    EDIT_KEY,  # an edit-and-measure exercise's id (no bank question)
+    FOLDED_TAGS,
+    TAG_ANSWER,
+    TAG_EXERCISE,
+    _qid,
+    _tags,
+    output_folded,
+    reveals,
+)
 
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
 OTHER_OWNER: set[str] = set()  # issue 38: every lab is held to the rule (lab 06 since its exercises became functions)
@@ -189,7 +198,7 @@ def test_exercise_comments_state_the_task_and_a_hint_fold_holds_the_formula(lab)
     for i, c in enumerate(cells):
         if TAG_EXERCISE not in _tags(c):
             continue
-        qid = _qid(c)
+        qid = _qid(c) or c["metadata"].get("infralens", {}).get(EDIT_KEY)  # a question's exercise, or an edit one
         for line in _src(c).splitlines():
             said = line.split("# your code:", 1)[1] if "# your code:" in line else ""
             assert not _FORMULA.search(said), f"{lab} {qid}: the comment gives the formula: {said.strip()!r}"

@@ -499,7 +499,7 @@ def test_real_labs_fold_an_answer_key_under_each_question(real_site):
     for nb_path, page_path in zip(REAL_LABS, real_site.pages, strict=True):
         nb = nbformat.read(nb_path, as_version=4)
         qids = [c.metadata["infralens"]["question"] for c in nb.cells if c.cell_type == "code"
-                and {"answer", "exercise"} & set(c.metadata.get("tags", [])) and "infralens" in c.metadata]
+                and {"answer", "exercise"} & set(c.metadata.get("tags", [])) and "question" in c.metadata.get("infralens", {})]
         page = page_path.read_text()
         keys = re.findall(r'<details class="infralens-key"><summary>Answer key \(([^)]+)\)(.*?)</details>', page, re.S)
         assert [k for k, _ in keys] == qids, f"{page_path.name}: keys for {[k for k, _ in keys]}, questions {qids}"

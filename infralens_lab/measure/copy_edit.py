@@ -30,14 +30,15 @@ from .. import device as device_mod  # the module: its mode is decided (and patc
 from ..errors import InfraLensError
 from ..kernels import copies
 from ..parse import ncu as ncu_csv
+from ..units import MiB
 from . import ncu as ncu_run
 from .timing import Timing, not_meaningful, time_fn
 
 SIGNATURE = ("x_ptr", "out_ptr", "n_out", "STRIDE", "BLOCK")
 STRIDES = copies.STRIDES  # power-of-two strides (a record of STRIDE values can be one tl.arange)
-COUNT_N_OUT = 5_001  # interpreter: records (odd: the last program runs with a partial mask); 40 KiB of x at stride 8
-TIME_N_OUT = 16 * 2**20 + 1  # GPU: records, 64 MiB of useful fp32 (> L2), 512 MiB of x at stride 8; odd
 ELEM_BYTES = 4  # fp32, as the lab's recorded copies
+COUNT_N_OUT = 5_001  # interpreter: records (odd: the last program runs with a partial mask); 160 KB of x at stride 8
+TIME_N_OUT = 64 * MiB // ELEM_BYTES + 1  # GPU: records, 64 MiB of useful fp32 (> L2), 512 MiB of x at stride 8; odd
 
 
 class CopyEditError(InfraLensError, ValueError):

@@ -23,6 +23,7 @@ TAG_QUESTION = "question"
 TAG_ANSWER = "answer"
 TAG_EXERCISE = "exercise"
 TAG_SOLUTION = "solution"
+EDIT_KEY = "edit"
 TAG_LOOK = "look"  # a predict-then-look cell: its output answers a question above it (``metadata.infralens.reveals``)
 # Cells whose outputs answer something: `make lab`'s working copy clears them (:func:`working_copy`).
 CLEARED_TAGS = (TAG_ANSWER, TAG_EXERCISE, TAG_SOLUTION, TAG_LOOK)
