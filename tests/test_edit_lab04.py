@@ -23,7 +23,7 @@ from infralens_lab.measure.clocks import ClockSummary
 from infralens_lab.measure.timing import summarize
 from infralens_lab.parse import ncu
 
-pytestmark = pytest.mark.skipif(device.is_gpu(), reason="counts loads in Triton's interpreter (interpreter mode only)")
+interpreter_only = pytest.mark.skipif(device.is_gpu(), reason="counts loads in Triton's interpreter (interpreter mode)")
 LAB = ROOT / "labs" / "04_warp_stalls.ipynb"
 SEED = random.randrange(2**31)  # fresh records every run; printed in a failure's message
 ORIGINAL = copies.KERNELS["copy_strided"]
@@ -56,6 +56,7 @@ def recorded():
     return fam, copy_info.counter_rows(ncu.parse_raw_csv(st.text(lab04.COPY_FILES[0])), fam.labels())
 
 
+@interpreter_only
 def test_original_and_worked_edit_at_stride_8(worked):
     runs = copy_edit.beside_original(worked, 8, seed=SEED)
     table = edit_info.edit_table(runs).set_index("kernel")
@@ -68,12 +69,14 @@ def test_original_and_worked_edit_at_stride_8(worked):
     assert "32 -> 16" in edit_info.reading(edit_info.edit_table(runs))
 
 
+@interpreter_only
 def test_worked_edit_at_stride_2_reads_each_sector_once(worked):
     r = copy_edit.run(worked, 2, seed=SEED)
     req = edit_info.run_requests(r.loads)
     assert r.ok and req.sectors * 32 == pytest.approx(r.n_out * 4 * 2, rel=0.01)  # read x of the 32-byte model: 2
 
 
+@interpreter_only
 @pytest.mark.parametrize("stride", copies.STRIDES)
 def test_model_counts_equal_the_recorded_ncu_counts_of_the_lab_copies(stride, recorded):
     """Real addresses, modelled grouping: the original's sectors per request and sector bytes per useful byte equal
@@ -87,12 +90,25 @@ def test_model_counts_equal_the_recorded_ncu_counts_of_the_lab_copies(stride, re
     assert req.sectors * 32 / (r.n_out * 4) == pytest.approx(want[edit_info.PER_USEFUL], rel=0.01)
 
 
+@interpreter_only
 def test_wrong_edits_are_named_without_a_traceback(tmp_path, capsys, recorded):
     mod, _ = _kernel_module(tmp_path, '''
 @triton.jit
 def contiguous(x_ptr, out_ptr, n_out, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n_out), mask=offs < n_out)
+
+
+@triton.jit
+def unmasked(x_ptr, out_ptr, n_out, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * STRIDE))
+
+
+@triton.jit
+def stores_past(x_ptr, out_ptr, n_out, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * STRIDE, mask=offs < n_out))
 
 
 @triton.jit
@@ -104,6 +120,11 @@ def crashes(x_ptr, out_ptr, n_out, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
     assert not wrong.ok and "outputs differ from x[::STRIDE]" in wrong.problem and "first: output 1" in wrong.problem
     crash = copy_edit.run(mod.crashes, 4, seed=SEED)
     assert not crash.ok and crash.problem.startswith("did not run: ")
+    past = copy_edit.run(mod.unmasked, 4, n_out=1001, seed=SEED)  # the last program reads past x and writes past out
+    assert not past.ok and past.problem.startswith("did not run: OutOfBounds: a load reads outside x at byte offset")
+    assert "it holds 16,016 bytes" in past.problem
+    store = copy_edit.run(mod.stores_past, 4, n_out=1001, seed=SEED)
+    assert "OutOfBounds: a store writes outside out at byte offset 4,004 from its start" in store.problem
     fam, rows = recorded
     table = lab04.edit_and_measure(mod.contiguous, stride=4, fam=fam, rows=rows)
     out = capsys.readouterr().out
@@ -146,11 +167,12 @@ def test_warp_requests_on_random_addresses():
     assert edit_info.warp_requests(np.arange(0, 4 * 1000, 4), np.arange(1000) < 999).full_sectors == 7 * 16
 
 
+@interpreter_only
 def test_record_loads_leaves_the_interpreter_as_it_was(worked):
     from triton.runtime import interpreter
 
     copy_edit.run(worked, 8, n_out=101, seed=SEED)
-    assert "create_masked_load" not in vars(interpreter.interpreter_builder)
+    assert not {"create_masked_load", "create_masked_store"} & set(vars(interpreter.interpreter_builder))
     with pytest.raises(copy_edit.CopyEditError):  # refused before the wrap
         copy_edit.run(worked, 5)
     assert "create_masked_load" not in vars(interpreter.interpreter_builder)
@@ -173,6 +195,7 @@ def test_gpu_row_columns_and_conditions():
     assert edit_info.conditions([copy_edit.EditRun("a", 8, 1, "interpreter", True)]).startswith("interpreter: counts")
 
 
+@interpreter_only
 def test_edit_target_runs_a_kernel_from_its_file_and_ncu_says_why_not(tmp_path, worked, monkeypatch):
     cells = json.loads(LAB.read_text())["cells"]
     at = next(i for i, c in enumerate(cells) if c["metadata"].get("infralens", {}).get("edit") == "lab04.edit1")
@@ -183,3 +206,20 @@ def test_edit_target_runs_a_kernel_from_its_file_and_ncu_says_why_not(tmp_path, 
     monkeypatch.delenv("INFRALENS_NCU", raising=False)
     counters, line = copy_edit.ncu_sectors(worked, 8, n_out=1001)
     assert counters is None and line.startswith("ncu: ") and "not on PATH" in line
+
+
+@pytest.mark.skipif(not device.is_gpu(), reason="the live path: CUDA events, NVML clock and ncu need a GPU")
+def test_live_path_on_a_gpu(worked, capsys):
+    """``pytest tests/test_edit_lab04.py -k live -s`` on a GPU: the original and the worked edit timed (CUDA events,
+    the SM clock read during the runs) and, where ncu can read counters, their sectors per request."""
+    for stride in (8, 2):
+        runs = copy_edit.beside_original(worked, stride, profile=True)
+        table = edit_info.edit_table(runs)
+        with capsys.disabled():
+            print("", table.to_string(), edit_info.conditions(runs), *edit_info.notes(runs), edit_info.reading(table),
+                  sep="\n")
+        assert all(r.ok and r.timing.meaningful and r.timing.n >= 10 and r.clock is not None for r in runs)
+        assert all(0.2e9 < r.clock.sm_clock_hz < 3.5e9 for r in runs)  # a clock a GPU runs at, read by NVML
+        if all(r.ncu for r in runs):
+            orig, edit = (r.ncu["sectors"] / r.ncu["requests"] for r in runs)
+            assert orig == pytest.approx(32, rel=0.02) and edit < orig  # the recorded 32; vectors pack requests

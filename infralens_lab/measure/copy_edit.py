@@ -90,27 +90,54 @@ def check_kernel(kernel, stride) -> str:
     return fn.__name__
 
 
-def record_loads(launch, x: torch.Tensor) -> list[Load]:
+class OutOfBounds(CopyEditError):
+    """An active lane of a load or a store points outside the tensors the copy was handed (the interpreter would
+    read or write whatever memory is there; a GPU would fault or corrupt another allocation)."""
+
+
+def _bounds(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+
+def record_loads(launch, x: torch.Tensor, out: torch.Tensor) -> list[Load]:
     """Run ``launch()`` (a kernel launch, interpreter mode) and return every load of ``x`` it made, per program.
-    The interpreter's ``create_masked_load`` (which ``tl.load`` with and without a mask reaches) is wrapped for the
-    run only; loads from other tensors are left out."""
+    The interpreter's ``create_masked_load`` and ``create_masked_store`` (which ``tl.load`` and ``tl.store``, masked
+    or not, reach) are wrapped for the run only; a load outside ``x`` and ``out`` or a store outside ``out`` raises
+    :class:`OutOfBounds` before it touches memory. Loads of ``out`` are left out of the record."""
     from triton.runtime import interpreter  # lazy: only interpreter mode reaches here, after TRITON_INTERPRET=1
 
-    builder, base, end = interpreter.interpreter_builder, x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()
-    original, loads = builder.create_masked_load, []
+    builder, (x0, x1), (o0, o1) = interpreter.interpreter_builder, _bounds(x), _bounds(out)
+    load, store, loads = builder.create_masked_load, builder.create_masked_store, []
 
-    def recording(ptrs, mask, *rest):
+    def active(ptrs, mask) -> tuple[np.ndarray, np.ndarray]:
         addr = ptrs.data.astype(np.int64).ravel()
-        active = np.broadcast_to(mask.data, ptrs.data.shape).ravel().copy()
-        if active.any() and base <= addr[active].min() and addr[active].max() < end:
-            loads.append(Load(int(builder.grid_idx[0]), addr - base, active))
-        return original(ptrs, mask, *rest)
+        return addr, np.broadcast_to(mask.data, ptrs.data.shape).ravel().copy()
 
-    builder.create_masked_load = recording
+    def outside(addr, lo, hi, what: str) -> None:
+        bad = (addr < lo) | (addr >= hi)
+        if bad.any():
+            raise OutOfBounds(f"{what} at byte offset {int(addr[bad][0]) - lo:,} from its start; it holds "
+                              f"{hi - lo:,} bytes (a mask that lets lanes past the end through?)")
+
+    def recording_load(ptrs, mask, *rest):
+        addr, on = active(ptrs, mask)
+        used = addr[on]
+        if used.size and ((used >= x0) & (used < x1)).all():
+            loads.append(Load(int(builder.grid_idx[0]), addr - x0, on))
+        elif used.size and not ((used >= o0) & (used < o1)).all():
+            outside(used, x0, x1, "a load reads outside x")
+        return load(ptrs, mask, *rest)
+
+    def checked_store(ptrs, value, mask, *rest):
+        addr, on = active(ptrs, mask)
+        outside(addr[on], o0, o1, "a store writes outside out")
+        return store(ptrs, value, mask, *rest)
+
+    builder.create_masked_load, builder.create_masked_store = recording_load, checked_store
     try:
         launch()
     finally:
-        del builder.create_masked_load  # the class's method again
+        del builder.create_masked_load, builder.create_masked_store  # the class's methods again
     return loads
 
 
@@ -124,18 +151,18 @@ def _problem(out: torch.Tensor, want: torch.Tensor) -> str:
 
 
 def run(kernel, stride: int = 8, n_out: int | None = None, seed: int = 0, label: str = "",
-        block: int = copies.BLOCK, repeats: int = 20, profile: bool = False) -> EditRun:
+        block: int = copies.BLOCK, repeats: int = 200, profile: bool = False) -> EditRun:
     """``kernel`` on fresh seeded random records (``n_out`` of them, default :data:`COUNT_N_OUT` in interpreter
     mode, :data:`TIME_N_OUT` on a GPU), output poisoned with NaN, compared with ``x[::stride]``. Interpreter: the
-    loads of ``x`` (:func:`record_loads`). GPU and correct: ``repeats`` CUDA-event timings after 3 warm-up calls,
-    the SM clock sampled during them, the device name and, with ``profile``, :func:`ncu_sectors`. ``label``
+    loads of ``x`` (:func:`record_loads`). GPU and correct: ``repeats`` CUDA-event timings after 5 warm-up calls
+    (200 of a stride-8 copy of 64 MiB useful last tens of ms: several NVML readings), the SM clock sampled during them, the device name and, with ``profile``, :func:`ncu_sectors`. ``label``
     prefixes the kernel's name in ``name`` (``"edit: copy_strided"``)."""
     kname = check_kernel(kernel, stride)
     name = f"{label}: {kname}" if label else kname
     mode = device_mod.mode()
     n_out = n_out or (TIME_N_OUT if mode == "gpu" else COUNT_N_OUT)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n_out * stride, generator=g).to(device_mod.torch_device())
+    dev = device_mod.torch_device()
+    x = torch.randn(n_out * stride, generator=torch.Generator(device=dev).manual_seed(seed), device=dev)
     out = torch.full((n_out,), float("nan"), device=x.device)
     grid = (-(-n_out // block),)
 
@@ -144,19 +171,20 @@ def run(kernel, stride: int = 8, n_out: int | None = None, seed: int = 0, label:
 
     base = dict(name=name, stride=stride, n_out=n_out, mode=mode)
     try:
-        loads = tuple(record_loads(launch, x)) if mode == "interpreter" else ()
+        loads = tuple(record_loads(launch, x, out)) if mode == "interpreter" else ()
         device_mod.synchronize()
     except Exception as exc:  # a kernel that does not run: one line, no traceback (its message names the cause)
-        msg = str(exc).strip().splitlines()
-        return EditRun(**base, ok=False, problem=f"did not run: {type(exc).__name__}: {msg[-1] if msg else ''}"[:400])
-    problem = _problem(out.cpu(), x.cpu()[::stride])
+        cause = exc.__cause__ if isinstance(exc.__cause__, OutOfBounds) else exc  # the interpreter wraps it
+        msg = str(cause).strip().splitlines()
+        return EditRun(**base, ok=False, problem=f"did not run: {type(cause).__name__}: {msg[-1] if msg else ''}"[:400])
+    problem = _problem(out, x[::stride])  # on the device that ran it
     if problem or mode == "interpreter":
         return EditRun(**base, ok=not problem, problem=problem, loads=loads)
     from .clocks import ClockSampler  # lazy: NVML is loaded only on a GPU
 
     props = torch.cuda.get_device_properties(x.device)
     with ClockSampler(props) as sampler:
-        timing = time_fn(launch, warmup=3, repeats=repeats)
+        timing = time_fn(launch, warmup=5, repeats=repeats)
     counters, note = ncu_sectors(kernel, stride, n_out) if profile else (None, "")
     return EditRun(**base, ok=True, timing=timing, clock=sampler.summary(), gpu=props.name, ncu=counters,
                    ncu_note=note if counters is None else "")
@@ -184,9 +212,10 @@ def ncu_sectors(kernel, stride: int = 8, n_out: int = TIME_N_OUT) -> tuple[dict 
         path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
         target = ["--kernel", "copy_edit", "--source", str(path), "--name", kname, "--stride", str(stride),
                   "--n", str(n_out), "--warmup", "1", "--iters", "1"]
-        command = ncu_run.command_line(target, f"^{kname}$", metrics=ncu_csv.SECTORS)
+        # the name as a regex: only this kernel launches inside the target's NVTX range
+        command = ncu_run.command_line(target, kname, metrics=ncu_csv.SECTORS)
         try:
-            text = ncu_run.run_ncu(target, f"^{kname}$", metrics=ncu_csv.SECTORS)
+            text = ncu_run.run_ncu(target, kname, metrics=ncu_csv.SECTORS)
         except ncu_csv.NcuError as exc:
             return None, f"ncu: {str(exc).splitlines()[0]}"
     row = ncu_csv.sectors_per_request(ncu_csv.parse_raw_csv(text)).iloc[0]
