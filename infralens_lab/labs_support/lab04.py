@@ -1,20 +1,20 @@
-"""Glue for lab 04 (warp stalls): live correctness runs, loading the recorded (or, on a GPU with ncu, live)
-counters with their captions, and which columns each table shows. The tables and sentences come from
-:mod:`infralens_lab.analysis.copies`, :mod:`~infralens_lab.analysis.attention`, :mod:`~infralens_lab.analysis.sass`
-and :mod:`~infralens_lab.analysis.traffic`; the notebook does the lesson's arithmetic in the open. Loaders return
-a result or ``None`` after a note naming what is missing.
-"""
+"""Glue for lab 04 (warp stalls): live correctness runs, the recorded (or, on a GPU with ncu, live) counters with
+their captions, which columns each table shows, and the edit-and-measure run. Tables and sentences come from
+:mod:`infralens_lab.analysis` (copies, attention, sass, traffic, copy_edit); the notebook does the lesson's arithmetic
+in the open. Loaders return a result or ``None`` after a note naming what is missing."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pandas as pd
 
-from .. import evidence
+from .. import evidence, present
 from ..analysis import attention as attn
 from ..analysis import copies as copy_info
+from ..analysis import copy_edit as edit_info
 from ..device import is_gpu
 from ..kernels import check
+from ..measure import copy_edit
 from ..measure import ncu as NR
 from ..parse import ncu
 from ..parse.runs import copy_run
@@ -60,14 +60,13 @@ def attention_correctness(shapes=LIVE_ATTN_SHAPES, seed: int = 0):
     """Every attention variant run now on small fp16 inputs (odd N, causal and not), outputs poisoned with NaN,
     against the fp32-math reference within :data:`infralens_lab.kernels.check.TOLERANCES`. Returns ``(table, Evidence)``."""
     rows = check.attention_checks(shapes, seed)
-    return pd.DataFrame(rows), evidence.live("attention_correctness", rows,
-                                             "infralens_lab.labs_support.lab04.attention_correctness()")
+    return pd.DataFrame(rows), evidence.live("attention_correctness", rows, "labs_support.lab04.attention_correctness()")
 
 
 def print_checks(table, flag: str, what: str) -> None:
     """One PASS/FAIL line per row of a correctness table (``flag`` is the boolean column)."""
-    for r in table.to_dict(orient="records"):
-        print(f"{'PASS' if r[flag] else 'FAIL'}  {what}: " + ", ".join(f"{k}={v}" for k, v in r.items() if k != flag))
+    print("\n".join(f"{'PASS' if r[flag] else 'FAIL'}  {what}: " + ", ".join(f"{k}={v}" for k, v in r.items() if k != flag)
+                    for r in table.to_dict(orient="records")))
 
 
 def recorded_copy_family(st) -> copy_info.CopyFamily | None:
@@ -98,10 +97,22 @@ def live_copy_family(st=None, n: int = LIVE_NCU_N, strides=LIVE_NCU_STRIDES) -> 
     except ncu.NcuError as exc:  # one line, then the recorded counters
         print(counters_fallback(exc, st))
         return None
-    ev = evidence.live("ncu_copies_live", {"counters_csv": texts["counters"], "stalls_csv": texts["stalls"]},
-                       "infralens_lab.labs_support.lab04.live_copy_family() (ncu, see commands)")
+    ev = evidence.live("ncu_copies_live", {"counters_csv": texts["counters"], "stalls_csv": texts["stalls"]}, "lab04.live_copy_family() (ncu)")
     fam = copy_info.family(texts["counters"], texts["stalls"])
     return replace(fam, caption=ev.caption() + " · predictions: analysis.traffic.sector_model", stall_caption=ev.caption())
+
+
+def edit_and_measure(kernel, stride: int = 8, fam: copy_info.CopyFamily | None = None, rows=None) -> pd.DataFrame:
+    """The lab's ``copy_strided`` and ``kernel`` (an edit of it) run now (``measure.copy_edit``): one table, what failed,
+    a one-line reading, then the recorded copies ``fam`` with their raw counters ``rows`` at that stride."""
+    runs = copy_edit.beside_original(kernel, stride, profile=True)
+    table = edit_info.edit_table(runs)
+    ev = evidence.live("copy_edit", table.to_dict(orient="records"), f"lab04.edit_and_measure(kernel, stride={stride})")
+    present.show(table, caption=f"{ev.caption()} · {edit_info.conditions(runs)}", title=f"Stride {stride}, measured now")
+    print("\n".join([*edit_info.notes(runs), edit_info.reading(table)]))
+    if fam is not None and rows is not None:  # the recorded counters of the original (and the coalesced copy)
+        present.show(edit_info.recorded_view(fam.table, rows, stride), caption=fam.caption, title="Recorded: the lab's copies")
+    return table
 
 
 def recorded_source(st):
@@ -113,8 +124,7 @@ def recorded_source(st):
 def recorded_attention(st) -> tuple[attn.AttentionProfile, str] | tuple[None, None]:
     """``(profile, caption)`` of naive vs tiled attention from ``ncu_attention.csv``; ``(None, None)`` with a note."""
     if _gone(st, [ATTN_FILE]):
-        _missing("Attention counters", [ATTN_FILE])
-        return None, None
+        return _missing("Attention counters", [ATTN_FILE]) or (None, None)
     return attn.profile(st.text(ATTN_FILE)), file_caption(
         st, ATTN_FILE, extra="predictions: analysis.traffic.attention_naive_traffic / attention_tiled_traffic "
                              "(BLOCK_M read off the launch grid)")
@@ -122,9 +132,8 @@ def recorded_attention(st) -> tuple[attn.AttentionProfile, str] | tuple[None, No
 
 def copy_ceiling(st) -> float | None:
     """The recorded copy bandwidth ceiling (bytes/s, CUDA events; the ``ceilings`` record), or None."""
-    if st is None or "ceilings" not in st.names():
-        return None
-    return st.load("ceilings").values.get("copy", {}).get("bandwidth_bytes_per_s")
+    has = st is not None and "ceilings" in st.names()
+    return st.load("ceilings").values.get("copy", {}).get("bandwidth_bytes_per_s") if has else None
 
 
 # shorter headers with spaces (present.show wraps headers between words; units stay in the header)
@@ -132,8 +141,7 @@ DISPLAY = {"clock_ghz": "SM clock (GHz)", "pred_sectors_per_req": "sectors/req m
            "pred_read_x": "read x model", "read_x": "read x", "pred_useful_fraction": "useful fraction model",
            "useful_fraction": "useful fraction", "blocks_per_sm": "blocks per SM", "limited_by": "limited by",
            "eligible_warps": "eligible warps", "inst_executed": "inst executed", "bytes_apart": "bytes apart",
-           "pred_L2_sector_x": "L1-L2 model x (32 B)", "pred_HBM_64B_x": "HBM model x (64 B)",
-           "measured_dram_x": "DRAM x measured"}
+           "pred_L2_sector_x": "L1-L2 model x (32 B)", "pred_HBM_64B_x": "HBM model x (64 B)", "measured_dram_x": "DRAM x measured"}
 
 
 def columns(table: pd.DataFrame, names: list[str]) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """The workload Nsight Compute (or Nsight Systems) profiles: one kernel family, run a few times.
 
-``python -m infralens_lab target --kernel {copy,copy_strided,naive,tiled,tiled_fast,sdpa,matmul,train_step}
-[--stride S] [--shape B,H,N,D] [--n N] [--dtype fp16|fp32|bf16] [--causal] [--size M,N,K]
+``python -m infralens_lab target --kernel {copy,copy_strided,copy_edit,naive,tiled,tiled_fast,sdpa,matmul,train_step}
+[--stride S] [--source FILE --name KERNEL] [--shape B,H,N,D] [--n N] [--dtype fp16|fp32|bf16] [--causal] [--size M,N,K]
 [--warmup W] [--iters I]``
 
 Inputs are fresh seeded random tensors. The target runs ``W`` warm-up iterations (JIT compile,
@@ -13,7 +13,8 @@ Launches per iteration, by kernel name (so a runner without NVTX filtering can p
 ``--launch-skip = W * launches`` and ``--launch-count = I * launches``), listed in
 :data:`LAUNCHES`: ``copy`` 1 × ``copy_coalesced``; ``copy_strided`` 1 × ``copy_strided``;
 ``naive`` 1 each of ``naive_qk``, ``naive_softmax``, ``naive_pv``; ``tiled`` 1 × ``attn_fwd``;
-``tiled_fast`` 1 × ``attn_fwd_fast`` (autotuning, if any, launches extra copies during the first
+``tiled_fast`` 1 × ``attn_fwd_fast``; ``copy_edit`` 1 × the ``@triton.jit`` kernel ``--name`` of the module file
+``--source`` (lab 04's edited strided copy: the signature of ``copy_strided``, launched as it is) (autotuning, if any, launches extra copies during the first
 warm-up iteration only: use NVTX filtering or W >= 1); ``sdpa``, ``matmul`` and ``train_step``
 launch library kernels whose names and counts depend on the GPU and library versions
 (``None`` in the table; profile them with NVTX filtering). For ``matmul`` the inputs are made on
@@ -29,12 +30,13 @@ from pathlib import Path
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 from ..units import MiB
 
-KERNELS = ("copy", "copy_strided", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
+KERNELS = ("copy", "copy_strided", "copy_edit", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
 DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
 # kernel family -> {Triton kernel name: launches per iteration}; None = library kernels, count varies
 LAUNCHES: dict[str, dict[str, int] | None] = {
     "copy": {"copy_coalesced": 1},
     "copy_strided": {"copy_strided": 1},
+    "copy_edit": None,  # the edited kernel's name is --name; one launch per iteration
     "naive": {"naive_qk": 1, "naive_softmax": 1, "naive_pv": 1},
     "tiled": {"attn_fwd": 1},
     "tiled_fast": {"attn_fwd_fast": 1},
@@ -43,7 +45,7 @@ LAUNCHES: dict[str, dict[str, int] | None] = {
     "train_step": None,
 }
 # kernel-name regex for ncu --kernel-name regex:...
-REGEX = {"copy": "copy_coalesced", "copy_strided": "copy_strided", "naive": "naive_",
+REGEX = {"copy": "copy_coalesced", "copy_strided": "copy_strided", "copy_edit": ".", "naive": "naive_",
          "tiled": "attn_fwd", "tiled_fast": "attn_fwd_fast", "sdpa": ".", "matmul": ".", "train_step": "."}
 
 
@@ -80,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m infralens_lab target", description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", required=True, choices=KERNELS)
     ap.add_argument("--stride", type=int, default=1, help="copy_strided: element stride of the reads")
+    ap.add_argument("--source", help="copy_edit: a Python file defining the edited @triton.jit kernel")
+    ap.add_argument("--name", help="copy_edit: the kernel's name in --source")
     ap.add_argument("--shape", type=lambda s: _ints(s, 4, "--shape"), default=(1, 8, 2048, 64),
                     help="attention: B,H,N,D")
     ap.add_argument("--n", type=int, default=64 * MiB // 4, help="copies: output (useful) elements")
@@ -99,6 +103,8 @@ def build(args) -> callable:
     dev = device_mod.torch_device()
     torch.manual_seed(0)
     dtype = getattr(torch, DTYPES[args.dtype or ("fp32" if args.kernel.startswith("copy") else "fp16")])
+    if args.kernel == "copy_edit":
+        return _edited_copy(args, dev, dtype)
     if args.kernel in ("copy", "copy_strided"):
         from ..kernels import copies  # lazy: defines Triton kernels / models only when this runs
 
@@ -127,6 +133,27 @@ def build(args) -> callable:
     from ..workloads.pipeline import make_step  # lazy: defines Triton kernels / models only when this runs
 
     return make_step("fixed", device=dev)
+
+
+def _edited_copy(args, dev, dtype) -> callable:
+    """One launch of the kernel ``args.name`` of the file ``args.source`` on the strided copy's workload
+    (``args.n`` records of ``args.stride`` values), launched as :func:`infralens_lab.kernels.copies.copy_strided` is."""
+    import importlib.util
+
+    import torch  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
+
+    from ..kernels import copies  # lazy: defines Triton kernels / models only when this runs
+
+    if not args.source or not args.name:
+        raise SystemExit("target: --kernel copy_edit needs --source FILE and --name KERNEL")
+    spec = importlib.util.spec_from_file_location("infralens_edit_kernel", args.source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = getattr(module, args.name)
+    x = torch.randn(args.n * args.stride, device=dev, dtype=dtype)
+    out = torch.empty(args.n, device=dev, dtype=dtype)
+    grid = (-(-args.n // copies.BLOCK),)
+    return lambda: kernel[grid](x, out, args.n, STRIDE=args.stride, BLOCK=copies.BLOCK, num_warps=copies.NUM_WARPS)
 
 
 def main(argv: list[str] | None = None) -> int:
