@@ -171,7 +171,11 @@ def run(kernel, stride: int = 8, n_out: int | None = None, seed: int = 0, label:
 
     base = dict(name=name, stride=stride, n_out=n_out, mode=mode)
     try:
-        loads = tuple(record_loads(launch, x, out)) if mode == "interpreter" else ()
+        if mode == "interpreter":
+            loads = tuple(record_loads(launch, x, out))
+        else:  # on a GPU: one launch to check the output (then timed below)
+            launch()
+            loads = ()
         device_mod.synchronize()
     except Exception as exc:  # a kernel that does not run: one line, no traceback (its message names the cause)
         cause = exc.__cause__ if isinstance(exc.__cause__, OutOfBounds) else exc  # the interpreter wraps it
