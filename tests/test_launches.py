@@ -106,3 +106,18 @@ def test_ncus_tensor_percentage_is_of_twice_the_dense_peak_on_the_h100():
     t = launches.matmul_launches(mm, sweep, launches.tensor_peak_per_sm_cycle(mm))
     big = t[t["size"] >= 1024]
     assert ((big["tensor_pipe_pct"] / big["ncu_tensor_pct"]).between(1.95, 2.05)).all(), t
+
+
+@pytest.mark.parametrize("slug", ["nvidia-h200", "nvidia-h100-80gb-hbm3"])
+def test_lab04s_launch_floor_is_lab02s_per_call_time_of_the_smallest_matmul(slug):
+    """One number for one call in both labs (issue 39: lab 04 said 33.9 µs, lab 02 20.5 µs for the H100's 256³):
+    Ceilings.launch_floor_s is the per-call time back to back that lab 02's host-gap table shows, not an event
+    pair around each call."""
+    from infralens_lab.analysis.hardware import Ceilings
+
+    st = evidence.reference(slug)
+    mm, sweep = _set(slug)
+    per_call = launches.matmul_launches(mm, sweep).set_index("size").loc[256, "per_call_us"]
+    floor = Ceilings.from_values(st.load("ceilings").values, st.gpu).launch_floor_s
+    assert floor * 1e6 == pytest.approx(per_call, rel=1e-9)
+    assert floor * 1e6 < launches.matmul_launches(mm, sweep).set_index("size").loc[256, "single_call_us"]
