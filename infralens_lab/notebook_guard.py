@@ -38,6 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ANSWER_RE = re.compile(r"^ANSWER_\w+$")
+GRADE_ENV = "INFRALENS_GRADE"  # set by `make grade` for the notebooks it runs (quiz.check reads it too)
+
+
+def grade_mode() -> bool:
+    """True when ``$INFRALENS_GRADE`` is 1/true/yes/on: this kernel runs a notebook for ``make grade`` (read at every
+    call, so a kernel inherits it)."""
+    return os.environ.get(GRADE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 _NAME_IN_MESSAGE = re.compile(r"name '([^']+)' is not defined")
 FIRST_LINE_CHARS = 60  # the defining cell's first line is quoted up to this many characters
 

@@ -235,6 +235,32 @@ def test_show_puts_the_alt_text_in_the_figure_output(monkeypatch):
     assert alt == "Line chart: sectors per request against stride. Sectors grow with the stride."
 
 
+def test_a_figure_is_not_drawn_while_grading(monkeypatch):
+    """make grade reads no figure: under $INFRALENS_GRADE a figure is closed undrawn and one line says so; its
+    caption is still shown (and still required)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from infralens_lab.notebook_guard import GRADE_ENV
+
+    shown = []
+    monkeypatch.setattr(present, "_ipython_display", lambda: (lambda obj, **kw: shown.append((obj, kw)), str))
+    monkeypatch.setenv(GRADE_ENV, "1")
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    present.show(fig, caption="Evidence: test")
+    assert [o for o, _ in shown] == ["*(figure not drawn while grading)*", "<sub>Evidence: test</sub>"]
+    assert not plt.fignum_exists(fig.number)  # closed: nothing left for the inline backend to draw
+    with pytest.raises(ValueError, match="needs a caption"):
+        present.show(plt.subplots()[0])
+    monkeypatch.setenv(GRADE_ENV, "0")
+    shown.clear()
+    present.show(plt.subplots()[0], caption="Evidence: test")
+    assert "image/png" in shown[0][1]["metadata"]
+
+
 def test_rate_units_written_with_underscores_move_into_the_header():
     """Lab 02's per-GPU table (analysis.compare.ceilings) names its units copy_TB_s, fp32_TFLOP_s, ..."""
     assert [header_label(n) for n in ("copy_TB_s", "fp32_TFLOP_s", "ridge_bf16_FLOP_per_B", "implied_tb_per_s")] == \

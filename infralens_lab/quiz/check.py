@@ -15,26 +15,20 @@ itself (unknown question id, a derived question checked without evidence) raise
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from .. import notebook_guard
+from ..notebook_guard import GRADE_ENV, grade_mode  # noqa: F401 (the quiz's names for them)
 from .bank import Question, answer_variable, normalise_word, question
 from .derive import derive
 from .functions import Case, function_record, key_codes, load, outputs, reference_values
 
-GRADE_ENV = "INFRALENS_GRADE"
 STATUSES = ("correct", "wrong", "unanswered")
 # The value a check judged, published as a display output of its cell: how the grader reads an exercise's
 # answer computed by code (quiz.answers.recorded_values). The empty text/plain keeps every front end quiet.
 ANSWER_MIME = "application/vnd.infralens.answer+json"
-
-
-def grade_mode() -> bool:
-    """True when ``$INFRALENS_GRADE`` is 1/true/yes (read at every check, so a kernel inherits it)."""
-    return os.environ.get(GRADE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
