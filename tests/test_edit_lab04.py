@@ -188,7 +188,7 @@ def test_gpu_row_columns_and_conditions():
             copy_edit.EditRun(name="edit: rows", ncu={"sectors": 1.6e7, "requests": 1e6}, **base)]
     row = edit_info.edit_table(runs).iloc[1]
     assert row["time (µs)"] == 1000.0 and row["p10-p90 (µs)"].count("-") == 1 and row["SM clock (GHz)"] == 1.98
-    assert row["sectors/req (ncu)"] == 16 and row["useful GB/s"] == pytest.approx(8.4, abs=0.1)
+    assert row["sectors/req (ncu)"] == 16 and row["useful GB/s (read + written)"] == pytest.approx(8.4, abs=0.1)
     assert "sectors per request (ncu) 32 -> 16" in edit_info.reading(edit_info.edit_table(runs))
     cond = edit_info.conditions(runs)
     assert "NVIDIA H200" in cond and "10 runs" in cond and "NVML" in cond

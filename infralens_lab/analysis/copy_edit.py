@@ -107,7 +107,7 @@ def edit_row(run, elem_bytes: int = 4) -> dict:
     if t.meaningful:
         row |= {"time (µs)": round(t.median_ms * 1e3, 1),
                 "p10-p90 (µs)": f"{t.p10_ms * 1e3:.1f}-{t.p90_ms * 1e3:.1f}",
-                "useful GB/s": round(2 * useful / (t.median_ms * 1e-3) / 1e9, 1)}
+                "useful GB/s (read + written)": round(2 * useful / (t.median_ms * 1e-3) / 1e9, 1)}
         if run.clock is not None:
             row["SM clock (GHz)"] = round(run.clock.sm_clock_hz / 1e9, 3)
     if run.ncu:
