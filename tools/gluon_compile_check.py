@@ -11,6 +11,8 @@ Nothing is timed.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ["TRITON_INTERPRET"] = "0"  # compile, even on a machine without a GPU (before triton is imported)
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -85,7 +88,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", default="", help="one variant (default: all of attention_gluon.VARIANTS)")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
+    ap.add_argument("--json", nargs="+", metavar="VARIANT:D:CAUSAL",
+                    help="compile only these (e.g. pingpong:128:1) and print their reports as one JSON object")
     a = ap.parse_args()
+    if a.json:
+        out = {}
+        for spec in a.json:
+            v, d, c = spec.split(":")
+            out[spec] = report(compile_kernel(v, int(d), a.dtype, c == "1"))
+        print(json.dumps(out))
+        return
     print(f"triton {triton.__version__}, target sm_90, {a.dtype}")
     print(f"{'variant':9} {'D':>3} {'causal':6} {'partition warps':16} {'regs':>4} {'stack':>5} {'shared':>7} "
           f"{'HGMMA':>5} {'UTMALDG':>7} {'LDL/STL':>7}  setmaxnreg")
