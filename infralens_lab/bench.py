@@ -92,8 +92,12 @@ class CaseSet(NamedTuple):
 
 CASE_SETS = {
     "full": CaseSet(True, ATTN_CASES, None),
-    "issue31": CaseSet(False, ATTN_CASES_ISSUE31, ("sdpa_default", "sdpa_flash", "sdpa_cudnn", "tiled_fast")),
+    "issue31": CaseSet(False, ATTN_CASES_ISSUE31, ("sdpa_default", "sdpa_flash", "sdpa_cudnn", "tiled_fast", "gluon")),
 }
+# Variants timed only when a case set names them (the full set, which the recorder records and the labs read, keeps
+# its rows): ``gluon`` is kernels.attention_gluon's FA3-style Gluon forward, Hopper only (issue 42); on any other
+# GPU its row is skipped with the kernel's own refusal as the reason.
+OPT_IN_VARIANTS = ("gluon",)
 TARGETS = {"coalesced / copy_": 0.97, "tiled_fast / sdpa": 0.85, "tiled_fast / naive": 8.0}
 REL_ERR_OK = {"float16": 1e-2, "bfloat16": 3e-2}  # Frobenius error vs SDPA counted as a pass
 INTERPRETER_MESSAGE = ("bench: refusing to run in interpreter mode. Kernels there run in Triton's "
@@ -197,20 +201,44 @@ def _rel_err(o, ref) -> float:
     return d / max(ref.float().norm().item(), 1e-30)
 
 
+def _gluon(q, k, v, causal):
+    from .kernels.attention_gluon import attention_gluon  # lazy: Gluon kernels only when this runs
+
+    return attention_gluon(q, k, v, causal=causal)
+
+
+def kernel_of(name: str) -> str:
+    """Which kernel a bench row's variant ran, in words (recorded in every attention row as ``kernel``)."""
+    if name == "gluon":
+        from .kernels.attention_gluon import DEFAULT_VARIANT, schedule
+
+        parts = schedule(DEFAULT_VARIANT)
+        return (f"attn_fwd_gluon ({DEFAULT_VARIANT}: " + ", ".join(f"{p['name']} {p['warps']} warps" for p in parts)
+                + f"; {parts[0]['stages']} K/V stages of {parts[0]['block_n']} keys)")
+    if name.startswith("sdpa_"):
+        b = name.removeprefix("sdpa_")
+        return "torch SDPA, the backend torch picks" if b == "default" else f"torch SDPA, {b} backend only"
+    return {"naive": "naive_qk + naive_softmax + naive_pv (Triton)", "tiled": "attn_fwd (Triton, teaching kernel)",
+            "tiled_fast": "attn_fwd_fast (Triton tl, autotuned; see config)",
+            "naive_torch": "eager torch: matmul, softmax, matmul"}.get(name, name)
+
+
 def attention_variants(variants: tuple | None = None) -> list[tuple[str, object]]:
     """(name, fn(q, k, v, causal)) in table order: SDPA default, each SDPA backend, our kernels, naive_torch;
-    only those in ``variants`` (and sdpa_default, every row's reference) when it is given."""
+    only those in ``variants`` (and sdpa_default, every row's reference) when it is given, which may also name
+    :data:`OPT_IN_VARIANTS` (``gluon``, after the rest)."""
     from .kernels import attention  # lazy: defines Triton kernels / models only when this runs
 
     todo = [("sdpa_default", _sdpa(None))] + [(f"sdpa_{b}", _sdpa(b)) for b in SDPA_BACKENDS]
     todo += [(name, fn) for name, fn in attention.VARIANTS.items()] + [("naive_torch", naive_torch)]
-    if variants is not None:
-        unknown = sorted(set(variants) - {n for n, _ in todo})
-        if unknown:
-            raise ValueError(f"bench: attention variants {unknown} are unknown, expected names from "
-                             f"{[n for n, _ in todo]}")
-        todo = [(n, f) for n, f in todo if n == "sdpa_default" or n in variants]
-    return todo
+    if variants is None:
+        return todo
+    todo.append(("gluon", _gluon))  # OPT_IN_VARIANTS: only when named
+    unknown = sorted(set(variants) - {n for n, _ in todo})
+    if unknown:
+        raise ValueError(f"bench: attention variants {unknown} are unknown, expected names from "
+                         f"{[n for n, _ in todo]}")
+    return [(n, f) for n, f in todo if n == "sdpa_default" or n in variants]
 
 
 def bench_attention(cases=ATTN_CASES, variants: tuple | None = None,
@@ -230,7 +258,8 @@ def bench_attention(cases=ATTN_CASES, variants: tuple | None = None,
         ref = _sdpa(None)(q, k, v, causal)
         checked, fns = [], {}
         for name, fn in attention_variants(variants):
-            case = {"shape": list(shape), "dtype": dtype_name, "causal": causal, "variant": name}
+            case = {"shape": list(shape), "dtype": dtype_name, "causal": causal, "variant": name,
+                    "kernel": kernel_of(name)}
             if name in ("naive", "naive_torch"):
                 e = q.element_size()
                 # naive: S in float32 and P; naive_torch: up to three N x N tensors alive at once
@@ -300,7 +329,7 @@ def compute_ratios(copy_rows: list[dict], attn_rows: list[dict]) -> list[dict]:
         label = "x".join(map(str, shape)) + f" {dt}" + (" causal" if causal else "")
         main = shape[2] == 4096 and dt == "float16" and not causal
         sdpa = _find(attn_rows, variant="sdpa_default", **sel)
-        for v in ("tiled_fast", "tiled"):
+        for v in ("tiled_fast", "tiled", "gluon"):
             target = TARGETS["tiled_fast / sdpa"] if (v == "tiled_fast" and main) else None
             add(f"{v} / sdpa_default @ {label}", _find(attn_rows, variant=v, **sel), sdpa, "tflops", target)
         if shape == (4, 16, 4096, 64) and dt == "float16" and not causal:
@@ -400,6 +429,8 @@ def format_table(result: dict) -> str:
             note += f"; BM{cfg['block_m']} BN{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
             note += f" maxnreg {cfg['maxnreg']}" if cfg.get("maxnreg") else ""
             note += " ws" if cfg.get("ws") else ""  # warp-specialized K/V loop (attention_fast.Cand.ws)
+        if r["variant"] == "gluon" and r.get("kernel"):
+            note += f"; {r['kernel']}"
         lines.append(("attn", case, r["variant"], f"{r['median_ms']:.3f}", f"{r['tflops']:.1f} TFLOP/s", note))
     for r in result.get("skipped", []):
         case = "x".join(map(str, r["shape"])) + f" {r['dtype']}" + (" causal" if r["causal"] else "")

@@ -155,7 +155,12 @@ def test_attention_variants_selection():
     assert every == ["sdpa_default", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "naive", "tiled", "tiled_fast",
                      "naive_torch"]
     picked = [n for n, _ in bench.attention_variants(bench.CASE_SETS["issue31"].variants)]
-    assert picked == ["sdpa_default", "sdpa_flash", "sdpa_cudnn", "tiled_fast"]  # SDPA's FA2 path beside cuDNN
+    # SDPA's FA2 path beside cuDNN, and issue 42's Gluon kernel (opt-in: the full set keeps its rows)
+    assert picked == ["sdpa_default", "sdpa_flash", "sdpa_cudnn", "tiled_fast", "gluon"]
+    assert "gluon" in bench.OPT_IN_VARIANTS and "gluon" not in every
+    assert bench.kernel_of("gluon").startswith("attn_fwd_gluon (pingpong: consumer0 4 warps, consumer1 4 warps, "
+                                               "producer 1 warps; 2 K/V stages of 128 keys)")
+    assert bench.kernel_of("sdpa_cudnn") == "torch SDPA, cudnn backend only"
     assert [n for n, _ in bench.attention_variants(("tiled_fast",))] == ["sdpa_default", "tiled_fast"]
     with pytest.raises(ValueError, match=r"attention variants \['flash3'\] are unknown, expected names from"):
         bench.attention_variants(("tiled_fast", "flash3"))
