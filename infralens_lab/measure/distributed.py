@@ -126,7 +126,7 @@ CPU_SPEC = RunSpec(configs=sweep_configs(CPU_MODEL, CPU_CAPS_MB))
 GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, GPU_CAPS_MB), active=3, timed=20, accum=4,
                    bench_mib=GPU_BENCH_MIB, bench_reps=5)
 LIVE_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, GPU_CAPS_MB), active=2, timed=5, accum=4,
-                        bench_mib=GPU_BENCH_MIB[::2] + (1024,), bench_reps=3)  # lab 06 live on GPUs: fewer repeats
+                        bench_mib=(*GPU_BENCH_MIB[::2], 1024), bench_reps=3)  # lab 06 live on GPUs: fewer repeats
 QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25), practice=False), active=2, timed=5, accum=2,
                          bench_mib=(1 / 32, 2, 128), bench_reps=3)
 
