@@ -35,6 +35,8 @@ def test_two_gloo_ranks_run_ddp_end_to_end(tiny_run):
     assert steps == max(TINY.active, 5)  # the one-rank baseline: a median over at least 5 profiled steps
     assert sorted(c["grad_ready_order"]) == [0, 1, 2, 3] and c["param_bytes"] == [4 * 256 * 256, 4 * 256] * 2
     assert ranks[0]["bench"][0]["bytes"] == 2 ** 18
+    # gloo on a CPU: host-timed, one call per timing, and the row says so (analysis.scaling.TIMINGS)
+    assert {(b["timing"], b["calls_per_timing"]) for b in ranks[0]["bench"]} == {("host", 1)}
 
 
 def test_a_rank_that_dies_stops_the_others():

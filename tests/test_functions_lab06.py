@@ -10,6 +10,7 @@ are exported as one chrome-trace file whose rows and times are the recorded ones
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import numpy as np
@@ -205,7 +206,7 @@ def _cells():
 
 def test_gpu_mode_text_above_ex2_does_not_give_its_answer(expected):
     """In gpu mode `run` is the GPU-sized model, so the bucket tables (``sweep_counts``, ``bucket_table``) hold ex2's
-    answer (8 buckets at 100 MiB): they sit below ex2's exercise cell and say so (``reveals``). What the cells above
+    answer (DDP's buckets at 100 MiB): they sit below ex2's exercise cell and say so (``reveals``). What the cells above
     print about the gradients (``lab06.gradient_summary``), on the recorded NCCL run that stands in for gpu mode's,
     gives the sizes, not the count."""
     cells = _cells()
@@ -216,12 +217,16 @@ def test_gpu_mode_text_above_ex2_does_not_give_its_answer(expected):
     rec = keys._runs()[0][1]
     plan = ddp_run.plan_inputs(GPU_MODEL, keys.EX2_CAP_MB)
     c1 = rec.config("cap 1 MiB")
-    assert ddp_run.ready_order_bytes(c1) == plan["grad_bytes_ready_order"]  # gpu mode's run is ex2's model
     answer = bucket_count(plan["grad_bytes_ready_order"], plan["bucket_cap_mb"])
-    leak = f"cap {keys.EX2_CAP_MB} MiB"  # DDP's own buckets there: the tables below ex2 show this count
-    assert len(rec.config(leak)["bucket_bytes"]) == answer and rec.config(leak)["bucket_cap_mb"] == keys.EX2_CAP_MB
     said = lab06.gradient_summary(c1)
-    assert f"{answer} bucket" not in said and "bucket" not in said.lower() and "32 gradient tensors" in said
+    assert f"{answer} bucket" not in said and "bucket" not in said.lower()
+    assert f"{len(c1['param_bytes'])} gradient tensors" in said
+    if c1["model"] == asdict(GPU_MODEL):  # a set recorded with ex2's model: its tables below ex2 hold the answer
+        assert ddp_run.ready_order_bytes(c1) == plan["grad_bytes_ready_order"]
+        leak = f"cap {keys.EX2_CAP_MB} MiB"  # DDP's own buckets there: the tables below ex2 show this count
+        assert len(rec.config(leak)["bucket_bytes"]) == answer and rec.config(leak)["bucket_cap_mb"] == keys.EX2_CAP_MB
+    else:  # a set recorded before the model changed (16 x Linear(4096)): a different model, a different count
+        assert ddp_run.ready_order_bytes(c1) != plan["grad_bytes_ready_order"]
     above = "".join("".join(c["source"]) for c in cells[:ex2] if c["cell_type"] == "code")
     assert "sweep_counts(run)" in above and "present.show(counts" not in above  # computed above, shown below
 

@@ -17,7 +17,7 @@ from . import distributed, ledger
 from .bounds import BOUND_SLACK, bound_check
 from .buckets import bucket_plan
 from .hardware import PEAKS
-from .scaling import bench_table, largest_busbw, link_peak, scaling, weak_scaling_bound
+from .scaling import bench_table, fit_alpha_beta, largest_busbw, link_peak, scaling, weak_scaling_bound
 
 PRACTICE = ("mystery", "reference")
 SCALING_CONFIG = "cap 25 MiB"  # the config the scaling table, its f and exercise 3 are measured on
@@ -203,23 +203,47 @@ def scaling_by_set(runs: list) -> list[str]:
 
 
 def model_inputs(rec: RankRun | None, m) -> dict:
-    """Inputs of :func:`.scaling.multinode_model` for the MLP ``m`` (``workloads.ddp.MLPConfig``): measured on
-    the recorded NCCL run ``rec`` when there is one (one GPU's step, its backward, the hidden fraction at 25 MiB,
-    busbw at the largest size, DDP's overhead from :func:`scaling_table`), else formulas: 6·Ψ·batch FLOPs at an
-    assumed 40 % of the H200's fp32 peak, backward 2/3 of it, half hidden, no overhead."""
-    out = {"params": m.params, "grad_bytes": 4 * m.params}
+    """Inputs of :func:`.scaling.multinode_model`: measured on the recorded NCCL run ``rec`` when there is one, for
+    the model that run measured (one GPU's step, its backward, the hidden fraction and the buckets at
+    :data:`SCALING_CONFIG`, DDP's overhead from :func:`scaling_table`, and alpha and beta fitted on its benchmark,
+    :func:`.scaling.fit_alpha_beta`; a benchmark the fit refuses gives the busbw at the largest size and no alpha,
+    said in ``alpha_source``), else formulas for the MLP ``m`` (``workloads.ddp.MLPConfig``): 6·Ψ·batch FLOPs at
+    an assumed 40 % of the H200's fp32 peak, backward 2/3 of it, half hidden, no overhead, one call."""
     if rec is None:
+        out = {"params": m.params, "grad_bytes": 4 * m.params}
         compute = 6 * m.params * m.batch / (0.4 * PEAKS["H200"].fp32)
         return out | {"compute_s": compute, "backward_s": compute * 2 / 3, "hidden_fraction": 0.5,
-                      "intra_busbw_gbs": None, "ddp_overhead_s": 0.0,
-                      "source": "assumed: 40% of H200 fp32 peak, backward 2/3, half hidden"}
+                      "intra_busbw_gbs": None, "ddp_overhead_s": 0.0, "calls": 1, "alpha_s": None, "alpha_source": "",
+                      "fit": None, "source": "assumed: 40% of H200 fp32 peak, backward 2/3, half hidden"}
+    c = rec.config(SCALING_CONFIG)
     t = steady(table(rec, SCALING_CONFIG))
     row = scaling_table(rec).iloc[0]  # the profiled row: f and both steps from the same steps
     single = row["one_rank_step_ms"] / 1e3
-    return out | {"compute_s": single, "backward_s": min(single, t["backward_us"].mean() / 1e6),
-                  "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()),
-                  "intra_busbw_gbs": largest_busbw(bench(rec)), "ddp_overhead_s": max(0.0, row["ddp_overhead_ms"] / 1e3),
-                  "source": "measured on the recorded NCCL run"}
+    try:
+        fit = fit_alpha_beta(bench(rec))
+        busbw, alpha = fit["beta_gbs"], fit["alpha_s"]
+        said = (f"fitted on the benchmark at n = {fit['ranks']}, "
+                + ("CUDA-event-timed" if fit["timing"] == "cuda_events" else f"{fit['timing']}-timed: it holds the "
+                   "host's launch and synchronize per call") + f"; residuals up to {fit['max_residual']:.0%}")
+    except ValueError as exc:
+        fit, busbw, alpha, said = None, largest_busbw(bench(rec)), None, f"no fit ({exc})"
+    return {"params": sum(c["param_bytes"]) // 4, "grad_bytes": sum(c["param_bytes"]), "compute_s": single,
+            "backward_s": min(single, t["backward_us"].mean() / 1e6),
+            "hidden_fraction": float(t["hidden_us"].sum() / t["comm_us"].sum()), "intra_busbw_gbs": busbw,
+            "ddp_overhead_s": max(0.0, row["ddp_overhead_ms"] / 1e3), "calls": len(c["bucket_bytes"]),
+            "alpha_s": alpha, "alpha_source": said, "fit": fit,
+            "source": f"measured on the recorded NCCL run ({rec.world} ranks, {SCALING_CONFIG}, "
+                      f"{len(c['bucket_bytes'])} buckets)"}
+
+
+def model_kwargs(mi: dict) -> dict:
+    """:func:`model_inputs` as keyword arguments of :func:`.scaling.multinode_model`."""
+    return {"compute_s": mi["compute_s"], "backward_s": mi["backward_s"], "grad_bytes": mi["grad_bytes"],
+            "hidden_fraction": mi["hidden_fraction"], "intra_busbw_gbs": mi["intra_busbw_gbs"],
+            "ddp_overhead_s": mi["ddp_overhead_s"], "calls": mi["calls"], "alpha_s": mi["alpha_s"],
+            "alpha_source": mi["alpha_source"],
+            "busbw_source": "fitted beta" if mi.get("fit") else ("measured, largest size" if mi["intra_busbw_gbs"]
+                                                                 else "")}
 
 
 # ---------------------------------------------------------------- what a collective cost: wait, transfer, host

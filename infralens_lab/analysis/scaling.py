@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from ..units import MiB
@@ -52,14 +53,24 @@ def busbw(algbw_gbs: float, n: int) -> float:
     return algbw_gbs * 2 * (n - 1) / n
 
 
+# how a benchmark row was timed (its ``timing`` field; rows recorded before the field existed were host-timed: the
+# measurement then timed every call on the host, between barriers)
+TIMINGS = {"cuda_events": "CUDA events on the stream the all-reduces are issued from, many calls per event pair "
+                          "(as nccl-tests)",
+           "host": "host-timed: the host clock around one call and a synchronize, between barriers"}
+
+
 def bench_table(bench: list[dict], n: int) -> pd.DataFrame:
     """One row per benchmarked all-reduce (``bytes``, ``seconds`` from the measurement): ``MiB``, ``ms``,
-    ``algbw_GBps``, ``busbw_GBps`` over ``n`` ranks."""
+    ``algbw_GBps``, ``busbw_GBps`` over ``n`` ranks, and ``timing``: how the row was timed (:data:`TIMINGS`)."""
     rows = []
     for b in bench:
         a = algbw(b["bytes"], b["seconds"])
+        timing = b.get("timing", "host")
+        if timing not in TIMINGS:
+            raise ValueError(f"benchmark row timing={timing!r}; expected one of {sorted(TIMINGS)}")
         rows.append({"bytes": int(b["bytes"]), "seconds": float(b["seconds"]), "MiB": b["bytes"] / MiB,
-                     "ms": 1e3 * b["seconds"], "algbw_GBps": a, "busbw_GBps": busbw(a, n)})
+                     "ms": 1e3 * b["seconds"], "algbw_GBps": a, "busbw_GBps": busbw(a, n), "timing": timing})
     out = pd.DataFrame(rows)
     out.attrs["ranks"] = n
     return out
@@ -74,6 +85,50 @@ def largest_busbw(bench: pd.DataFrame, n: int | None = None) -> float:
                          f"{list(bench.columns)}, ranks={n!r}")
     row = bench.loc[bench["bytes"].idxmax()]
     return busbw(algbw(float(row["bytes"]), float(row["seconds"])), int(n))
+
+
+def fit_alpha_beta(bench: pd.DataFrame, n: int | None = None) -> dict:
+    """Least-squares fit of the all-reduce time curve ``t = alpha + bytes · 2(n−1)/n / beta`` (nccl-tests' bus
+    convention, so ``beta`` is a bus bandwidth comparable with busbw) to a table with ``bytes`` and ``seconds``
+    (``n`` default ``bench.attrs['ranks']``), each row weighted by 1/t, so that a 10 µs call counts as much as a
+    10 ms one (the sizes span five decades). Returns ``alpha_s`` (s per call), ``beta_gbs`` (GB/s), ``points``,
+    ``residuals`` (relative, (measured − fit)/measured, one per row in size order), ``max_residual`` and
+    ``rms_residual``, and ``timing`` (the rows' method, ``'mixed'`` when they differ). A fit whose alpha or beta
+    comes out negative raises: the curve is then not ``alpha + bytes/beta`` (host timing noise at small sizes)."""
+    n = bench.attrs.get("ranks") if n is None else n
+    if n is None or not {"bytes", "seconds"} <= set(bench.columns):
+        raise ValueError(f"fit_alpha_beta needs 'bytes' and 'seconds' columns and a rank count; got columns "
+                         f"{list(bench.columns)}, ranks={n!r}")
+    t = bench.sort_values("bytes")
+    if t["bytes"].nunique() < 3:
+        raise ValueError(f"fit_alpha_beta needs at least 3 distinct sizes; got {t['bytes'].nunique()} "
+                         f"({list(t['bytes'])} B)")
+    if (t["seconds"] <= 0).any():
+        raise ValueError(f"fit_alpha_beta: times {list(t['seconds'])} s; expected every time > 0")
+    x = t["bytes"].to_numpy(float) * 2 * (n - 1) / n if n > 1 else t["bytes"].to_numpy(float)
+    y = t["seconds"].to_numpy(float)
+    a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
+    (alpha, inv_beta), *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
+    if alpha < 0 or inv_beta <= 0:
+        raise ValueError(f"fit_alpha_beta: alpha = {alpha * 1e6:.1f} µs, 1/beta = {inv_beta:.3g} s/B on sizes "
+                         f"{list(t['bytes'])} B; expected alpha >= 0 and beta > 0 (the curve is not alpha + bytes/beta)")
+    res = (y - (alpha + x * inv_beta)) / y
+    timings = set(t["timing"]) if "timing" in t.columns else {"host"}
+    return {"alpha_s": float(alpha), "beta_gbs": float(1 / inv_beta / 1e9), "ranks": int(n), "points": len(t),
+            "bytes": [int(b) for b in t["bytes"]], "residuals": [float(r) for r in res],
+            "max_residual": float(np.abs(res).max()), "rms_residual": float(np.sqrt((res ** 2).mean())),
+            "timing": timings.pop() if len(timings) == 1 else "mixed"}
+
+
+def fit_sentence(fit: dict) -> str:
+    """The fit in one line: alpha, beta, its residuals and the timing method of the rows it read."""
+    def size(b):
+        return f"{b / MiB:g} MiB" if b >= MiB else f"{b / 1024:g} KiB"
+
+    return (f"t = alpha + bytes x 2(n-1)/n / beta over {fit['points']} sizes ({size(fit['bytes'][0])} to "
+            f"{size(fit['bytes'][-1])}, n = {fit['ranks']}): alpha = {1e6 * fit['alpha_s']:.1f} µs, beta = "
+            f"{fit['beta_gbs']:.1f} GB/s (bus); residuals {fit['rms_residual']:.0%} rms, {fit['max_residual']:.0%} at "
+            f"most; rows timed: {TIMINGS.get(fit['timing'], fit['timing'])}.")
 
 
 def scaling(t1_step_s: float, tn_step_s: float, n: int) -> dict:
@@ -105,7 +160,8 @@ def ring_allreduce_s(nbytes: float, n: int, busbw_gbs: float, latency_s: float =
 def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidden_fraction: float,
                     intra_busbw_gbs: float | None = None, gpus=(1, 2, 8, 64), gpus_per_node: int = 8,
                     inter_link_gbs: float = IB_NDR_GBS, achievable: float = 0.8, latency_s: float = 10e-6,
-                    busbw_source: str = "", ddp_overhead_s: float = 0.0) -> pd.DataFrame:
+                    busbw_source: str = "", ddp_overhead_s: float = 0.0, calls: int = 1,
+                    alpha_s: float | None = None, alpha_source: str = "") -> pd.DataFrame:
     """A MODEL, not a measurement: predicted step time at each GPU count (weak scaling: every GPU keeps its
     batch and its ``compute_s``). The ring all-reduce of ``grad_bytes`` (:func:`ring_allreduce_s`) runs at
     ``intra_busbw_gbs`` inside one node (the MEASURED bus bandwidth when given, else ``achievable`` × the
@@ -115,7 +171,10 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
     hidden, so a step is never shorter than its compute nor than its communication. ``ddp_overhead_s`` is the
     compute a DDP rank does that one GPU alone does not (copying gradients into buckets and back, NCCL kernels
     taking SMs and memory bandwidth from the compute): added to every step with n >= 2 (measured at 2 GPUs by
-    the caller, assumed the same at every size). Returns ``gpus, link, busbw_GBps, comm_ms, hidden_ms,
+    the caller, assumed the same at every size). ``calls``: all-reduces per step (DDP's buckets). Each call pays
+    either ``alpha_s`` (a per-call latency fitted on a benchmark, :func:`fit_alpha_beta`, charged the same at every
+    n: one rank count cannot say how it grows) or, without it, ``latency_s`` per ring step, 2(n−1) steps (assumed).
+    Either is printed on the label (``alpha_source`` says where alpha came from). Returns ``gpus, link, busbw_GBps, comm_ms, hidden_ms,
     step_ms, efficiency`` with ``attrs['label']`` saying it is a model."""
     if not 0 <= hidden_fraction <= 1 or not 0 < achievable <= 1:
         raise ValueError(f"hidden_fraction={hidden_fraction}, achievable={achievable}; expected fractions in [0, 1]")
@@ -123,12 +182,17 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
         raise ValueError(f"backward_s={backward_s} with compute_s={compute_s}; expected 0 <= backward <= compute")
     if not ddp_overhead_s >= 0:
         raise ValueError(f"ddp_overhead_s={ddp_overhead_s}; expected seconds >= 0")
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1 or not latency_s >= 0 or \
+            (alpha_s is not None and not alpha_s >= 0):
+        raise ValueError(f"calls={calls!r}, latency_s={latency_s!r}, alpha_s={alpha_s!r}; expected a whole number of "
+                         f"all-reduces >= 1 and latencies >= 0 s")
     intra = intra_busbw_gbs if intra_busbw_gbs is not None else achievable * NVLINK4_GBS
     inter = min(achievable * inter_link_gbs, intra)
     rows = []
     for n in gpus:
         link, bw = ("NVLink (one node)", intra) if n <= gpus_per_node else ("network (across nodes)", inter)
-        comm = ring_allreduce_s(grad_bytes, n, bw, latency_s) if n > 1 else 0.0
+        lat = alpha_s if alpha_s is not None else 2 * (n - 1) * latency_s
+        comm = ring_allreduce_s(grad_bytes, n, bw, 0.0) + calls * lat if n > 1 else 0.0
         hid = min(hidden_fraction * comm, backward_s)
         step = compute_s + (ddp_overhead_s if n > 1 else 0.0) + comm - hid
         rows.append({"gpus": n, "link": link if n > 1 else "none", "busbw_GBps": bw if n > 1 else None,
@@ -139,7 +203,10 @@ def multinode_model(compute_s: float, backward_s: float, grad_bytes: float, hidd
                            else "measured")
     df.attrs["label"] = (f"MODEL (formula, not measured): ring all-reduce at {intra:.0f} GB/s in a node ({src}), "
                          f"{inter:.0f} GB/s across nodes ({achievable:g} x a {inter_link_gbs:g} GB/s NIC, assumed), "
-                         f"{gpus_per_node} GPUs per node, up to {hidden_fraction:.0%} hidden but never more than "
+                         f"{gpus_per_node} GPUs per node, {calls} all-reduce(s) per step, "
+                         + (f"alpha = {1e6 * alpha_s:.1f} µs a call at every n ({alpha_source or 'given'})"
+                            if alpha_s is not None else f"alpha = 2(n-1) x {1e6 * latency_s:g} µs a call (assumed)")
+                         + f", up to {hidden_fraction:.0%} hidden but never more than "
                          f"the backward ({1e3 * backward_s:.1f} ms)"
                          + (f"; a DDP rank computes {1e3 * ddp_overhead_s:.1f} ms longer than one GPU alone (bucket "
                             f"copies, NCCL kernels sharing the GPU), the same at every size" if ddp_overhead_s else

@@ -144,5 +144,5 @@ def link_peak(run: RankRun) -> tuple[float | None, str]:
 
 
 def model_inputs(rec: RankRun | None) -> dict:
-    """The multi-node MODEL's inputs for this lab's GPU-sized MLP: :func:`~infralens_lab.analysis.ddp_run.model_inputs`."""
+    """The multi-node MODEL's inputs (the recording's own model, else this lab's GPU-sized MLP): ``ddp_run.model_inputs``."""
     return ddp_run.model_inputs(rec, distributed.GPU_MODEL)

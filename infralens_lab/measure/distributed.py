@@ -11,7 +11,8 @@ other ranks at a barrier, then profiles ``active`` steps after :data:`WARMUP` wa
 second iteration, inside the warm-up), times ``timed`` more steps, and keeps DDP's own logging data (bucket
 sizes, the gradient-ready order, its reducer's overlap timers). Then ``no_sync``: one optimizer step of
 ``accum`` micro-batches with and without ``no_sync``; then an all-reduce of each benchmark size, timed
-between barriers. Rank 0 also profiles and times the model alone (no DDP, no peer) as the one-rank baseline
+as nccl-tests does on a GPU (:func:`event_timed`: CUDA events around many calls) and host-timed between barriers
+on a CPU, each row saying which (``timing``). Rank 0 also profiles and times the model alone (no DDP, no peer) as the one-rank baseline
 while the other ranks wait at a barrier.
 
 :func:`record_into` is the recorder's ``distributed`` step: NCCL on every GPU of the machine (at least 2);
@@ -67,11 +68,22 @@ class DDPConfig:
 
 
 CPU_MODEL = ddp.MLPConfig(width=512, depth=8, batch=32)  # 8.4 MB of fp32 gradients in 16 tensors
-GPU_MODEL = ddp.MLPConfig(width=4096, depth=16, batch=256)  # 1.07 GB of fp32 gradients in 32 tensors
+# 1.07 GB of fp32 gradients in 128 tensors: 64 weights of 16 MiB (and 8 KiB biases), so the caps below change the
+# buckets. The sets recorded before it (16 x Linear(4096): 64 MiB weights) made 16 buckets at every cap <= 64 MiB.
+GPU_MODEL = ddp.MLPConfig(width=2048, depth=64, batch=256)
 # the practice project: many small layers; one run has a planted cause, the other is the reference
 PRACTICE_MODEL = ddp.MLPConfig(width=128, depth=48, batch=32)
-CAPS_MB = (1, 5, 25, 100)
+# the caps each model sweeps, chosen so every cap gives a different bucket count (analysis.buckets.bucket_plan, tested
+# against torch's own assignment): CPU_MODEL 8/4/2/1, GPU_MODEL 64/32/10/3. "cap 1 MiB" (the straggler's and the
+# no_sync run's cap) and "cap 25 MiB" (the scaling table's) are in both.
+CPU_CAPS_MB = (1, 2, 4, 25)
+GPU_CAPS_MB = (1, 25, 100, 400)
+CAPS_MB = CPU_CAPS_MB
 STRAGGLE_MS = 10.0  # the planted straggler's sleep: above a CPU step's noise, a third of a GPU step
+BENCH_CALLS = 20  # all-reduces per CUDA-event pair (nccl-tests times its iterations the same way: one pair, many calls)
+BENCH_WARMUP = 5  # untimed all-reduces of each size first (NCCL sets up its channels and buffers on the first calls)
+# the GPU benchmark sizes, 8 KiB to 1 GiB in steps of 4 (MiB): small sizes give the latency, large ones the bandwidth
+GPU_BENCH_MIB = (1 / 128, 1 / 32, 1 / 8, 0.5, 2, 8, 32, 128, 512, 1024)
 
 
 def sweep_configs(model: ddp.MLPConfig, caps=CAPS_MB, practice: bool = True) -> tuple[DDPConfig, ...]:
@@ -90,7 +102,8 @@ def sweep_configs(model: ddp.MLPConfig, caps=CAPS_MB, practice: bool = True) -> 
 class RunSpec:
     """What one launch measures. ``active``: profiled steps per config; ``timed``: wall-timed steps
     per config; ``accum``: micro-batches per optimizer step in the ``no_sync`` run; ``bench_mib``:
-    all-reduce benchmark sizes (MiB), ``bench_reps`` calls each."""
+    all-reduce benchmark sizes (MiB), ``bench_reps`` timings each (on a GPU: CUDA events around ``bench_calls``
+    back-to-back calls per timing, after :data:`BENCH_WARMUP`; on a CPU each timing is one call, host-timed)."""
 
     configs: tuple = field(default_factory=lambda: sweep_configs(CPU_MODEL))
     active: int = 3
@@ -98,9 +111,10 @@ class RunSpec:
     accum: int = 4
     bench_mib: tuple = (0.25, 1, 4, 16)
     bench_reps: int = 5
+    bench_calls: int = BENCH_CALLS
 
     def __post_init__(self):
-        for n in ("active", "timed", "accum", "bench_reps"):
+        for n in ("active", "timed", "accum", "bench_reps", "bench_calls"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"RunSpec.{n} = {v!r}; expected a positive int")
@@ -108,13 +122,13 @@ class RunSpec:
             raise ValueError(f"RunSpec.configs = {self.configs!r}; expected a non-empty tuple of DDPConfig")
 
 
-CPU_SPEC = RunSpec()
-GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=3, timed=20, accum=4,
-                   bench_mib=(1, 4, 16, 64, 256, 1024), bench_reps=20)
-LIVE_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL), active=2, timed=5, accum=4,
-                        bench_mib=(1, 16, 256, 1024), bench_reps=5)  # lab 06 live on GPUs: the same configs, fewer repeats
+CPU_SPEC = RunSpec(configs=sweep_configs(CPU_MODEL, CPU_CAPS_MB))
+GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, GPU_CAPS_MB), active=3, timed=20, accum=4,
+                   bench_mib=GPU_BENCH_MIB, bench_reps=5)
+LIVE_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, GPU_CAPS_MB), active=2, timed=5, accum=4,
+                        bench_mib=(*GPU_BENCH_MIB[::2], 1024), bench_reps=3)  # lab 06 live on GPUs: fewer repeats
 QUICK_GPU_SPEC = RunSpec(configs=sweep_configs(GPU_MODEL, caps=(1, 25), practice=False), active=2, timed=5, accum=2,
-                         bench_mib=(16, 256), bench_reps=5)
+                         bench_mib=(1 / 32, 2, 128), bench_reps=3)
 
 
 def spec_for(backend: str) -> RunSpec:
@@ -227,6 +241,37 @@ def ddp_facts(m) -> dict:
                                                         "avg_backward_compute_comm_overlap_time") if k in log}}
 
 
+def event_timed(call: Callable, calls: int, reps: int, device, meet: Callable | None = None, torch_mod=None) -> dict:
+    """Time ``call`` as nccl-tests does: :data:`BENCH_WARMUP` untimed calls, then ``reps`` timings, each a CUDA event
+    pair recorded on one side stream around ``calls`` back-to-back calls issued on it (NCCL's own stream waits for that
+    stream at each call and the stream waits for NCCL's work, so the pair brackets the collectives; the host's launch
+    cost is hidden while the GPU is busy). ``meet`` (the ranks' barrier) runs before each timing. Returns ``seconds``
+    (per call, median of the timings), ``seconds_min``/``seconds_max``, ``calls_per_timing`` and ``timing``.
+    ``torch_mod`` lets a test hand in a fake ``torch`` (events and streams) on a CPU."""
+    if torch_mod is None:
+        import torch as torch_mod  # heavy: torch, only here
+    stream = torch_mod.cuda.Stream(device=device)
+    per_call = []
+    with torch_mod.cuda.stream(stream):
+        for _ in range(BENCH_WARMUP):
+            call()
+        for _ in range(reps):
+            stream.synchronize()
+            if meet is not None:
+                meet()
+            start, end = torch_mod.cuda.Event(enable_timing=True), torch_mod.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(calls):
+                call()
+            end.record(stream)
+            end.synchronize()
+            per_call.append(start.elapsed_time(end) / 1e3 / calls)  # elapsed_time is in ms
+    if not per_call or min(per_call) <= 0:
+        raise ValueError(f"CUDA-event timings {per_call}; expected positive seconds per call")
+    return {"seconds": statistics.median(per_call), "seconds_min": min(per_call), "seconds_max": max(per_call),
+            "calls_per_timing": calls, "timing": "cuda_events"}  # named in analysis.scaling.TIMINGS
+
+
 def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
     """One rank's measurements for ``spec`` (see module doc); traces cut with ``parse.trace.trim(max_depth=2)``
     (ops nested deeper than two aten ops dropped: intervals, comm ranges, launches and c10d calls are kept)."""
@@ -281,14 +326,19 @@ def job_ddp(rank: int, world: int, spec: RunSpec) -> dict:
 
         out["no_sync"][name] = {"trace": profiled(opt_step, 1, device), "step_s": _timed(opt_step, 2, device)}
         del m, opt
-    # plain all-reduce benchmark
+    # plain all-reduce benchmark: CUDA events on a GPU (many calls per timing), host-timed on a CPU
     out["bench"] = []
     for mib in spec.bench_mib:
         n = max(1, int(mib * MiB // 4))
         t = torch.ones(n, dtype=torch.float32, device=device)
         dist.all_reduce(t)
-        s = _timed(lambda t=t: dist.all_reduce(t), spec.bench_reps, device)
-        out["bench"].append({"bytes": 4 * n, "dtype": "float32", "seconds": s, "reps": spec.bench_reps})
+        if device.type == "cuda":
+            row = event_timed(lambda t=t: dist.all_reduce(t), spec.bench_calls, spec.bench_reps, device,
+                              lambda: together(device))
+        else:
+            row = {"seconds": _timed(lambda t=t: dist.all_reduce(t), spec.bench_reps, device), "calls_per_timing": 1,
+                   "timing": "host"}
+        out["bench"].append({"bytes": 4 * n, "dtype": "float32", "reps": spec.bench_reps, **row})
     if backend == "nccl":
         v = torch.cuda.nccl.version()
         out["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
