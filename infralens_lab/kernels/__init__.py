@@ -6,6 +6,8 @@
 * :mod:`.attention` - ``attention_naive`` (kernels ``naive_qk``, ``naive_softmax``,
   ``naive_pv``), ``attention_tiled`` (teaching kernel ``attn_fwd``), ``attention_tiled_fast``
   (kernel ``attn_fwd_fast``, from :mod:`.attention_fast`) and ``VARIANTS``.
+* :mod:`.attention_default` - ``attention_default``: the package's fast attention, ``attn_fwd_gluon``
+  (:mod:`.attention_gluon`) on Hopper at D = 128, ``attn_fwd_fast`` elsewhere; ``choose`` says which and why.
 * :mod:`.reference` - the torch references every test and lab compares against.
 
 Kernels run on CUDA tensors in gpu mode and on CPU tensors in interpreter mode
