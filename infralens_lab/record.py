@@ -28,7 +28,10 @@ Source page, stall samples per SASS instruction, coalesced and stride 8, 32; its
 values: ``ncu_copies_source_raw.csv``, ``ncu_copies_source_instances.csv``); ``distributed`` (``ddp_rank0`` … ``ddp_rank<N-1>``,
 ``ddp_meta``: :func:`infralens_lab.measure.distributed.record_into`, DDP through NCCL on every GPU, refused when a
 run breaks an invariant; skipped with fewer than 2 GPUs: record it into its own set, e.g. ``--out
-data/recorded/2x-nvidia-h200 --only device,distributed``).
+data/recorded/2x-nvidia-h200 --only device,distributed``); ``ncu_gluon`` (``ncu_gluon.csv``: ncu on the Gluon
+kernel ``attn_fwd_gluon`` and on ``attn_fwd_fast`` at one D = 128 shape, the attention metrics plus per-pipe
+instruction counts; skipped unless the GPU is Hopper, sm_90: record it into its own set, ``--out
+data/recorded/nvidia-h200-gluon --only device,ncu_gluon``).
 """
 from __future__ import annotations
 
@@ -65,9 +68,11 @@ from .workloads.pipeline import VARIANTS, make_step, make_variant
 STEPS = ("device", "ceilings", "bench", "traces", "step_times", "variants", "memory", "ncu_copies",
          "ncu_copies_stalls", "ncu_copies_source", "ncu_attention", "ncu_matmul", "ncu_train_step", "overlap",
          "memory_timeline", "gates",
-         "distributed")
+         "distributed", "ncu_gluon")
 COPY_N = 256 * MiB // 4  # useful fp32 elements per copy: 256 MiB, over 4x the 50-60 MB L2, so DRAM numbers are DRAM's
 ATTN_SHAPE = (4, 16, 4096, 64)  # the bench's first case: 2,048 tiled programs, many waves on 132 SMs
+GLUON_SHAPE = (4, 16, 4096, 128)  # issue 42's first D = 128 case (bench issue31 set): 2,048 Gluon programs of 128 rows
+GLUON_KERNELS = ("gluon", "tiled_fast")  # ncu_gluon.csv: attn_fwd_gluon beside attn_fwd_fast at the same shape
 NCU_NOTES = ("ncu runs with --clock-control none: kernels run at the GPU's own clocks (boost), not locked base "
              "clocks, as in the timed benchmarks; the SM clock each launch saw is sm__cycles_elapsed.avg.per_second")
 LAUNCH, HIERARCHY, HIERARCHY_PEAKS = ncu.LAUNCH, ncu.HIERARCHY, ncu.HIERARCHY_PEAKS
@@ -75,6 +80,7 @@ COPY_METRICS = ncu.TIME + ncu.DRAM + ncu.SECTORS + ["l1tex__average_t_sectors_pe
     + ncu.HIT_RATES + ncu.SOL + ncu.OCCUPANCY + HIERARCHY + LAUNCH + ncu.CLOCK
 ATTN_METRICS = ncu.TIME + ncu.DRAM + ncu.FLOPS + ncu.TENSOR + ncu.TENSOR_PCT + ncu.HIT_RATES[:1] + ncu.SOL + ncu.OCCUPANCY + ncu.STALLS + HIERARCHY \
     + LAUNCH + ncu.SCHEDULER + ncu.CLOCK
+GLUON_METRICS = ATTN_METRICS + ncu.PIPES  # the attention metrics plus the per-pipe instruction counts
 MATMUL_METRICS = ncu.TIME + ncu.DRAM + ncu.FLOPS + ncu.TENSOR + ncu.TENSOR_PCT + ncu.HIT_RATES[:1] + ncu.SOL + ncu.OCCUPANCY \
     + HIERARCHY + HIERARCHY_PEAKS + LAUNCH
 TRAIN_STEP_METRICS = ncu.TIME + ncu.SOL + ncu.DRAM + ncu.OCCUPANCY + ncu.HIT_RATES[:1] + ncu.STALLS + LAUNCH + ncu.CLOCK
@@ -331,6 +337,17 @@ class Recorder:
         cfgs = [(r.label(), r.kind, target_args(r)) for r in runs]
         return self._ncu_file("ncu_attention.csv", cfgs, ATTN_METRICS)
 
+    def step_ncu_gluon(self):
+        """ncu on ``attn_fwd_gluon`` and ``attn_fwd_fast`` at :data:`GLUON_SHAPE` fp16 (``ncu_gluon.csv``, the same
+        layout as ``ncu_attention.csv``); skipped on a GPU that is not Hopper: the Gluon kernel is sm_90 only.
+        Record it into its own set (``--out data/recorded/<gpu-slug>-gluon --only device,ncu_gluon``)."""
+        f = device.facts()
+        if not str(f.compute_capability).startswith("9."):
+            raise _Skip(f"needs sm_90: this GPU is {f.name} (compute capability {f.compute_capability}); "
+                        "attn_fwd_gluon runs on Hopper only")
+        runs = [RunConfig(k, "fp16", shape=GLUON_SHAPE) for k in GLUON_KERNELS]
+        return self._ncu_file("ncu_gluon.csv", [(r.label(), r.kind, target_args(r)) for r in runs], GLUON_METRICS)
+
     def step_ncu_matmul(self):
         sizes = MATMUL_SIZES[::2] if self.quick else MATMUL_SIZES
         runs = [RunConfig("matmul", "fp16", shape=(n, n, n)) for n in sizes]
@@ -387,7 +404,7 @@ def parser() -> argparse.ArgumentParser:
                                  epilog="steps: " + ", ".join(STEPS) + ". Records: device, ceilings, bench, "
                                  "trace_bubble, trace_fixed, trace_summary, step_times, pipeline_variants, memory_train, memory_infer, record_log; "
                                  "files ncu_copies.csv, ncu_copies_stalls.csv, ncu_attention.csv, ncu_matmul.csv, "
-                                 "ncu_train_step.csv.")
+                                 "ncu_train_step.csv, ncu_gluon.csv (Hopper only, into its own set).")
     ap.add_argument("--out", required=True, help="folder for the recorded set, e.g. data/recorded/<gpu-slug>")
     ap.add_argument("--quick", action="store_true", help="fewer strides, sizes and repeats (a smoke run)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of steps: {','.join(STEPS)}")

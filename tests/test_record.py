@@ -126,3 +126,61 @@ def test_recorder_profile_shapes_and_labels():
         assert m in record.ATTN_METRICS
     assert ncu.CLOCK[0] in record.COPY_METRICS and "--clock-control none" in record.NCU_NOTES
     assert "--clock-control" in NR.ncu_command(["--kernel", "copy"], "copy", metrics=ncu.TIME)
+
+
+# ---------------------------------------------------------------- ncu_gluon (issue 42): Hopper only, its own set
+def _facts(cc, name):
+    from types import SimpleNamespace
+
+    return lambda: SimpleNamespace(name=name, compute_capability=cc)
+
+
+def test_ncu_gluon_skips_off_hopper(tmp_path, monkeypatch):
+    rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
+    monkeypatch.setattr(record.device, "facts", _facts("8.0", "NVIDIA A100-SXM4-80GB"))
+    monkeypatch.setattr(NR, "run_ncu", lambda *a, **k: pytest.fail("ncu must not run off Hopper"))
+    rec.run("ncu_gluon")
+    (e,) = rec.entries
+    assert e["status"] == "skipped" and e["detail"].startswith("needs sm_90: this GPU is NVIDIA A100-SXM4-80GB "
+                                                               "(compute capability 8.0)")
+    assert not (tmp_path / "rec" / "ncu_gluon.csv").exists()
+
+
+def test_ncu_gluon_profiles_both_kernels_at_d128(tmp_path, monkeypatch):
+    from infralens_lab.measure import target
+    from infralens_lab.parse.runs import RunConfig, target_args
+
+    calls = []
+
+    def fake_run_ncu(tgt, kernel_regex, metrics=None, launch_skip=0, launch_count=1, nvtx=True, timeout=0):
+        calls.append((tgt, kernel_regex, launch_count, tuple(metrics)))
+        return SYNTHETIC
+
+    rec = record.Recorder(EvidenceWriter(tmp_path / "rec", "test"), log=lambda m: None)
+    monkeypatch.setattr(record.device, "facts", _facts("9.0", "NVIDIA H200"))
+    monkeypatch.setattr(NR, "run_ncu", fake_run_ncu)
+    assert rec.step_ncu_gluon().startswith("2/2 runs ok")
+    assert [c[1] for c in calls] == ["attn_fwd_gluon", "attn_fwd_fast"] and all(c[2] == 1 for c in calls)
+    assert all(m in calls[0][3] for m in (*record.ATTN_METRICS, *ncu.PIPES))
+    text = (tmp_path / "rec" / "ncu_gluon.csv").read_text()
+    labels = [b["label"] for b in ncu.read_blocks(text)]
+    assert labels == ["gluon shape=4,16,4096,128 fp16", "tiled_fast shape=4,16,4096,128 fp16"]
+    for label, (tgt, *_rest) in zip(labels, calls, strict=True):
+        cfg = RunConfig.parse(label)
+        assert cfg.family == "attention" and cfg.shape[3] == 128
+        assert tgt[:2] == ["--kernel", cfg.kind] and tgt[2:-4] == target_args(cfg)
+        target.parser().parse_args(tgt)  # the target accepts what the recorder asks of it
+    assert target.launch_window("gluon", 1, 1) == ("attn_fwd_gluon", 1, 1)
+    assert "ncu_gluon" in record.STEPS and "gluon" not in record.ATTENTION_KINDS  # ncu_attention.csv keeps its runs
+
+
+def test_gluon_target_refuses_cpu_by_name():
+    from infralens_lab.device import is_gpu
+    from infralens_lab.kernels.attention_gluon import GluonUnavailableError
+    from infralens_lab.measure import target
+
+    if is_gpu():
+        pytest.skip("checks the CPU refusal")
+    fn = target.build(target.parser().parse_args(["--kernel", "gluon", "--shape", "1,1,8,128"]))
+    with pytest.raises(GluonUnavailableError, match="expected a CUDA tensor on a Hopper GPU"):
+        fn()

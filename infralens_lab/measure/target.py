@@ -1,6 +1,6 @@
 """The workload Nsight Compute (or Nsight Systems) profiles: one kernel family, run a few times.
 
-``python -m infralens_lab target --kernel {copy,copy_strided,copy_edit,naive,tiled,tiled_fast,sdpa,matmul,train_step}
+``python -m infralens_lab target --kernel {copy,copy_strided,copy_edit,naive,tiled,tiled_fast,gluon,sdpa,matmul,train_step}
 [--stride S] [--source FILE --name KERNEL] [--shape B,H,N,D] [--n N] [--dtype fp16|fp32|bf16] [--causal] [--size M,N,K]
 [--warmup W] [--iters I]``
 
@@ -13,7 +13,8 @@ Launches per iteration, by kernel name (so a runner without NVTX filtering can p
 ``--launch-skip = W * launches`` and ``--launch-count = I * launches``), listed in
 :data:`LAUNCHES`: ``copy`` 1 × ``copy_coalesced``; ``copy_strided`` 1 × ``copy_strided``;
 ``naive`` 1 each of ``naive_qk``, ``naive_softmax``, ``naive_pv``; ``tiled`` 1 × ``attn_fwd``;
-``tiled_fast`` 1 × ``attn_fwd_fast``; ``copy_edit`` 1 × the ``@triton.jit`` kernel ``--name`` of the module file
+``tiled_fast`` 1 × ``attn_fwd_fast``; ``gluon`` 1 × ``attn_fwd_gluon`` (Hopper only: the kernel refuses any other
+GPU by name); ``copy_edit`` 1 × the ``@triton.jit`` kernel ``--name`` of the module file
 ``--source`` (lab 04's edited strided copy: the signature of ``copy_strided``, launched as it is) (autotuning, if any, launches extra copies during the first
 warm-up iteration only: use NVTX filtering or W >= 1); ``sdpa``, ``matmul`` and ``train_step``
 launch library kernels whose names and counts depend on the GPU and library versions
@@ -30,7 +31,7 @@ from pathlib import Path
 from .. import device as device_mod  # the module: its mode is decided (and patched in tests) at run time
 from ..units import MiB
 
-KERNELS = ("copy", "copy_strided", "copy_edit", "naive", "tiled", "tiled_fast", "sdpa", "matmul", "train_step")
+KERNELS = ("copy", "copy_strided", "copy_edit", "naive", "tiled", "tiled_fast", "gluon", "sdpa", "matmul", "train_step")
 DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
 # kernel family -> {Triton kernel name: launches per iteration}; None = library kernels, count varies
 LAUNCHES: dict[str, dict[str, int] | None] = {
@@ -40,13 +41,14 @@ LAUNCHES: dict[str, dict[str, int] | None] = {
     "naive": {"naive_qk": 1, "naive_softmax": 1, "naive_pv": 1},
     "tiled": {"attn_fwd": 1},
     "tiled_fast": {"attn_fwd_fast": 1},
+    "gluon": {"attn_fwd_gluon": 1},
     "sdpa": None,
     "matmul": None,
     "train_step": None,
 }
 # kernel-name regex for ncu --kernel-name regex:...
 REGEX = {"copy": "copy_coalesced", "copy_strided": "copy_strided", "copy_edit": ".", "naive": "naive_",
-         "tiled": "attn_fwd", "tiled_fast": "attn_fwd_fast", "sdpa": ".", "matmul": ".", "train_step": "."}
+         "tiled": "attn_fwd", "tiled_fast": "attn_fwd_fast", "gluon": "attn_fwd_gluon", "sdpa": ".", "matmul": ".", "train_step": "."}
 
 
 def launch_window(kernel: str, warmup: int, iters: int) -> tuple[str, int, int | None]:
@@ -115,12 +117,16 @@ def build(args) -> callable:
             return lambda: copies.copy(x, out=out)
         out = torch.empty(args.n, device=dev, dtype=dtype)
         return lambda: copies.copy_strided(x, stride, out=out)
-    if args.kernel in ("naive", "tiled", "tiled_fast", "sdpa"):
+    if args.kernel in ("naive", "tiled", "tiled_fast", "gluon", "sdpa"):
         q, k, v = (torch.randn(args.shape, device=dev, dtype=dtype) for _ in range(3))
         if args.kernel == "sdpa":
             import torch.nn.functional as F  # lazy: torch loads only when this runs, so importing the module (and --help) stays light
 
             return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        if args.kernel == "gluon":
+            from ..kernels.attention_gluon import attention_gluon  # lazy: Gluon kernels only when this runs
+
+            return lambda: attention_gluon(q, k, v, causal=args.causal)
         from ..kernels import attention  # lazy: defines Triton kernels / models only when this runs
 
         fn = attention.VARIANTS[args.kernel]

@@ -16,8 +16,10 @@ from ..units import ELEM_BYTES
 # the dtypes a run label may name (the recorder profiles these); bytes per element from units.ELEM_BYTES
 LABEL_DTYPES = ("fp32", "float32", "fp16", "float16", "bf16", "bfloat16")
 
-ATTENTION_KINDS = ("naive", "tiled", "tiled_fast")
-KINDS = ("copy", "copy_strided", *ATTENTION_KINDS, "matmul", "train_step")
+ATTENTION_KINDS = ("naive", "tiled", "tiled_fast")  # ncu_attention.csv's runs
+GLUON_KINDS = ("gluon",)  # attn_fwd_gluon, Hopper only: ncu_gluon.csv's runs (beside tiled_fast)
+ATTENTION_FAMILY = (*ATTENTION_KINDS, *GLUON_KINDS)  # every kind whose label is an attention shape
+KINDS = ("copy", "copy_strided", *ATTENTION_FAMILY, "matmul", "train_step")
 _FIELD = re.compile(r"(\w+)=([\w,.]+)")
 _EXAMPLES = ("'copy n=16777216 fp32', 'copy_strided stride=8 n=16777216 fp32', 'naive shape=1,8,2048,64 fp16', "
              "'matmul size=1024,1024,1024 fp16' or 'train_step fixed'")
@@ -46,7 +48,7 @@ class RunConfig:
     @property
     def family(self) -> str:
         """``copy``, ``copy_strided``, ``attention``, ``matmul`` or ``train_step``."""
-        return "attention" if self.kind in ATTENTION_KINDS else self.kind
+        return "attention" if self.kind in ATTENTION_FAMILY else self.kind
 
     @property
     def elem_bytes(self) -> int | None:
@@ -94,9 +96,9 @@ class RunConfig:
                 raise ValueError(f"config label {label!r}: word {w!r} is not understood; expected e.g. {_EXAMPLES}")
         cfg = cls(kind, **kw)
         need = {"copy": ("n", "dtype"), "copy_strided": ("stride", "n", "dtype"), "matmul": ("shape", "dtype")}
-        need.update({k: ("shape", "dtype") for k in ATTENTION_KINDS})
+        need.update({k: ("shape", "dtype") for k in ATTENTION_FAMILY})
         missing = [f for f in need[kind] if getattr(cfg, f) is None]
-        size = {"matmul": 3, **{k: 4 for k in ATTENTION_KINDS}}.get(kind)
+        size = {"matmul": 3, **{k: 4 for k in ATTENTION_FAMILY}}.get(kind)
         if missing or (size and len(cfg.shape) != size):
             raise ValueError(f"config label {label!r} lacks {missing or 'a shape of ' + str(size)}; "
                              f"expected e.g. {_EXAMPLES}")
