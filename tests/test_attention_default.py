@@ -83,5 +83,8 @@ def test_choose_for_rank():
 def test_kernel_line_says_which():
     d64 = ad.kernel_line((4, 16, 4096, 64), F16, "9.0", "attn_fwd_fast")
     assert "runs attn_fwd_fast there, the kernel profiled here" in d64 and "sm_90" in d64
+    assert ad.kernel_line((4, 16, 4096, 64), "fp16", (9, 0), "attn_fwd_fast") == d64  # a run label's dtype name
+    with pytest.raises(ValueError, match="dtype 'half4'"):
+        ad.kernel_line((4, 16, 4096, 64), "half4", 90, "attn_fwd_fast")
     d128 = ad.kernel_line((4, 16, 4096, 128), F16, 90, "attn_fwd_fast")
     assert "runs attn_fwd_gluon there, not the kernel profiled here (attn_fwd_fast)" in d128

@@ -55,8 +55,9 @@ def choose(head_dim: int, dtype, cc, on_gpu: bool = True) -> Choice:
     if major != 9:
         return Choice(*FAST, f"compute capability {major}.x, not Hopper (9.x): the Gluon kernel is sm_90 only")
     if head_dim not in GLUON_HEAD_DIMS:
-        return Choice(*FAST, f"Hopper at D = {head_dim}: the Gluon kernel is the default only at D in "
-                             f"{GLUON_HEAD_DIMS}; below SDPA's default at D = 64 ({RUN})")
+        dims = " and ".join(map(str, GLUON_HEAD_DIMS))
+        return Choice(*FAST, f"Hopper at D = {head_dim}: the Gluon kernel is the default only at D = {dims}; it was "
+                             f"below SDPA's default at D = 64 ({RUN})")
     if dtype not in GLUON_DTYPES:
         return Choice(*FAST, f"Hopper at D = {head_dim} in {dtype_name(dtype)}: the Gluon kernel takes fp16 and "
                              "bf16 only (wgmma operands)")
@@ -91,9 +92,16 @@ def attention_default(q, k, v, causal: bool = False, sm_scale: float | None = No
 
 
 def kernel_line(shape, dtype, cc, profiled: str) -> str:
-    """The line a lab prints beside a profile of kernel ``profiled`` at ``shape`` (B, H, N, D), torch ``dtype`` on
+    """The line a lab prints beside a profile of kernel ``profiled`` at ``shape`` (B, H, N, D), ``dtype`` (torch's, or
+    a label's ``fp16``/``bf16``/``fp32``) on
     a GPU of capability ``cc``: which kernel the package's default runs there, and whether that is the one shown."""
     B, H, N, D = shape
+    if isinstance(dtype, str):  # a run label's name: fp16, bf16, fp32 (or torch's float16, ...)
+        names = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+        want = names.get(dtype, getattr(torch, dtype, None))
+        if not isinstance(want, torch.dtype):
+            raise ValueError(f"kernel_line: dtype {dtype!r}, expected a torch.dtype or one of {sorted(names)}")
+        dtype = want
     c = choose(int(D), dtype, cc)
     same = ("the kernel profiled here" if c.kernel == profiled
             else f"not the kernel profiled here ({profiled})")

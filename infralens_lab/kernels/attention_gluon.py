@@ -169,7 +169,7 @@ def _consumer(cid, q_desc, k_desc, v_desc, o_ptr, q_smem, k_smem, v_smem, q_bar,
         s_tok = warpgroup_mma(qs, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         o_tok = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
         if PINGPONG:
-            mbarrier.arrive(turn.index(1 - cid))  # the other warpgroup may issue while this one does softmax
+            mbarrier.arrive(turn.index(1 - cid))  # pass the turn: the other warpgroup may issue its GEMMs now
         s = warpgroup_mma_wait(1, deps=(s_tok,))  # S_j done; P_{j-1} V_{j-1} may still run
         mbarrier.arrive(k_empty.index(st))
         if SELF_LOAD:  # noqa: SIM102
