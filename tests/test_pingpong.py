@@ -171,3 +171,18 @@ def test_partial_set_is_found_and_harmless(root_with_partial, monkeypatch):
 
 def test_no_recording_is_none(tmp_path):
     assert pingpong.recorded_set(root=tmp_path) is None
+
+
+def test_lab04_q11_premise_from_the_kernels_layout():
+    """lab04.q11 (answer D): the consumers take turns (turn orders 0 and 1), each issues both GEMMs and loads only
+    its Q, the producer alone copies K and V (option A's premise is false), each consumer owns its own 64 rows (B),
+    and the turn passes inside the tile loop while O is stored once after it (C)."""
+    import inspect
+
+    parts = {p["name"]: p for p in ag.schedule("pingpong")}
+    assert [parts[c]["turn_order"] for c in ("consumer0", "consumer1")] == [0, 1]
+    assert parts["producer"]["loads"] == ["K", "V"] and all(parts[c]["loads"] == ["Q"] for c in ("consumer0", "consumer1"))
+    assert parts["consumer0"]["rows"] != parts["consumer1"]["rows"]
+    src = inspect.getsource(ag._consumer.fn)
+    loop, after = src.split("for j in range(1, n_tiles):")[1].split("# The last P V.")
+    assert "mbarrier.arrive(turn.index(1 - cid))" in loop and "_softmax_tile" in loop and "gl.store" in after
