@@ -140,7 +140,8 @@ def root_with_partial(tmp_path_factory):
     writer with the H200 set's own provenance (as `record --only device,ncu_gluon` on that GPU would)."""
     root = tmp_path_factory.mktemp("recorded")
     for p in evidence.data_root().iterdir():
-        (root / p.name).symlink_to(p)
+        if p.name != "nvidia-h200-gluon":   # the committed one; a synthetic one stands in for it here
+            (root / p.name).symlink_to(p)
     h200 = evidence.RecordedStore(H200)
     w = evidence.EvidenceWriter(root / "nvidia-h200-gluon", "python -m infralens_lab record --only device,ncu_gluon",
                                 provenance=h200.provenance)
@@ -152,9 +153,10 @@ def root_with_partial(tmp_path_factory):
 
 
 def test_partial_set_is_found_and_harmless(root_with_partial, monkeypatch):
+    before = evidence.default_reference()[0]   # the H100 set on a CPU, the GPU's own set on an H200
     monkeypatch.setenv("INFRALENS_DATA", str(root_with_partial))
     have = evidence.recordings()
-    assert "nvidia-h200-gluon" in have and evidence.default_reference()[0] == "nvidia-h100-80gb-hbm3"
+    assert "nvidia-h200-gluon" in have and evidence.default_reference()[0] == before != "nvidia-h200-gluon"
     ref = evidence.reference()
     st = pingpong.recorded_set(ref)
     assert st is not None and st.folder.name == "nvidia-h200-gluon" and st.gpu == "NVIDIA H200"
