@@ -57,5 +57,5 @@ def test_a_set_written_from_another_kernels_row_is_refused(tmp_path):
 
     f = tmp_path / "ncu_gluon.csv"
     f.write_text(synthetic_gluon_csv(random.Random()))
-    with pytest.raises(AssertionError, match="differ within one launch|share every launch statistic"):
+    with pytest.raises(AssertionError, match=r"differ within one launch|share every launch statistic"):
         test_one_launch_has_one_duration_and_kernels_differ(f)
