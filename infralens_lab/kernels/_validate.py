@@ -87,9 +87,22 @@ def check_qkv(q, k, v, causal, sm_scale, what: str) -> tuple[int, int, int, int,
         check_tensor(name, t, what)
         check_device(name, t, what)
         check_dtype(name, t, ATTENTION_DTYPES, what)
-        if t.dim() != 4:
-            raise ValueError(f"{what}: {name} has shape {tuple(t.shape)} (rank {t.dim()}), "
-                             f"expected rank 4 (B, H, N, D)")
+        check_rank4(name, t, what)
+    return check_qkv_alike(q, k, v, causal, sm_scale, what)
+
+
+def check_rank4(name: str, t: torch.Tensor, what: str) -> None:
+    """``t`` must be a rank-4 (B, H, N, D) tensor."""
+    if t.dim() != 4:
+        raise ValueError(f"{what}: {name} has shape {tuple(t.shape)} (rank {t.dim()}), "
+                         f"expected rank 4 (B, H, N, D)")
+
+
+def check_qkv_alike(q, k, v, causal, sm_scale, what: str,
+                    head_dims: tuple[int, ...] = HEAD_DIMS) -> tuple[int, int, int, int, float]:
+    """The checks every attention kernel shares once q, k and v are rank-4 tensors: one shape, dtype and device,
+    D in ``head_dims``, B, H, N >= 1, B * H within one grid dimension, a bool ``causal`` and a finite positive
+    ``sm_scale`` (None means 1 / sqrt(D)); returns ``(B, H, N, D, sm_scale)``."""
     if not (q.shape == k.shape == v.shape):
         raise ValueError(f"{what}: q, k, v have shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, "
                          f"expected one shape (B, H, N, D) for all three")
@@ -99,8 +112,8 @@ def check_qkv(q, k, v, causal, sm_scale, what: str) -> tuple[int, int, int, int,
     if not (q.device == k.device == v.device):
         raise ValueError(f"{what}: q, k, v are on {q.device}, {k.device}, {v.device}, expected one device")
     B, H, N, D = q.shape
-    if D not in HEAD_DIMS:
-        raise ValueError(f"{what}: head dim D={D} is not supported, expected one of {HEAD_DIMS}")
+    if D not in head_dims:
+        raise ValueError(f"{what}: head dim D={D} is not supported, expected one of {head_dims}")
     if N < 1 or B < 1 or H < 1:
         raise ValueError(f"{what}: shape (B, H, N, D) = {tuple(q.shape)}, expected B, H, N >= 1")
     if B * H > MAX_BATCH_HEADS:
@@ -114,3 +127,15 @@ def check_qkv(q, k, v, causal, sm_scale, what: str) -> tuple[int, int, int, int,
     elif not (sm_scale > 0 and sm_scale < float("inf")):
         raise ValueError(f"{what}: sm_scale is {sm_scale}, expected a finite number > 0")
     return B, H, N, D, float(sm_scale)
+
+
+def check_tma_operands(what: str, contiguous_fix: str, **tensors: torch.Tensor) -> None:
+    """Each tensor must be contiguous and start 16-byte aligned, as a TMA descriptor needs; ``contiguous_fix``
+    is the parenthesis the contiguity error ends with (what to do instead)."""
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{what}: {name} has strides {tuple(t.stride())}, expected a contiguous tensor "
+                             f"({contiguous_fix})")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{what}: {name} starts at address {t.data_ptr():#x}, expected a 16-byte-aligned "
+                             f"start (TMA); call .clone()")

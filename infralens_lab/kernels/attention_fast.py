@@ -53,7 +53,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..device import is_gpu
 from . import arch
-from ._validate import check_qkv, out_or_new
+from ._validate import check_qkv, check_tma_operands, out_or_new
 
 LOG2E = math.log2(math.e)  # 1.4426950408889634
 
@@ -340,13 +340,7 @@ def attention_tiled_fast(q, k, v, causal: bool = False, sm_scale: float | None =
     """
     what = "attention_tiled_fast"
     *_, scale = check_qkv(q, k, v, causal, sm_scale, what)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not t.is_contiguous():
-            raise ValueError(f"{what}: {name} has strides {tuple(t.stride())}, expected a contiguous tensor "
-                             f"(tensor descriptors need it; call .contiguous() or use attention_tiled)")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{what}: {name} starts at address {t.data_ptr():#x}, expected a 16-byte-aligned "
-                             f"start (TMA); call .clone()")
+    check_tma_operands(what, "tensor descriptors need it; call .contiguous() or use attention_tiled", q=q, k=k, v=v)
     out = out_or_new(out, tuple(q.shape), q.dtype, q.device, what)
     if config is not None:
         config = Cand(*config)

@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..errors import InfraLensError
-from ._validate import dtype_name
+from ._validate import check_qkv_alike, check_rank4, check_tensor, check_tma_operands, dtype_name
 
 LOG2E = math.log2(math.e)
 HEAD_DIMS = (64, 128)
@@ -351,47 +351,18 @@ def schedule(variant: str = DEFAULT_VARIANT) -> list[dict]:
 def check_inputs(q, k, v, causal, sm_scale, what: str = "attention_gluon") -> float:
     """Refuse anything the kernel cannot run, naming what was seen and what was expected; return the scale."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{what}: {name} is a {type(t).__name__}, expected a torch.Tensor")
-        if t.dim() != 4:
-            raise ValueError(f"{what}: {name} has shape {tuple(t.shape)} (rank {t.dim()}), expected rank 4 (B, H, N, D)")
-    if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"{what}: q, k, v have shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, "
-                         f"expected one shape (B, H, N, D) for all three")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"{what}: q, k, v have dtypes {dtype_name(q.dtype)}, {dtype_name(k.dtype)}, "
-                        f"{dtype_name(v.dtype)}, expected one dtype for all three")
+        check_tensor(name, t, what)
+        check_rank4(name, t, what)
+    *_, scale = check_qkv_alike(q, k, v, causal, sm_scale, what, head_dims=HEAD_DIMS)
     if q.dtype not in DTYPES:
         raise TypeError(f"{what}: q has dtype {dtype_name(q.dtype)}, expected float16 or bfloat16 (wgmma operands)")
-    B, H, N, D = q.shape
-    if D not in HEAD_DIMS:
-        raise ValueError(f"{what}: head dim D={D} is not supported, expected one of {HEAD_DIMS}")
-    if min(B, H, N) < 1:
-        raise ValueError(f"{what}: shape (B, H, N, D) = {tuple(q.shape)}, expected B, H, N >= 1")
-    if B * H > 65535:
-        raise ValueError(f"{what}: B * H = {B * H}, expected at most 65535 (one grid dimension)")
-    if not isinstance(causal, bool):
-        raise TypeError(f"{what}: causal is {causal!r} ({type(causal).__name__}), expected True or False")
-    if sm_scale is None:
-        sm_scale = D ** -0.5
-    elif isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
-        raise TypeError(f"{what}: sm_scale is {sm_scale!r} ({type(sm_scale).__name__}), expected a float or None")
-    elif not (0 < sm_scale < float("inf")):
-        raise ValueError(f"{what}: sm_scale is {sm_scale}, expected a finite number > 0")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cuda":
             raise GluonUnavailableError(f"{what}: {name} is on device '{t.device}', expected a CUDA tensor on a "
                                         f"Hopper GPU (sm_90): the Gluon kernel has no interpreter and no CPU path")
-        if not t.is_contiguous():
-            raise ValueError(f"{what}: {name} has strides {tuple(t.stride())}, expected a contiguous tensor "
-                             f"(TMA descriptors need it; call .contiguous())")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{what}: {name} starts at address {t.data_ptr():#x}, expected a 16-byte-aligned "
-                             f"start (TMA); call .clone()")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"{what}: q, k, v are on {q.device}, {k.device}, {v.device}, expected one device")
+    check_tma_operands(what, "TMA descriptors need it; call .contiguous()", q=q, k=k, v=v)
     check_hopper(q.device, what)
-    return float(sm_scale)
+    return scale
 
 
 def check_hopper(dev, what: str = "attention_gluon") -> None:
