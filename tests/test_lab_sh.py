@@ -40,13 +40,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """One dry run of lab.sh into an empty working copy, shared by the tests that read what a first run makes and
+    prints: (working copy, stdout, port asked for). A test that changes the copy works on :func:`copy_of` it."""
+    work = tmp_path_factory.mktemp("fresh") / "my-labs"
+    port = _free_port()
+    return work, lab_sh(work, port).stdout, port
+
+
+def copy_of(fresh, dest: Path) -> Path:
+    """A copy of the fresh working copy (its signatures too, in the jupyter-data folder beside it) at ``dest``;
+    lab.sh run on it finds every lab already there, as on a learner's second `make lab`."""
+    import shutil
+
+    work = fresh[0]
+    shutil.copytree(work, dest / work.name)
+    shutil.copytree(work.parent / "jupyter-data", dest / "jupyter-data")
+    return dest / work.name
+
+
 @pytest.mark.skipif(not LABS, reason="no labs/ committed")
-def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
-    work = tmp_path / "my-labs"
-    first = lab_sh(work, _free_port()).stdout
+def test_working_copy_is_made_once_and_never_overwritten(fresh, tmp_path):
+    work, first, _ = fresh
     assert f"your notebooks: {work}" in first and "git-ignored" in first
     assert sorted(p.name for p in work.iterdir() if not p.name.startswith(".")) == LABS
     assert "copied in now: " + " ".join(LABS) in first
+    work = copy_of(fresh, tmp_path)
     mine = work / LABS[0]
     mine.write_text("my answers")          # a learner's edit
     (work / LABS[-1]).unlink()             # stands in for a lab added to labs/ later
@@ -59,15 +79,14 @@ def test_working_copy_is_made_once_and_never_overwritten(tmp_path):
 
 
 @pytest.mark.skipif(not any(n.endswith(".ipynb") for n in LABS), reason="no notebooks in labs/")
-def test_working_copy_carries_no_answer_output(tmp_path):
+def test_working_copy_carries_no_answer_output(fresh):
     """make lab's copies: the answer, exercise, worked-solution and predict-then-look cells have no output (nor an
     execution count); every other cell keeps its committed outputs, so the evidence is still on the page."""
     import json
 
     from infralens_lab.quiz.cells import CLEARED_TAGS
 
-    work = tmp_path / "my-labs"
-    lab_sh(work, _free_port())
+    work = fresh[0]
     cleared = kept = 0
     for name in (n for n in LABS if n.endswith(".ipynb")):
         mine = json.loads((work / name).read_text())["cells"]
@@ -86,17 +105,18 @@ def test_working_copy_carries_no_answer_output(tmp_path):
 
 
 @pytest.mark.skipif(not any(n.endswith(".ipynb") for n in LABS), reason="no notebooks in labs/")
-def test_new_copies_are_signed_and_a_learners_notebook_is_left_alone(tmp_path):
+def test_new_copies_are_signed_and_a_learners_notebook_is_left_alone(fresh, tmp_path):
     """The copies lab.sh makes carry the project's committed outputs: it signs them (JupyterLab then keeps their
     tables' styles on first open); a notebook already in the working copy, the learner's, is never signed by it."""
     nbformat = pytest.importorskip("nbformat")
     from nbformat.sign import NotebookNotary
 
-    work = tmp_path / "my-labs"
-    lab_sh(work, _free_port())
+    notebooks = sorted(p for p in fresh[0].glob("*.ipynb"))
+    first = NotebookNotary(data_dir=str(fresh[0].parent / "jupyter-data"))
+    assert notebooks and all(first.check_signature(nbformat.read(p, as_version=4)) for p in notebooks)
+    work = copy_of(fresh, tmp_path)
     notary = NotebookNotary(data_dir=str(tmp_path / "jupyter-data"))
     notebooks = sorted(p for p in work.glob("*.ipynb"))
-    assert notebooks and all(notary.check_signature(nbformat.read(p, as_version=4)) for p in notebooks)
     mine = nbformat.read(notebooks[0], as_version=4)
     mine.cells[0].source += "\n# my note"           # the learner's edit, saved outside JupyterLab: not signed
     nbformat.write(mine, notebooks[0])
@@ -105,30 +125,30 @@ def test_new_copies_are_signed_and_a_learners_notebook_is_left_alone(tmp_path):
     assert not notary.check_signature(nbformat.read(notebooks[0], as_version=4))
     assert notary.check_signature(nbformat.read(work / notebooks[-1].name, as_version=4))
 
-def test_url_root_flag_settings_and_no_tunnel_locally(tmp_path):
-    port = _free_port()
-    out = lab_sh(tmp_path / "w", port).stdout
+def test_url_root_flag_settings_and_no_tunnel_locally(fresh):
+    work, out, port = fresh
     assert re.search(rf"open: http://localhost:{port}/lab/tree/00_start_here\.ipynb\?token=[0-9a-f]{{48}}", out)
     cmd = _command(out)
-    assert f"--ServerApp.port={port}" in cmd and f"--ServerApp.root_dir={tmp_path / 'w'}" in cmd
+    assert f"--ServerApp.port={port}" in cmd and f"--ServerApp.root_dir={work}" in cmd
     assert f"--LabApp.app_settings_dir={ROOT}/tools/jupyter/settings" in cmd
     assert ("--allow-root" in cmd) == (os.geteuid() == 0)
     assert "ssh -N -L" not in out and "is taken" not in out
 
 
-def test_remote_machine_gets_the_tunnel_line(tmp_path):
+def test_remote_machine_gets_the_tunnel_line(fresh, tmp_path):
     port = _free_port()
-    out = lab_sh(tmp_path / "w", port, SSH_CONNECTION="203.0.113.9 50022 198.51.100.7 22").stdout
+    out = lab_sh(copy_of(fresh, tmp_path), port, SSH_CONNECTION="203.0.113.9 50022 198.51.100.7 22").stdout
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     assert f"ssh -N -L {port}:localhost:{port} {user}@198.51.100.7" in out
 
 
-def test_taken_port_is_named_and_the_next_one_used(tmp_path):
+def test_taken_port_is_named_and_the_next_one_used(fresh, tmp_path):
+    work = copy_of(fresh, tmp_path)
     with socket.socket() as busy:
         busy.bind(("", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        out = lab_sh(tmp_path / "w", port).stdout
+        out = lab_sh(work, port).stdout
     used = int(re.search(r"open: http://localhost:(\d+)/", out).group(1))
     assert used > port and f"port {port} is taken; using port {used}" in out
 
@@ -143,13 +163,12 @@ def test_shipped_settings_turn_the_news_off():
         assert "fetchNews" in json.loads(schema.read_text())["properties"]
 
 
-def test_kernels_start_with_the_notebook_guard_and_custom_css_is_served(tmp_path):
+def test_kernels_start_with_the_notebook_guard_and_custom_css_is_served(fresh):
     """The kernelspec lab.sh writes is the usual ipykernel plus the guard extension, first on JUPYTER_PATH
     (so it stands in for "python3"); JupyterLab gets the repo's custom CSS (output wraps between words)."""
     import json
 
-    work = tmp_path / "w"
-    out = lab_sh(work, _free_port()).stdout
+    work, out, _ = fresh
     spec = json.loads((work / ".infralens" / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())
     assert spec["argv"][:3] == [str(VENV / "bin" / "python"), "-m", "ipykernel_launcher"]
     assert "--ext=infralens_lab.quiz" in spec["argv"] and "{connection_file}" in spec["argv"]
@@ -171,21 +190,20 @@ def test_shipped_settings_save_widget_state():
         assert "saveState" in json.loads(schema.read_text())["properties"]
 
 
-def test_the_url_is_printed_last_and_opens_lab_00(tmp_path):
+def test_the_url_is_printed_last_and_opens_lab_00(fresh):
     """The URL is the last line (the server's own log goes to a file, so nothing follows it), and it opens
     00_start_here.ipynb, which the working copy has, rather than the Launcher; the server log is named."""
     assert (ROOT / "labs" / "00_start_here.ipynb").is_file()
-    port = _free_port()
-    work = tmp_path / "w"
-    lines = lab_sh(work, port).stdout.strip().splitlines()
+    work, out, port = fresh
+    lines = out.strip().splitlines()
     assert re.fullmatch(rf"  open: http://localhost:{port}/lab/tree/00_start_here\.ipynb\?token=[0-9a-f]{{48}}", lines[-1])
     assert (work / "00_start_here.ipynb").is_file()
     assert f"  server log: {work}/.infralens/jupyter.log" in lines and "  stop: Ctrl-C" in lines
     assert lines[0].startswith("would run: ")  # the server starts first; the banner follows once it answers
 
 
-def test_remote_machine_gets_the_tunnel_just_above_the_url(tmp_path):
+def test_remote_machine_gets_the_tunnel_just_above_the_url(fresh, tmp_path):
     port = _free_port()
-    lines = lab_sh(tmp_path / "w", port, SSH_CONNECTION="203.0.113.9 50022 198.51.100.7 22").stdout.strip().splitlines()
+    lines = lab_sh(copy_of(fresh, tmp_path), port, SSH_CONNECTION="203.0.113.9 50022 198.51.100.7 22").stdout.strip().splitlines()
     assert "ssh -N -L" in lines[-3] and "then open the URL below there" in lines[-2]
     assert lines[-1].startswith(f"  open: http://localhost:{port}/lab/tree/00_start_here.ipynb?token=")

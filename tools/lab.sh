@@ -43,9 +43,17 @@ if [ ${#new[@]} -gt 0 ]; then
     ( cd "$WORK" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "${new[@]}" <<'PYEOF'
 import os
 import sys
+from infralens_lab.quiz.runner import skip_iri_grammar
+skip_iri_grammar()  # nbformat's jsonschema would build an IRI grammar it never uses (seconds on 2 cores)
 import nbformat
 from infralens_lab.quiz.cells import working_copy
 names = [n for n in sys.argv[1:] if n.endswith(".ipynb")]
+try:
+    from nbformat.sign import NotebookNotary
+    notary = NotebookNotary()
+except Exception as exc:
+    notary = None
+    print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
 for name in names:
     try:
         nb = nbformat.read(name, as_version=4)
@@ -54,13 +62,12 @@ for name in names:
     except Exception as exc:
         os.remove(name)
         sys.exit(f"make lab: could not clear the answers' outputs in {name} ({exc}); removed the copy, run again")
-try:
-    from nbformat.sign import NotebookNotary
-    notary = NotebookNotary()
-    for name in names:
-        notary.sign(nbformat.read(name, as_version=4))
-except Exception as exc:
-    print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
+    if notary is not None:  # the notebook as written (signed once, without reading it back)
+        try:
+            notary.sign(nb)
+        except Exception as exc:
+            notary = None
+            print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
 PYEOF
     )
 fi

@@ -75,11 +75,16 @@ def comm_events(trace: Trace) -> pd.DataFrame:
     ``c10d::allreduce_`` call that issued it: on NCCL the call enclosing the kernel's launch, on gloo the call
     paired with the range; NaN when there is none), ``step`` (the profiled step whose range holds that call; -1
     for none) and ``seq`` (its order within the step). See the module doc."""
+    return trace.memo(("distributed.comm_events",), lambda: _comm_events(trace)).copy()
+
+
+def _comm_events(trace: Trace) -> pd.DataFrame:
     ev = trace.events
     cols = ["name", "tid", "ts_us", "start_us", "end_us", "dur_us", "enqueue_us", "host_us", "step", "seq"]
     c = ev[(ev["cat"] == "cpu_op") & ev["name"].isin(C10D_ALLREDUCE)].sort_values("start_us")
     if trace.has_gpu:
-        k = ev[(ev["cat"] == "kernel") & _is_allreduce_kernel(ev["name"])].sort_values("start_us")
+        k = ev[ev["cat"] == "kernel"]
+        k = k[_is_allreduce_kernel(k["name"])].sort_values("start_us")
         rt = [trace.launcher.get(i) for i in k.index]
         if len(k) and all(r is None for r in rt) and len(c):  # no launch correlated: pair with the c10d calls
             out = _paired(trace, k, c, "NCCL all-reduce kernels")
@@ -116,6 +121,10 @@ def step_windows(trace: Trace) -> pd.DataFrame:
     """One row per profiled step: ``step``, ``start_us``, ``end_us``, ``step_us`` and ``basis`` (``'cpu range'``
     on a gloo trace; ``'gpu work'`` on a GPU trace: previous step's GPU work end → this step's, the first step
     from its first GPU work). A GPU step that launched nothing has NaN times."""
+    return trace.memo(("distributed.step_windows",), lambda: _step_windows(trace)).copy()
+
+
+def _step_windows(trace: Trace) -> pd.DataFrame:
     if not trace.has_steps:
         raise ValueError("trace has no ProfilerStep ranges; expected a trace taken with a profiler schedule")
     if not trace.has_gpu:
@@ -133,9 +142,10 @@ def _backward_gpu_rows(trace: Trace) -> list[int]:
     """The rows of the non-NCCL kernels launched from inside a backward op (launcher order). Vectorized: the
     row-by-row ``.at`` reads it replaces took most of a recorded 4-rank set's analysis time."""
     ev = trace.events
-    name = ev["name"].astype(str)
-    kernels = set(ev.index[(ev["cat"] == "kernel").to_numpy() & ~name.str.lower().str.contains("nccl", regex=False).to_numpy()])
-    backward = set(ev.index[name.str.startswith(BACKWARD_PREFIX).to_numpy()])
+    k = ev.loc[ev["cat"] == "kernel", "name"].astype(str)
+    kernels = set(k.index[~k.str.lower().str.contains("nccl", regex=False).to_numpy()])
+    ops = ev.loc[ev["cat"] != "kernel", "name"].astype(str)
+    backward = set(ops.index[ops.str.startswith(BACKWARD_PREFIX).to_numpy()])
     return [g for g, rt in trace.launcher.items()
             if g in kernels and any(i in backward for i in trace.enclosing.get(rt, []))]
 
@@ -146,12 +156,17 @@ def compute_intervals(trace: Trace, phase: str = "backward") -> list[tuple[float
     threads of a CPU trace, ``c10d::`` calls cut out."""
     if phase not in ("backward", "all"):
         raise ValueError(f"phase={phase!r}; expected 'backward' or 'all'")
+    return list(trace.memo(("distributed.compute_intervals", phase), lambda: _compute_intervals(trace, phase)))
+
+
+def _compute_intervals(trace: Trace, phase: str) -> list[tuple[float, float]]:
     ev = trace.events
     if trace.has_gpu:
         if phase == "backward":
             k = ev.loc[_backward_gpu_rows(trace)]
         else:
-            k = ev[(ev["cat"] == "kernel") & ~ev["name"].str.lower().str.contains("nccl", regex=False)]
+            k = ev[ev["cat"] == "kernel"]
+            k = k[~k["name"].str.lower().str.contains("nccl", regex=False)]
         return _union(zip(k["start_us"], k["end_us"], strict=True))
     gloo_tids = set(ev.loc[ev["name"].str.startswith("gloo:"), "tid"])
     ops = ev[(ev["cat"] == "cpu_op") & ~ev["tid"].isin(gloo_tids)]
@@ -258,19 +273,19 @@ def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFram
     if any(p != per_step[0] for p in per_step):
         raise ValueError(f"ranks enqueued different all-reduces per profiled step {per_step}; expected the same "
                          f"sequence on every rank (profile the same steps on every rank)")
-    rows = []
     keyed = [c[c["step"] >= 0].set_index(["step", "seq"]) for c in comms]
     t0 = min((float(k["ts_us"].min()) for k in keyed if len(k)), default=0.0)
-    for key in keyed[0].index:
-        start = np.array([float(k.at[key, "ts_us"]) for k in keyed]) - t0
-        end = start + np.array([float(k.at[key, "dur_us"]) for k in keyed])
-        latest = start.max()
-        for r in range(len(traces)):
-            rows.append({"step": key[0], "seq": key[1], "rank": r, "start_us": start[r], "end_us": end[r],
-                         "wait_us": latest - start[r], "transfer_us": max(0.0, end[r] - latest),
-                         "causality_gap_us": latest - end.min()})
-    df = pd.DataFrame(rows, columns=["step", "seq", "rank", "start_us", "end_us", "wait_us", "transfer_us",
-                                     "causality_gap_us"])
+    idx, n = keyed[0].index, len(traces)
+    # (collective, rank) arrays, collectives in rank 0's order: one row per collective and rank, rank fastest
+    start = np.stack([k["ts_us"].reindex(idx).to_numpy(dtype=float) for k in keyed], axis=1) - t0
+    end = start + np.stack([k["dur_us"].reindex(idx).to_numpy(dtype=float) for k in keyed], axis=1)
+    latest = start.max(axis=1, keepdims=True) if len(idx) else start
+    gap = latest[:, 0] - end.min(axis=1) if len(idx) else np.zeros(0)
+    df = pd.DataFrame({"step": np.repeat(idx.get_level_values("step").to_numpy(dtype=np.int64), n),
+                       "seq": np.repeat(idx.get_level_values("seq").to_numpy(dtype=np.int64), n),
+                       "rank": np.tile(np.arange(n), len(idx)), "start_us": start.ravel(), "end_us": end.ravel(),
+                       "wait_us": (latest - start).ravel(), "transfer_us": np.maximum(0.0, end - latest).ravel(),
+                       "causality_gap_us": np.repeat(gap, n)})
     gaps = df.drop_duplicates(["step", "seq"])["causality_gap_us"]
     ends = df.pivot_table(index=["step", "seq"], columns="rank", values="end_us")
     df.attrs.update(tolerance_us=tol, t0_us=t0, violations=int((gaps > tol).sum()),
@@ -293,10 +308,12 @@ def collective_split(traces: list[Trace]) -> pd.DataFrame:
     ``c10d::allreduce_`` call found (a trace without CPU ops)."""
     al = align(traces)
     comms = [comm_events(t).set_index(["step", "seq"]) for t in traces]
-    dur = np.array([float(comms[r].at[(s, q), "dur_us"]) for s, q, r in zip(al["step"], al["seq"], al["rank"],
-                                                                                strict=True)])
-    host = np.array([float(comms[r].at[(s, q), "host_us"]) for s, q, r in zip(al["step"], al["seq"], al["rank"],
-                                                                                 strict=True)])
+    dur, host = np.full(len(al), np.nan), np.full(len(al), np.nan)
+    for r, c in enumerate(comms):  # each rank's own collectives, looked up by (step, seq)
+        mine = (al["rank"] == r).to_numpy()
+        at = pd.MultiIndex.from_arrays([al.loc[mine, "step"], al.loc[mine, "seq"]])
+        dur[mine] = c["dur_us"].reindex(at).to_numpy(dtype=float)
+        host[mine] = c["host_us"].reindex(at).to_numpy(dtype=float)
     if np.isnan(host).any():
         bad = al.loc[np.isnan(host), ["rank", "step", "seq"]].iloc[0]
         raise ValueError(f"rank {bad['rank']} step {bad['step']} collective #{bad['seq']}: no c10d::allreduce_ call "

@@ -567,6 +567,12 @@ class Trace:
     def has_gpu(self) -> bool:
         return bool(self.events["cat"].isin(GPU_CATS).any())
 
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` computed the first time ``key`` is asked for, then kept on this trace (which does not change):
+        for an analysis outside this class that is asked for the same trace again (``key`` names the function, e.g.
+        ``("distributed.comm_events",)``). The value is shared: a caller hands out a copy, never this object."""
+        return self._once(("memo", key), make)
+
     # -- gaps
     def _once(self, key: Any, make: Callable[[], Any]) -> Any:
         """``make()`` computed the first time ``key`` is asked for, then kept: the trace does not change."""
@@ -730,6 +736,10 @@ def step_gpu_work(tr: Trace) -> pd.DataFrame:
     inside the step's range, :data:`LAUNCH_CALLS`: a CUDA graph replay is one), ``gpu_work_us`` (summed durations),
     ``gpu_busy_us`` (their merged time), ``gpu_start_us``/``gpu_end_us`` (first start, last end; NaN for a
     step that launched nothing). GPU work left queued by steps before the window is charged to none."""
+    return tr.memo(("step_gpu_work",), lambda: _step_gpu_work(tr)).copy()
+
+
+def _step_gpu_work(tr: Trace) -> pd.DataFrame:
     st = tr.steps()
     if st.empty:
         raise ValueError("trace has no ProfilerStep ranges; expected a trace taken with a profiler schedule "
