@@ -88,6 +88,9 @@ def test_overlapped_is_not_free_table_adds_up(runs, name):
     said = ddp_cost.cost_sentence(t)
     fast, slow = t.loc[t["step_ms"].idxmin()], t.loc[t["step_ms"].idxmax()]
     assert f"Fastest step: {fast.config}" in said and f"{slow.step_ms - fast.step_ms:.2f} ms between them" in said
+    x = t["extra_compute_ms"]
+    assert f"extra compute from {x.min():.2f} to {x.max():.2f} ms" in said  # a range, even from below zero
+    assert ("Below zero at" in said) == bool((x < 0).any())
 
 
 @pytest.mark.parametrize("name", NCCL_SETS)
@@ -205,3 +208,18 @@ def test_gpu_benchmark_spans_8_kib_to_1_gib():
     mib = distributed.GPU_SPEC.bench_mib
     assert min(mib) * MiB == 8 * 1024 and max(mib) == 1024 and distributed.GPU_SPEC.bench_calls == 20
     assert len(distributed.QUICK_GPU_SPEC.bench_mib) >= 3  # enough sizes to fit alpha and beta
+
+
+def test_the_cost_sentence_reads_a_range_that_starts_below_zero():
+    """A live CPU run can put a cap's DDP step minus its exposed all-reduce under one rank alone's median step: the
+    sentence gives the range with words ("from -0.07 to 6.46 ms", never "-0.07-6.46") and says where and why."""
+    import pandas as pd
+
+    t = pd.DataFrame({"config": ["cap 1 MiB", "cap 2 MiB"], "cap_MiB": [1, 2], "buckets": [8, 4],
+                      "hidden_share": [0.67, 0.60], "exposed_ms": [3.89, 3.78], "extra_compute_ms": [6.46, -0.07],
+                      "step_ms": [27.0, 20.36], "one_rank_ms": [16.65, 16.65]})
+    said = ddp_cost.cost_sentence(t)
+    assert "extra compute from -0.07 to 6.46 ms, exposed from 3.78 to 3.89 ms" in said, said
+    assert "Below zero at cap 2 MiB: its DDP step minus its exposed all-reduce came out 0.07 ms shorter than one " \
+           "rank alone's median step (16.65 ms)" in said, said
+    assert "-0.07-" not in said

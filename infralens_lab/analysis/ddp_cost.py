@@ -68,9 +68,15 @@ def cost_sentence(t: pd.DataFrame) -> str:
     else:
         out += f"It also hides the most ({fast.hidden_share:.0%})."
     big = (t["extra_compute_ms"] > t["exposed_ms"]).sum()
-    return out + (f" DDP's extra compute exceeds the exposed all-reduce at {big} of {len(t)} caps "
-                  f"({t['extra_compute_ms'].min():.2f}-{t['extra_compute_ms'].max():.2f} ms against "
-                  f"{t['exposed_ms'].min():.2f}-{t['exposed_ms'].max():.2f}).")
+    x, e = t["extra_compute_ms"], t["exposed_ms"]
+    out += (f" DDP's extra compute exceeds the exposed all-reduce at {big} of {len(t)} caps (extra compute from "
+            f"{x.min():.2f} to {x.max():.2f} ms, exposed from {e.min():.2f} to {e.max():.2f} ms).")
+    if (x < 0).any():
+        below = t.loc[x.idxmin()]
+        out += (f" Below zero at {below.config}: its DDP step minus its exposed all-reduce came out "
+                f"{-below.extra_compute_ms:.2f} ms shorter than one rank alone's median step "
+                f"({below.one_rank_ms:.2f} ms), two measurements taken apart.")
+    return out
 
 
 def sweep_note(name: str, run: RankRun) -> str:
