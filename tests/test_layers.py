@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[1] / "infralens_lab"
 
 # lowest first; a module may import its own layer and any layer before it
 LAYERS = [
-    ("ground", ["device", "evidence", "annotate", "units", "stats", "errors", "notebook_guard", "colab", "__init__"]),
+    ("ground", ["device", "evidence", "annotate", "units", "stats", "errors", "notebook_guard", "colab", "quick_nbformat", "__init__"]),
     ("kernels", ["kernels"]),
     ("workloads", ["workloads"]),
     ("parse", ["parse"]),

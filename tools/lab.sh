@@ -43,8 +43,7 @@ if [ ${#new[@]} -gt 0 ]; then
     ( cd "$WORK" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "${new[@]}" <<'PYEOF'
 import os
 import sys
-from infralens_lab.quiz.runner import skip_iri_grammar
-skip_iri_grammar()  # nbformat's jsonschema would build an IRI grammar it never uses (seconds on 2 cores)
+import infralens_lab.quick_nbformat  # before nbformat: no IRI grammar built for nothing (seconds on 2 cores)
 import nbformat
 from infralens_lab.quiz.cells import working_copy
 names = [n for n in sys.argv[1:] if n.endswith(".ipynb")]
