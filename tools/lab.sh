@@ -135,14 +135,17 @@ banner() {
 }
 cd "$WORK"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# `jupyter lab`, with infralens_lab.quick_nbformat imported first: the server imports nbformat, whose jsonschema
+# would otherwise build an IRI grammar no notebook uses (seconds of a laptop's start)
+LAB=("$PY" -c 'import sys, infralens_lab.quick_nbformat; from jupyterlab.labapp import main; sys.exit(main())')
 if [ -n "${INFRALENS_LAB_DRY_RUN:-}" ]; then   # tests: everything but starting the server
-    echo "would run: $VENV/bin/jupyter lab ${ARGS[*]}"
+    echo "would run: jupyter lab ${ARGS[*]}"
     banner
     exit 0
 fi
 
 # ---- the server, in the background; Ctrl-C (or a TERM) stops it, and it stops when this script does
-"$VENV/bin/jupyter" lab "${ARGS[@]}" >"$SERVER_LOG" 2>&1 &
+"${LAB[@]}" "${ARGS[@]}" >"$SERVER_LOG" 2>&1 &
 SERVER=$!
 STOPPING=
 trap 'STOPPING=1; kill -TERM "$SERVER" 2>/dev/null || true' INT TERM
