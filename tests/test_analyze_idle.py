@@ -5,6 +5,7 @@ idle time, and the launch and short-kernel counts match a count recomputed here 
 breakdown is recomputed on the H100 bubble/fixed pair."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import statistics
@@ -41,20 +42,31 @@ def _step_traces():
     return out
 
 
-def _ddp_traces():
-    """Two NCCL configs of the committed 2-GPU DDP run (ncclDevKernel_* on a stream of their own)."""
-    st = evidence.reference("2x-nvidia-h100-80gb-hbm3")
-    cfgs = st.load("ddp_rank0").values["configs"]
-    return [pytest.param(c["trace"], id=f"ddp_rank0-{c['label']}") for c in cfgs if c["label"] in ("cap 25 MiB",
-                                                                                                     "mystery")]
+DDP_SET = "2x-nvidia-h100-80gb-hbm3"
+DDP_LABELS = ("cap 25 MiB", "mystery")  # two NCCL configs of its DDP run (ncclDevKernel_* on a stream of their own)
 
 
 def _values(gpu, name):
     return evidence.reference(gpu).load(name).values
 
 
+@functools.cache
+def _case(key: tuple) -> tuple[dict, object]:
+    """(the trace's recorded values, its parsed Trace) for a case key of :func:`_all_traces`, read and parsed once
+    for the three tests that check every trace (they read both; none changes them)."""
+    if key[0] == "ddp":
+        cfgs = evidence.reference(DDP_SET).load("ddp_rank0").values["configs"]
+        values = next(c["trace"] for c in cfgs if c["label"] == key[1])
+    else:
+        values = _values(*key[1:])
+    return values, load_trace(values)
+
+
 def _all_traces():
-    return [pytest.param(_values(*p.values), id=p.id) for p in _step_traces()] + _ddp_traces()
+    """Case keys (read when a test runs, not while pytest collects): every committed single-GPU trace with steps of
+    :data:`SETS`, and :data:`DDP_LABELS` of the 2-GPU DDP run."""
+    return ([pytest.param(("set", *p.values), id=p.id) for p in _step_traces()]
+            + [pytest.param(("ddp", label), id=f"ddp_rank0-{label}") for label in DDP_LABELS])
 
 
 # ---------------------------------------------------------------- raw recount: no Trace, only the JSON events
@@ -96,9 +108,9 @@ def _raw_host_waits(values: dict) -> int:
 
 
 # ---------------------------------------------------------------- every committed trace with steps
-@pytest.mark.parametrize("values", _all_traces())
-def test_idle_rows_and_busy_time_make_the_window(values):
-    tr = load_trace(values)
+@pytest.mark.parametrize("case", _all_traces())
+def test_idle_rows_and_busy_time_make_the_window(case):
+    _, tr = _case(case)
     tables, notes = single(tr)
     idle = tables[IDLE_TABLE]
     a, b, n = analysis_idle.window(tr)
@@ -135,9 +147,9 @@ def test_idle_rows_and_busy_time_make_the_window(values):
     assert {IDLE_TABLE, STREAMS_TABLE, LAUNCH_TABLE, SHORT_TABLE, KERNELS_TABLE, STEPS_TABLE} <= set(tables)
 
 
-@pytest.mark.parametrize("values", _all_traces())
-def test_each_streams_waits_make_its_idle_time(values):
-    tr = load_trace(values)
+@pytest.mark.parametrize("case", _all_traces())
+def test_each_streams_waits_make_its_idle_time(case):
+    values, tr = _case(case)
     a, b, _ = analysis_idle.window(tr)
     si = analysis_idle.stream_idle(tr)
     assert len(si) == tr.gpu_events(scope="steps")["stream"].nunique()
@@ -159,9 +171,9 @@ def test_each_streams_waits_make_its_idle_time(values):
     assert int((gaps["category"] == "host wait").sum()) == _raw_host_waits(values)
 
 
-@pytest.mark.parametrize("values", _all_traces())
-def test_launch_delay_and_short_kernels_match_a_raw_recount(values):
-    tr = load_trace(values)
+@pytest.mark.parametrize("case", _all_traces())
+def test_launch_delay_and_short_kernels_match_a_raw_recount(case):
+    values, tr = _case(case)
     raw = _raw(values)
     ld = analysis_idle.launch_delay(tr)
     every = ld.iloc[0]
@@ -210,7 +222,7 @@ def test_sub_microsecond_kernels_and_cuLaunchKernel():
 
 
 def test_ncclDevKernel_runs_on_a_stream_that_waits_on_the_others():
-    tr = load_trace(_ddp_traces()[0].values[0])
+    tr = load_trace(_case(("ddp", DDP_LABELS[0]))[0])
     si = analysis_idle.stream_idle(tr).set_index("kind")
     assert {"nccl", "compute"} <= set(si.index)
     assert tr.gpu_events(scope="steps")["name"].str.startswith("ncclDevKernel_").any()
