@@ -594,6 +594,23 @@ def test_world_names_unowned_pth_unknown_plugins_and_conftests(tmp_path, monkeyp
     assert world.conftests(tmp_path / "a" / "subs") == [tmp_path / "conftest.py"]
 
 
+def test_owned_pth_files_read_from_the_record_lines_alone_match_the_full_reading(tmp_path):
+    """``owned_files(suffix=".pth")`` (what the grader's start-up checks) parses only the RECORD lines that hold
+    ".pth": the same entries as the full reading filtered, for a quoted name, a name that only holds ".pth" and
+    entries without a hash or with another hash."""
+    from importlib import metadata
+
+    info = tmp_path / "site" / "x-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("x/__init__.py,sha256=aaa,10\nx.pth,sha256=bbb,20\n\"odd, name.pth\",sha256=ccc,5\n"
+                                 "x/not.pth.py,sha256=ddd,1\nnohash.pth,,\nmd5.pth,md5=eee,3\n"
+                                 "x-1.0.dist-info/RECORD,,\n")
+    dist = metadata.PathDistribution(info)
+    fast = world.owned_files([dist], suffix=".pth")
+    assert fast == {k: v for k, v in world.owned_files([dist]).items() if k.name.endswith(".pth")}
+    assert fast == {tmp_path / "site" / "x.pth": "sha256=bbb", tmp_path / "site" / "odd, name.pth": "sha256=ccc"}
+
+
 def test_grade_mode_refuses_a_planted_conftest_with_its_name_and_the_fix(monkeypatch, tmp_path):
     (tmp_path / "conftest.py").write_text("")
     monkeypatch.chdir(tmp_path)
