@@ -121,8 +121,8 @@ SAME_WORKER = {"tests/test_site.py": "site", "tests/test_browser.py": "site"}  #
 # seconds under load, in parentheses): handed out before the rest, so that no worker starts a long one last
 # while the other has nothing left (xdist's own order is "most tests first", which puts these near the end).
 LONG_FIRST = ("site",                                 # test_browser + test_site (~280)
-              "tests/test_grading_hostile.py",        # three make grade runs (~150)
-              "tests/test_grading.py",                # a make grade run (~120)
+              "tests/test_grading_hostile.py",        # three make grade runs (~140)
+              "tests/test_grading.py",                # a make grade run, slim notebooks, live keys (~85)
               "labs/06_distributed_ddp.ipynb", "labs/07_regression_gates.ipynb",   # (~45, ~40)
               "tests/test_distributed_launch.py", "tests/test_attn_ws_experiment.py",  # (~35 each)
               "tests/test_memory.py", "labs/05_overlap_launch.ipynb", "tests/test_distributed_torchrun.py")  # (~27)

@@ -1,7 +1,8 @@
 """Instructor grading end to end, and the grader's pieces (issue 14).
 
 One class folder of lab 00 submissions, made with nbformat from ``labs/00_start_here.ipynb``,
-is graded once through ``make grade`` (the Makefile's own recipe and pytest command): honest
+is graded once through ``make grade`` (the Makefile's own recipe and pytest command; alice hands in the whole lab,
+run whole, the others its answer cells only, which the grader reads the same and runs in a second each): honest
 right and wrong work, and every tampering trick the issue lists, plus a corrupt file and a
 lab submitted under another lab's file name. Each must score exactly what its final answers
 earn. The grader's static reading of answers and the plugin's switch are tested in-process.
@@ -38,12 +39,23 @@ def _env(**extra):
     return env
 
 
-def _lab00():
+def _lab00(slim: bool = False):
+    """Lab 00 as handed out, outputs cleared; ``slim``: its answer cells only, after one that imports ``check`` (the
+    grader reads the same answers from it, and its run, with ``RUN=1``, takes a second, not five: no torch, no
+    kernels). The class's honest all-right student hands in the whole lab, run whole by the grader."""
     nb = nbformat.read(LAB00, as_version=4)
+    if slim:
+        nb.cells = [c for c in nb.cells if c.cell_type != "code" or "ANSWER_" in c.source]
+        first = next(k for k, c in enumerate(nb.cells) if c.cell_type == "code")
+        nb.cells.insert(first, nbformat.v4.new_code_cell("from infralens_lab.quiz import check"))
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     return nb
+
+
+def _slim():
+    return _lab00(slim=True)
 
 
 def _code(nb):
@@ -89,17 +101,17 @@ def _class_folder(subs: Path, scores: Path) -> None:
         nbformat.write(nb, subs / who / name)
 
     right = dict(ANSWER_Q1=repr(RIGHT_Q1), ANSWER_Q2='"Live"', ANSWER_Q3=str(RIGHT_Q3))
-    put("alice", _answers(_lab00(), **right))                                      # honest, all right
-    put("bob", _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1), ANSWER_Q2="None",        # honest: wrong, blank,
+    put("alice", _answers(_lab00(), **right))                                      # honest, all right, whole
+    put("bob", _answers(_slim(), ANSWER_Q1=repr(WRONG_Q1), ANSWER_Q2="None",         # honest: wrong, blank,
                         ANSWER_Q3="-(-n // intro.BLOCK_SIZE) * intro.BLOCK_SIZE - n"))  # and computed by code
-    carol = _answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1), ANSWER_Q2='"recorded"', ANSWER_Q3=str(RIGHT_Q3))
+    carol = _answers(_slim(), ANSWER_Q1=repr(RIGHT_Q1), ANSWER_Q2='"recorded"', ANSWER_Q3=str(RIGHT_Q3))
     _drop_check(carol, "lab00.q2")                                                  # deletes a check
     put("carol", carol)
-    dave = _answers(_lab00(), ANSWER_Q1=repr(RIGHT_Q1))
+    dave = _answers(_slim(), ANSWER_Q1=repr(RIGHT_Q1))
     for qid in load_bank("lab00"):                                                  # all checks gone
         _drop_check(dave, qid)
     put("dave", dave)
-    erin = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                             # writes the score files
+    erin = _answers(_slim(), ANSWER_Q1=repr(WRONG_Q1))                              # writes the score files
     forged = [{"qid": f"lab00.q{i}", "lab": "lab00", "status": "correct", "points": 1, "max_points": 1,
                "message": "forged"} for i in (1, 2, 3)]
     _after(erin, 'check("lab00.q1"', (
@@ -109,7 +121,7 @@ def _class_folder(subs: Path, scores: Path) -> None:
         f"        f.write('\\n'.join(json.dumps(r) for r in {forged!r}) + '\\n')\n"
         f"        f.write('erin/00_start_here.ipynb,lab00,lab00.q1,correct,100,1,forged\\n')\n"))
     put("erin", erin)
-    frank = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                            # patches the judge
+    frank = _answers(_slim(), ANSWER_Q1=repr(WRONG_Q1))                             # patches the judge
     _after(frank, "ANSWER_Q1 = ", (
         "import sys\n"
         "import infralens_lab.quiz.check as c\n"
@@ -121,7 +133,7 @@ def _class_folder(subs: Path, scores: Path) -> None:
         "            if hasattr(m, attr):\n"
         "                setattr(m, attr, lambda *a, **k: ('correct', 1, ''))\n"))
     put("frank", frank)
-    grace = _answers(_lab00(), ANSWER_Q1=repr(WRONG_Q1))                            # tries every option
+    grace = _answers(_slim(), ANSWER_Q1=repr(WRONG_Q1))                             # tries every option
     _cell(grace, 'check("lab00.q1"').source = (
         "for ANSWER_Q1 in 'ABCD':\n"
         "    try:\n"
@@ -132,7 +144,7 @@ def _class_folder(subs: Path, scores: Path) -> None:
     put("grace", grace)
     (subs / "heidi").mkdir()
     (subs / "heidi" / "00_start_here.ipynb").write_text(LAB00.read_text()[:2000])   # a truncated upload
-    put("ivan", _answers(_lab00(), **right), name="01_nsight_workflow.ipynb")       # lab 00 under lab 01's name
+    put("ivan", _answers(_slim(), **right), name="01_nsight_workflow.ipynb")        # lab 00 under lab 01's name
     put("judy", _lab01_functions(), name="01_nsight_workflow.ipynb")                # lab 01's function exercises
 
 

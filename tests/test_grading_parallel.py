@@ -3,8 +3,9 @@
 Four light lab 00 notebooks (answer cells only, built with tests/hostile_class.py): one that hangs, one right, one
 wrong, one that kills its parent process. Each notebook's first code cell writes the wall-clock time it started
 into a stamp folder outside the submissions, so the test sees which runs overlapped. Graded once with ``JOBS=2`` and
-once with ``JOBS=1``: the score files are the same, row for row; with ``JOBS=2`` the others ran while the hung one
-waited for its ``TIMEOUT``. The hostile class (tests/test_grading_hostile.py) is graded with ``JOBS=2`` too.
+once with ``JOBS=1`` (the two runs at the same time, each on its own copy of the folder): the score files are the
+same, row for row; with ``JOBS=2`` the others ran while the hung one waited for its ``TIMEOUT``. The hostile class
+(tests/test_grading_hostile.py) is graded with ``JOBS=2`` too.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack 
 import hostile_class  # noqa: E402  (after the nbformat importorskip: it builds notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT_S = 8   # the hung notebook's whole cost per run; the others start a kernel and run a few cells in ~2 s
+TIMEOUT_S = 6   # the hung notebook's whole cost per run; the others start a kernel and run a few cells in 1-2 s
 
 
 def _stamped(nb, stamps: Path, who: str):
@@ -53,30 +54,33 @@ def _class(subs: Path, stamps: Path) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    """The class graded with ``JOBS=2`` and with ``JOBS=1``, the two ``make grade`` runs at the same time (each waits
+    out the hung notebook's TIMEOUT_S: side by side, the pair takes one wait, not two), each on its own copy of the
+    folder (rows name notebooks relative to it: the same names) stamping into its own folder."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     tmp = tmp_path_factory.mktemp("parallel")
-    subs, banks = tmp / "class", tmp / "banks"
+    banks = tmp / "banks"
     banks.mkdir()
     (banks / "lab00.json").write_text(__import__("json").dumps(hostile_class._bank()))
     env = {k: v for k, v in os.environ.items() if not k.startswith("INFRALENS_")}
     env.update(PYTHONPATH=str(ROOT), INFRALENS_QUIZ_BANKS=str(banks))
-    out = {}
+    out, procs = {}, {}
     for jobs in (2, 1):
-        stamps = tmp / f"stamps{jobs}"
+        subs, stamps, scores = tmp / f"class{jobs}", tmp / f"stamps{jobs}", tmp / f"scores{jobs}.csv"
         stamps.mkdir()
-        if not subs.exists():
-            _class(subs, stamps)
-        else:  # the same notebooks, stamping into this run's folder
-            for nb_path in subs.glob("*/00_start_here.ipynb"):
-                nb_path.chmod(0o644)
-                nb_path.write_text(nb_path.read_text().replace(str(tmp / "stamps2"), str(stamps)))
-        scores = tmp / f"scores{jobs}.csv"
-        start = time.monotonic()
-        proc = subprocess.run(make_grade_command(f"SUBMISSIONS={subs}", f"SCORES={scores}", f"TIMEOUT={TIMEOUT_S}",
-                                                 f"JOBS={jobs}"),
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        out[jobs] = dict(proc=proc, seconds=time.monotonic() - start, stamps=stamps,
+        _class(subs, stamps)
+        cmd = make_grade_command(f"SUBMISSIONS={subs}", f"SCORES={scores}", f"TIMEOUT={TIMEOUT_S}", f"JOBS={jobs}")
+        procs[jobs] = (subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True), time.monotonic(), stamps, scores)
+    for jobs, (proc, start, stamps, scores) in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        out[jobs] = dict(proc=done, seconds=time.monotonic() - start, stamps=stamps,
                          rows=list(csv.DictReader(scores.open())) if scores.exists() else [])
     return out
 

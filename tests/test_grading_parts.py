@@ -309,8 +309,11 @@ def test_histogram_bins():
 
 # ---------------------------------------------------------------- isolation (in a child: it kills descendants)
 _CHILD = textwrap.dedent("""
-    import json, sys, nbformat
+    import json, sys
     from infralens_lab.quiz import isolation as I
+    from infralens_lab.quiz.runner import skip_iri_grammar
+    skip_iri_grammar()  # as the grader does: nbformat's jsonschema then skips a grammar build (seconds on 2 cores)
+    import nbformat
     I.become_subreaper()
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in json.loads(sys.argv[1])]
@@ -319,20 +322,27 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _run_child(sources, timeout):
-    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(sources), str(timeout)], capture_output=True,
-                          text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+HUNG_LIMIT_S = 7  # the runner starts a kernel and runs the first cell in ~1.5 s (3-4 s on a loaded 2-core machine)
 
 
-def test_a_hung_notebook_times_out_and_leaves_nothing():
-    """A cell that never returns, beside a detached process: stopped at the limit, nothing left running
-    (the detached process killed before its write is tests/test_grading_hostile.py's attack 4)."""
-    got = _run_child(["import subprocess, sys\n"
-                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)",
-                      "import time\ntime.sleep(600)"], timeout=10)
-    assert got["state"] == "timed out" and "ran past the 10 s limit" in got["detail"] and got["left"] == []
+@pytest.fixture(scope="module", autouse=True)
+def hung_run(tmp_path_factory):
+    """The hung notebook's child, started before this file's first test: it waits out HUNG_LIMIT_S asleep while the
+    other tests run, and test_a_hung_notebook_times_out_and_leaves_nothing (the file's last) reads what it printed."""
+    pid_file = tmp_path_factory.mktemp("hung") / "detached.pid"
+    sources = ["import subprocess, sys\n"
+               "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+               f"open({str(pid_file)!r}, 'w').write(str(p.pid))",
+               "import time\ntime.sleep(600)"]
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(sources), str(HUNG_LIMIT_S)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    yield proc, pid_file
+    try:  # when its test was not selected: the child ends by itself at the limit, having killed what the run left
+        proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
 
 
 # ---------------------------------------------------------------- bad inputs to make grade and the plugin
@@ -594,6 +604,23 @@ def test_world_names_unowned_pth_unknown_plugins_and_conftests(tmp_path, monkeyp
     assert world.conftests(tmp_path / "a" / "subs") == [tmp_path / "conftest.py"]
 
 
+def test_owned_pth_files_read_from_the_record_lines_alone_match_the_full_reading(tmp_path):
+    """``owned_files(suffix=".pth")`` (what the grader's start-up checks) parses only the RECORD lines that hold
+    ".pth": the same entries as the full reading filtered, for a quoted name, a name that only holds ".pth" and
+    entries without a hash or with another hash."""
+    from importlib import metadata
+
+    info = tmp_path / "site" / "x-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("x/__init__.py,sha256=aaa,10\nx.pth,sha256=bbb,20\n\"odd, name.pth\",sha256=ccc,5\n"
+                                 "x/not.pth.py,sha256=ddd,1\nnohash.pth,,\nmd5.pth,md5=eee,3\n"
+                                 "x-1.0.dist-info/RECORD,,\n")
+    dist = metadata.PathDistribution(info)
+    fast = world.owned_files([dist], suffix=".pth")
+    assert fast == {k: v for k, v in world.owned_files([dist]).items() if k.name.endswith(".pth")}
+    assert fast == {tmp_path / "site" / "x.pth": "sha256=bbb", tmp_path / "site" / "odd, name.pth": "sha256=ccc"}
+
+
 def test_grade_mode_refuses_a_planted_conftest_with_its_name_and_the_fix(monkeypatch, tmp_path):
     (tmp_path / "conftest.py").write_text("")
     monkeypatch.chdir(tmp_path)
@@ -738,3 +765,19 @@ def test_a_large_group_of_duplicates_names_three_and_counts_the_rest():
     first = rows[0]["feedback"]
     assert "s01/04.ipynb, s02/04.ipynb, s03/04.ipynb and 56 more" in first and "s04/04.ipynb" not in first
     assert all(r["flags"] == "duplicate" for r in rows) and len(first) < 200
+
+
+# the hung notebook's child (hung_run) ran beside every test above: last, so that its wait is spent there
+def test_a_hung_notebook_times_out_and_leaves_nothing(hung_run):
+    """A cell that never returns, beside a detached process: stopped at the limit, nothing left running
+    (the detached process killed before its write is tests/test_grading_hostile.py's attack 4). The detached
+    process writes its pid: it was started before the limit (the run got that far) and is gone after."""
+    import psutil
+
+    proc, pid_file = hung_run
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-2000:]
+    got = json.loads(stdout.strip().splitlines()[-1])
+    assert got["state"] == "timed out" and f"ran past the {HUNG_LIMIT_S} s limit" in got["detail"] and got["left"] == []
+    assert pid_file.exists(), "the run was stopped before its first cell started the detached process"
+    assert not psutil.pid_exists(int(pid_file.read_text())), "the detached process outlived the run"

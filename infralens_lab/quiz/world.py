@@ -20,6 +20,7 @@ only another user or a container isolates that (docs/instructors.md).
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import os
 import site
@@ -44,19 +45,27 @@ def _record_hash(path: Path) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def owned_files(dists=None) -> dict[Path, str]:
-    """``{absolute path: 'sha256=...'}`` of every file an installed distribution's RECORD lists with a hash."""
+def owned_files(dists=None, suffix: str = "") -> dict[Path, str]:
+    """``{absolute path: 'sha256=...'}`` of every file an installed distribution's RECORD lists with a hash; with
+    ``suffix`` (".pth"), only the files whose name ends so. A suffix reads each RECORD's text and parses only the lines
+    that hold it: the same entries, without resolving the ~30,000 files of an environment (a second of the grader's
+    start-up on a 2-core machine)."""
     out: dict[Path, str] = {}
     for dist in metadata.distributions() if dists is None else dists:
-        for f in dist.files or []:
-            if f.hash is not None and f.hash.mode == "sha256":
-                out[Path(os.path.normpath(dist.locate_file(f)))] = f"sha256={f.hash.value}"
+        if suffix:
+            lines = [ln for ln in (dist.read_text("RECORD") or "").splitlines() if suffix in ln]
+            entries = [(path, digest) for path, digest, *_ in csv.reader(lines) if path.endswith(suffix)]
+        else:
+            entries = [(f, f"{f.hash.mode}={f.hash.value}") for f in dist.files or [] if f.hash is not None]
+        for path, digest in entries:
+            if digest.startswith("sha256="):
+                out[Path(os.path.normpath(dist.locate_file(path)))] = digest
     return out
 
 
 def unexpected_pth(dirs: list[Path] | None = None, owned: dict[Path, str] | None = None) -> list[Path]:
     """``.pth`` files in ``dirs`` (default :func:`site_dirs`) that no distribution owns with this content."""
-    owned = owned_files() if owned is None else owned
+    owned = owned_files(suffix=".pth") if owned is None else owned
     out = []
     for d in site_dirs() if dirs is None else dirs:
         for p in sorted(Path(d).glob("*.pth")):
