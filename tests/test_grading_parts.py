@@ -137,6 +137,12 @@ def test_plugin_constants_match_the_package():
     from infralens_lab.quiz import runner
 
     assert plugin.ANSWER_MIME == runner.ANSWER_MIME == ANSWER_MIME and plugin.COLUMNS == grader.COLUMNS == scores.COLUMNS
+    # the runner (a script importing nothing of the package) keeps its own copy of the IRI-grammar skip
+    import inspect
+
+    from infralens_lab import quick_nbformat
+    body = [inspect.getsource(f).split('"""')[-1].strip() for f in (runner.skip_iri_grammar, quick_nbformat.skip_iri_grammar)]
+    assert body[0] == body[1] == 'sys.modules.setdefault("rfc3987_syntax", None)', body
 
 
 def test_runner_script_imports_nothing_of_the_package():

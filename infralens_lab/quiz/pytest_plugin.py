@@ -30,6 +30,7 @@ import pytest
 
 from ..errors import InfraLensError
 from ..evidence import data_root
+from ..quick_nbformat import skip_iri_grammar
 from . import world
 from .bank import BANKS_ENV, BankError, banks_dirs, load_bank
 from .check import GRADE_ENV
@@ -47,7 +48,6 @@ from .grader import (
 from .isolation import RunOutcome, kill_descendants, run_notebook
 from .manifest import PACKAGE_DIR, ManifestError, Snapshot, put_back, verify
 from .report import write_report, write_student_pages
-from .runner import skip_iri_grammar
 from .scores import (  # the plugin's summary and CSV (tests use these names)
     add_flag,
     clip_row,
