@@ -45,6 +45,15 @@ section), and a figure that opens at full size (the real labs' edition is confte
 ``real_site``, built once and shared with tests/test_site.py: conftest's SAME_WORKER puts both
 files on one xdist worker). Screenshots go to artifacts/screenshots/.
 Skipped, with the reason, only where Chromium is missing or cannot start.
+
+Issue 41 again (the suite in 6 minutes): the checks are the same, made in fewer browser round trips and without
+fixed sleeps. All tables of an offline page are measured in one ``evaluate`` (in JupyterLab each is still
+scrolled into view by Playwright first: measuring cells the browser skips off-screen starved JupyterLab's
+idle-time work, and the next notebook then took a minute to attach its cells); the answer keys, explanations and contents
+links of a site page are read in one round trip before and one after the reader's clicks; waits are on the
+condition itself (the notebook ready, Run All done, a cell's new prompt number and output, the save's checkpoint
+request answered, the restart request answered, the panel re-laid out for 800 px, the reopened self-check drawn
+or "model not found" shown), asked from here, not polled by a timer in the page (which also starved that work).
 """
 from __future__ import annotations
 
@@ -119,6 +128,8 @@ _TABLE_JS = r"""(t) => {
           scrolls: !!box && box.getBoundingClientRect().width <= avail + 1, markup,
           head: [...t.querySelectorAll('th')].slice(0, 4).map(c => c.textContent.trim())};
 }""" % (SCROLL_FADE_CLASS, SCROLL_CUE_CLASS)  # noqa: UP031 (JavaScript: % keeps its braces single)
+# Every table matching a selector, measured as ``_TABLE_JS`` measures one: one round trip for all of them.
+_TABLES_JS = "(sel) => [...document.querySelectorAll(sel)].map(t => (%s)(t))" % _TABLE_JS  # noqa: UP031
 
 
 def _free_port() -> int:
@@ -296,21 +307,56 @@ _READY_JS = """(n) => { const p = document.querySelector('%s');
          && kernel.trim() !== '' && !/No Kernel/.test(kernel); }""" % PANEL  # noqa: UP031 (JavaScript: % keeps its braces single)
 
 
+# Ready as _READY_JS says ("ready"), or a dialog asks which kernel to start ("select"), else false.
+_READY_OR_SELECT_JS = """(n) => (%s)(n) ? 'ready'
+  : (/Select Kernel/.test((document.querySelector('.jp-Dialog') || {}).textContent || '') ? 'select' : false)""" % _READY_JS  # noqa: UP031
+
+
 def _kernel_idle(page) -> bool:
     ind = page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator")
     return ind.count() > 0 and ind.first.get_attribute("data-status") == "idle"
 
 
+def _until(page, js: str, arg, seconds: float, message: str, every_ms: int = 150):
+    """Wait until ``js(arg)`` is truthy and return its value; after ``seconds``, fail with ``message``. Asked from
+    here every ``every_ms``, not polled by a timer in the page: JupyterLab attaches a notebook's cells when the page
+    is idle (``requestIdleCallback``), and a timer firing in the page keeps it from being idle (a lab then took
+    a minute to load, a cell a second)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = page.evaluate(js, arg)
+        if got:
+            return got
+        assert time.monotonic() < deadline, message
+        page.wait_for_timeout(every_ms)
+
+
+def _wait_ready(page, n_cells: int, name: str) -> None:
+    """Wait until the open notebook is loaded with a live, idle kernel (``_READY_JS``), choosing the offered
+    kernel where a dialog asks (no kernelspec in the notebook's metadata)."""
+    deadline = time.monotonic() + UI_S / 1000 * 2
+    late = f"{name}: notebook or kernel not ready after {UI_S * 2 // 1000} s"
+    while _until(page, _READY_OR_SELECT_JS, n_cells, max(deadline - time.monotonic(), 0.1), late) == "select":
+        dialog = page.locator(".jp-Dialog").first
+        dialog.locator("button", has_text=re.compile("^Select$")).click()
+        dialog.wait_for(state="detached")
+
+
 def _open(page, url: str, n_cells: int, name: str) -> None:
     """Open a notebook and wait until it is loaded with a live, idle kernel."""
     page.goto(url)
-    deadline = time.monotonic() + UI_S / 1000 * 2
-    while not page.evaluate(_READY_JS, n_cells):
-        dialog = page.locator(".jp-Dialog")
-        if dialog.count() and "Select Kernel" in dialog.first.inner_text():
-            dialog.first.locator("button", has_text=re.compile("^Select$")).click()  # no kernelspec in metadata
-        assert time.monotonic() < deadline, f"{name}: notebook or kernel not ready after {UI_S * 2 // 1000} s"
-        page.wait_for_timeout(300)
+    _wait_ready(page, n_cells, name)
+
+
+_RUN_DONE_JS = """() => { const p = document.querySelector('%s');
+  if (!p) return false;
+  if (p.querySelector('%s, %s')) return true;
+  const ind = p.querySelector('.jp-Notebook-ExecutionIndicator');
+  if (!ind || ind.dataset.status !== 'idle') return false;
+  return [...p.querySelectorAll('.jp-CodeCell')].every(c =>
+    !((c.querySelector('.jp-InputArea-editor .cm-content') || {}).textContent || '').trim()
+    || /^\\[\\d+\\]:$/.test(((c.querySelector('.jp-InputArea-prompt') || {}).textContent || '').trim())); }""" % (  # noqa: UP031
+    PANEL, ERROR_SEL, STDERR_SEL)
 
 
 def _unrun_after_clean(cells: list[dict], name: str, what: tuple[str, str]) -> list[str]:
@@ -330,12 +376,15 @@ def _run_all(page, name: str) -> float:
     t0 = time.monotonic()
     _menu(page, "Run", "Run All Cells")
     while True:
+        # in the page: every non-empty code cell numbered and the kernel idle, or an error or stderr output shown
+        left = LAB_RUN_S - (time.monotonic() - t0)
+        with contextlib.suppress(AssertionError):  # then the checks below say what is still missing
+            _until(page, _RUN_DONE_JS, None, max(left, 0.1), "")
         todo = _unrun_after_clean(page.evaluate(_CELLS_JS), name, ("a cell raised", "a cell wrote to stderr"))
         if not todo and _kernel_idle(page):
             return time.monotonic() - t0
         assert time.monotonic() - t0 < LAB_RUN_S, \
             f"{name}: cells still not done after {LAB_RUN_S} s (prompts {todo[:5]})"
-        page.wait_for_timeout(500)
 
 
 def _committed(nb_path: Path) -> dict:
@@ -356,28 +405,38 @@ def _committed(nb_path: Path) -> dict:
             "to_clear": sum(bool(set(c.get("metadata", {}).get("tags", [])) & set(CLEARED_TAGS)) for c in code)}
 
 
-def check_tables(page, scope: str, name: str, shot: Path | None = None) -> int:
+def check_tables(page, scope: str, name: str, shot: Path | None = None, scroll: bool = False) -> int:
     """Every table under ``scope`` fits its output or scrolls in a box of its own, one that scrolls shows
     a visible cue that it does, and no cell shows raw markup; returns how many tables were checked.
+    All tables are measured in one round trip (``_TABLES_JS``: layout is computed for an element out of view too),
+    but with ``scroll`` (JupyterLab's notebook): there each is scrolled into view by Playwright and then measured,
+    as before. JupyterLab lets the browser skip cells out of view (content-visibility: auto); measuring those
+    unscrolled, or scrolled from the page's own script, left the page starving JupyterLab's idle-time work: the
+    next notebook opened took up to a minute to attach its cells (seen in 4 of 4 runs; not with this way).
     ``shot``: a screenshot of the first table that scrolls."""
-    tables = page.locator(f"{scope} table")
+    if scroll:
+        tables = page.locator(f"{scope} table")
+        results = []
+        for i in range(tables.count()):
+            tables.nth(i).scroll_into_view_if_needed()
+            results.append(tables.nth(i).evaluate(_TABLE_JS))
+    else:
+        results = page.evaluate(_TABLES_JS, f"{scope} table")
     bad = []
-    for i in range(tables.count()):
-        t = tables.nth(i)
-        t.scroll_into_view_if_needed()
-        r = t.evaluate(_TABLE_JS)
+    for i, r in enumerate(results):
         if not (r["fits"] or r["scrolls"]):
             bad.append(f"table {i} {r['head']}: {r['width']} px in {r['avail']} px and no scroll box of its own")
         elif r["overflows"] and not r["cue"]:
             bad.append(f"table {i} {r['head']}: scrolls sideways ({r['width']} px in {r['avail']} px) with no visible "
                        "cue that it does")
         elif r["overflows"] and shot is not None:  # the whole cell holding it, as the learner sees it
+            t = page.locator(f"{scope} table").nth(i)
             t.locator("xpath=ancestor::*[contains(concat(' ', @class, ' '), ' jp-Cell ')][1]").screenshot(path=str(shot))
             shot = None
         if r["markup"]:
             bad.append(f"table {i} {r['head']}: cells show raw markup {r['markup'][:3]}")
     assert not bad, f"{name}:\n" + "\n".join(bad)
-    return tables.count()
+    return len(results)
 
 
 # ---------------------------------------------------------------- self-checks
@@ -491,26 +550,27 @@ def _committed_outputs_shown(page, name: str, expect: dict) -> None:
                            arg=expect["figures"], timeout=30_000)
 
 
+# JupyterLab has laid its panels out again for the window's width (its layout runs a frame after a resize).
+_PANEL_FITS_JS = """() => { const p = document.querySelector('%s');
+  return !!p && p.getBoundingClientRect().right <= window.innerWidth; }""" % PANEL  # noqa: UP031
+_TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+
+
 def _open_next(page, server, notebook: str, n_cells: int, name: str) -> None:
     """In a JupyterLab page that already shows a notebook, unchanged (not run here): close its tab, shut its kernel
     down, and open ``notebook`` as a learner opens the next lab (File > Open from Path…), without loading
     JupyterLab again; waits as :func:`_open`."""
     _menu(page, "File", "Close Tab")
-    deadline = time.monotonic() + UI_S / 1000
-    while page.locator(PANEL).count():
-        assert not page.locator(".jp-Dialog").count(), f"{name}: closing the previous notebook asked: " \
-            f"{page.locator('.jp-Dialog').first.inner_text()[:200]!r}"
-        assert time.monotonic() < deadline, f"{name}: the previous notebook's tab did not close"
-        page.wait_for_timeout(100)
+    closed = _until(page, "sel => document.querySelector('.jp-Dialog') ? 'dialog' : !document.querySelector(sel)",
+                    PANEL, UI_S / 1000, f"{name}: the previous notebook's tab did not close")
+    assert closed is True, f"{name}: closing the previous notebook asked: " \
+        f"{page.locator('.jp-Dialog').first.inner_text()[:200]!r}"
     server.shutdown_kernels()
     _menu(page, "File", "Open from Path…")
     path = page.locator(".jp-Dialog input")
     path.fill(notebook)
     path.press("Enter")
-    deadline = time.monotonic() + UI_S / 1000 * 2
-    while not page.evaluate(_READY_JS, n_cells):
-        assert time.monotonic() < deadline, f"{name}: notebook or kernel not ready after {UI_S * 2 // 1000} s"
-        page.wait_for_timeout(200)
+    _wait_ready(page, n_cells, name)
 
 
 @pytest.fixture(scope="module")
@@ -564,13 +624,14 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, lab_page, sho
         assert shown.count("Evidence: ") == expect["evidence"], \
             f"{name}: {shown.count('Evidence: ')} provenance lines rendered, committed {expect['evidence']}"
 
-        n_tables = check_tables(page, PANEL, name, shots / f"{name}_wide_table_1280.png")
+        n_tables = check_tables(page, PANEL, name, shots / f"{name}_wide_table_1280.png", scroll=True)
         if n_tables:
             panel.locator("table").last.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / f"{name}_table.png"))
             page.set_viewport_size({"width": 800, "height": 900})  # the same tables in a narrow window
-            page.wait_for_timeout(500)
-            check_tables(page, PANEL, f"{name} at 800 px", shots / f"{name}_wide_table_800.png")
+            _until(page, _PANEL_FITS_JS, None, 10, f"{name}: the notebook did not narrow to the 800 px window")
+            page.evaluate(_TWO_FRAMES_JS)
+            check_tables(page, PANEL, f"{name} at 800 px", shots / f"{name}_wide_table_800.png", scroll=True)
             page.set_viewport_size({"width": 1280, "height": 900})
 
         checks = panel.locator(".infralens-selfcheck")
@@ -643,11 +704,24 @@ def _cell_output(page, k: int) -> str:
     return page.locator(f"{PANEL} .jp-Cell").nth(k).locator(".jp-OutputArea").inner_text()
 
 
+# Cell k has run: its prompt is a number other than ``before``, the kernel is idle and the cell shows its output
+# (every cell run by _run_cell prints something; outputs arrive before the kernel reports idle).
+_CELL_DONE_JS = """([k, before]) => { const p = document.querySelector('%s');
+  const c = p && p.querySelectorAll('.jp-Cell')[k];
+  if (!c) return false;
+  const prompt = ((c.querySelector('.jp-InputPrompt') || {}).textContent || '').trim();
+  const ind = p.querySelector('.jp-Notebook-ExecutionIndicator');
+  return /^\\[\\d+\\]:$/.test(prompt) && prompt !== before && !!ind && ind.dataset.status === 'idle'
+      && ((c.querySelector('.jp-OutputArea') || {}).textContent || '').trim() !== ''; }""" % PANEL  # noqa: UP031
+
+
 def _run_cell(page, k: int, source: str | None = None) -> str:
     """Select code cell ``k`` (its index among all cells), optionally replace its text, run it in place
-    (Ctrl+Enter), wait until the kernel is idle and its prompt has a number; returns its output text."""
+    (Ctrl+Enter), wait until the kernel is idle, its prompt has a new number and its output is shown; returns
+    its output text."""
     cell = page.locator(f"{PANEL} .jp-Cell").nth(k)
     cell.scroll_into_view_if_needed()
+    before = cell.locator(".jp-InputPrompt").inner_text().strip()  # a run gives a new number (the kernel's count)
     if source is not None:
         cell.locator(".cm-content").click()
         page.keyboard.press("Control+a")
@@ -655,13 +729,16 @@ def _run_cell(page, k: int, source: str | None = None) -> str:
     else:
         cell.locator(".jp-InputPrompt").click()
     page.keyboard.press("Control+Enter")
-    deadline = time.monotonic() + 60
-    page.wait_for_timeout(300)
-    while not (_kernel_idle(page) and re.fullmatch(r"\[\d+\]:", cell.locator(".jp-InputPrompt").inner_text().strip())):
-        assert time.monotonic() < deadline, f"cell {k} did not finish"
-        page.wait_for_timeout(200)
-    page.wait_for_timeout(300)
+    _until(page, _CELL_DONE_JS, [k, before], 60, f"cell {k} did not finish")
     return _cell_output(page, k)
+
+
+def _save(page) -> None:
+    """Ctrl+S, as a learner saves, and wait until the save is done: JupyterLab writes the notebook (PUT) and then
+    asks the server for a checkpoint (POST …/checkpoints), whose answer is waited for."""
+    with page.expect_response(lambda r: r.request.method == "POST" and r.url.split("?")[0].endswith("/checkpoints"),
+                              timeout=30_000):
+        page.keyboard.press("Control+s")
 
 
 def _reopen(ctx, lab_server, trouble, page, n_cells: int):
@@ -671,7 +748,11 @@ def _reopen(ctx, lab_server, trouble, page, n_cells: int):
     page = ctx.new_page()
     trouble.watch(page)
     _open(page, lab_server.url(GUARD_NB), n_cells, "guard")
-    page.wait_for_timeout(2000)  # widget views render a moment after the kernel is ready
+    # widget views render a moment after the kernel is ready: wait until the self-check's view is drawn or the
+    # page says its model was not found (the bug looked for), whichever comes first
+    _until(page, """([sel, bug]) => { const p = document.querySelector(sel);
+             return !!p && (!!p.querySelector('.infralens-selfcheck') || p.textContent.includes(bug)); }""",
+           [PANEL, MODEL_NOT_FOUND], 30, "guard: after reopening, the self-check neither rendered nor said 'model not found' in 30 s")
     return page
 
 
@@ -706,8 +787,7 @@ def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, 
     with _guard_tab(lab_server, lab_browser, shots / "reopen_failure.png") as tab:
         page = tab.page
         page.locator(f"{PANEL} .infralens-selfcheck").first.wait_for(state="attached", timeout=30_000)
-        page.keyboard.press("Control+s")
-        page.wait_for_timeout(1500)
+        _save(page)
         for round_ in (1, 2):
             page = tab.page = _reopen(ctx, lab_server, trouble, page, tab.n_cells)
             text = page.locator(PANEL).inner_text()
@@ -720,8 +800,7 @@ def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, 
                 page.screenshot(path=str(shots / "reopened_lab.png"))
             assert _answer(page, box.first, wrong).startswith("✗")
             assert _answer(page, box.first, right).startswith(f"✓ {qid}: right")
-            page.keyboard.press("Control+s")  # saved without re-running any cell
-            page.wait_for_timeout(1500)
+            _save(page)  # saved without re-running any cell
         trouble.check("guard notebook reopened")
 
 
@@ -730,12 +809,12 @@ def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_brows
     with _guard_tab(lab_server, lab_browser) as tab:
         page = tab.page
         _menu(page, "Kernel", "Restart Kernel…")
-        page.locator(".jp-Dialog button", has_text=re.compile("^Restart$")).click()
-        page.wait_for_timeout(1500)
-        deadline = time.monotonic() + 60
-        while not _kernel_idle(page):
-            assert time.monotonic() < deadline, "the kernel did not come back after the restart"
-            page.wait_for_timeout(300)
+        # the page marks the kernel "restarting" before it asks the server, which answers once the kernel is back
+        with page.expect_response(lambda r: r.request.method == "POST" and r.url.split("?")[0].endswith("/restart"),
+                                  timeout=60_000):
+            page.locator(".jp-Dialog button", has_text=re.compile("^Restart$")).click()
+        _until(page, "sel => { const i = document.querySelector(sel); return !!i && i.dataset.status === 'idle'; }",
+               f"{PANEL} .jp-Notebook-ExecutionIndicator", 60, "the kernel did not come back after the restart")
         out = _run_cell(page, GUARD_MIDDLE)
         page.screenshot(path=str(shots / "restart_guidance.png"))
         assert "Run the set-up cell at the top first: it defines base" in out, out
@@ -775,27 +854,45 @@ def _check_site_page(page, name: str) -> None:
     check_tables(page, "main", name)
     text = page.inner_text("body")
     assert not _EMOJI.search(text), f"{name}: emoji on the page: {_EMOJI.findall(text)[:5]}"
-    for href in page.eval_on_selector_all(".infralens-toc a", "as => as.map(a => a.getAttribute('href'))"):
-        # as browsers resolve a fragment: the id as written, else percent-decoded
-        target = page.evaluate("h => !!(document.getElementById(h.slice(1))"
-                               " || document.getElementById(decodeURIComponent(h.slice(1))))", href)
-        assert target, f"{name}: contents link {href} has no target"
-    keys = page.locator("details.infralens-key")
-    for i in range(min(keys.count(), 3)):  # the answer key: shut until opened, then the answer and its explanation
-        key = keys.nth(i)
-        assert key.get_attribute("open") is None, f"{name}: answer key {i} is open before the reader opens it"
-        assert not key.locator("p.answer").is_visible(), f"{name}: answer key {i} shows its answer while shut"
-        key.locator("summary").scroll_into_view_if_needed()
-        key.locator("summary").click()
-        assert key.locator("p.answer").is_visible() and key.locator("p.answer").inner_text().startswith("Answer:"), name
-    static = page.locator(".infralens-static-widget")
-    for i in range(static.count()):
-        summary = static.nth(i).locator("details summary")
-        if summary.count():
-            summary.scroll_into_view_if_needed()
-            summary.click()
-            opened = static.nth(i).locator("details").inner_text().strip()
-            assert opened != summary.inner_text().strip(), f"{name}: explanation {i} is empty"
+    # as browsers resolve a fragment: the id as written, else percent-decoded
+    lost = page.evaluate("() => [...document.querySelectorAll('.infralens-toc a')].map(a => a.getAttribute('href'))"
+                         ".filter(h => !(document.getElementById(h.slice(1))"
+                         " || document.getElementById(decodeURIComponent(h.slice(1)))))")
+    assert not lost, f"{name}: contents links with no target: {lost[:5]}"
+    # the answer keys (the first 3): shut until opened, then the answer and its explanation; the explanations of
+    # the static self-checks: more than their summary once opened. Each is opened by a click, as a reader does;
+    # what shows is read for all of them in one round trip before the clicks and one after.
+    before = page.evaluate(_OPENED_JS)
+    for i, key in enumerate(before["keys"]):
+        assert key["open"] is None, f"{name}: answer key {i} is open before the reader opens it"
+        assert not key["shown"], f"{name}: answer key {i} shows its answer while shut"
+    keys, static = page.locator("details.infralens-key"), page.locator(".infralens-static-widget")
+    for i in range(len(before["keys"])):
+        keys.nth(i).locator("summary").click()
+    for i, w in enumerate(before["static"]):
+        if w is not None:
+            static.nth(i).locator("details summary").click()
+    after = page.evaluate(_OPENED_JS)
+    for i, key in enumerate(after["keys"]):
+        assert key["shown"] and key["text"].startswith("Answer:"), f"{name}: answer key {i} opened shows {key}"
+    for i, w in enumerate(after["static"]):
+        if w is not None:
+            assert w["details"].strip() != w["summary"].strip(), f"{name}: explanation {i} is empty"
+
+
+# The first 3 answer keys (open attribute; whether the answer shows, as Playwright's is_visible decides it; its text)
+# and every static self-check (the text of its explanation's details and summary, or null without one).
+_OPENED_JS = """() => {
+  const shown = e => !!e && e.checkVisibility() && getComputedStyle(e).visibility === 'visible'
+      && e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0;
+  const keys = [...document.querySelectorAll('details.infralens-key')].slice(0, 3).map(k => {
+    const a = k.querySelector('p.answer');
+    return {open: k.getAttribute('open'), shown: shown(a), text: a ? a.innerText : ''}; });
+  const statics = [...document.querySelectorAll('.infralens-static-widget')].map(w => {
+    const s = w.querySelector('details summary');
+    return s ? {details: s.closest('details').innerText, summary: s.innerText} : null; });
+  return {keys, static: statics};
+}"""
 
 
 @contextlib.contextmanager
