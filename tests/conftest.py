@@ -116,16 +116,22 @@ def build_fixture_labs(dest: Path) -> Path:
 
 
 # Test files that share a session fixture, run on one pytest-xdist worker so that it is built once (see below).
-SAME_WORKER = {"tests/test_site.py": "site", "tests/test_browser.py": "site"}  # real_site
+SAME_WORKER = {"tests/test_site.py": "site", "tests/test_browser.py": "site",  # real_site
+               # the recorded NCCL runs, parsed once per process (parse.ranks._PARSED) for all five files
+               **dict.fromkeys(("tests/test_lab06_support.py", "tests/test_distributed_split.py",
+                                "tests/test_distributed_traces.py", "tests/test_distributed_cost.py",
+                                "tests/test_functions_lab06.py"), "ddp")}
 # The longest files (or SAME_WORKER groups) of `make test`, longest first, as measured on 2 cores (issue 41:
-# seconds under load, in parentheses): handed out before the rest, so that no worker starts a long one last
+# seconds of a clean 2-worker run, in parentheses): handed out before the rest, so that no worker starts a long one last
 # while the other has nothing left (xdist's own order is "most tests first", which puts these near the end).
-LONG_FIRST = ("site",                                 # test_browser + test_site (~280)
-              "tests/test_grading_hostile.py",        # three make grade runs (~140)
-              "tests/test_grading.py",                # a make grade run, slim notebooks, live keys (~85)
-              "labs/06_distributed_ddp.ipynb", "labs/07_regression_gates.ipynb",   # (~45, ~40)
-              "tests/test_distributed_launch.py", "tests/test_attn_ws_experiment.py",  # (~35 each)
-              "tests/test_memory.py", "labs/05_overlap_launch.ipynb", "tests/test_distributed_torchrun.py")  # (~27)
+LONG_FIRST = ("site",                                 # test_browser + test_site (~160)
+              "tests/test_grading.py",                # a make grade run, slim notebooks, live keys (~58)
+              "tests/test_grading_hostile.py",        # three make grade runs (~46)
+              "labs/06_distributed_ddp.ipynb", "ddp",  # (~44; the five DDP files ~37)
+              "tests/test_distributed_launch.py", "tests/test_arch_compile.py",  # (~26, ~25)
+              "labs/07_regression_gates.ipynb", "tests/test_distributed_torchrun.py",  # (~22, ~18)
+              "tests/test_attn_ws_experiment.py", "labs/05_overlap_launch.ipynb",  # (~18, ~16)
+              "tests/test_packaging.py", "tests/test_grading_parallel.py", "tests/test_memory.py")  # (~14 each)
 
 
 @pytest.hookimpl(optionalhook=True)

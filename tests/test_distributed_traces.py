@@ -118,3 +118,17 @@ def test_the_recorded_nccl_set_keeps_every_invariant():
         assert t["kernels"].notna().all() and t.groupby("rank")["kernels"].nunique().eq(1).all()
         al = distributed.align(run.traces(label))
         assert al.attrs["violations"] == 0, (label, al.attrs)
+
+
+def test_runs_read_from_one_recording_share_their_parse_but_not_their_dicts():
+    """parse.ranks keeps each recorded set's parsed traces and tables for the process (keyed by the set and its
+    files' checksums): a second read parses nothing again, and still hands out rank dicts of its own."""
+    from infralens_lab.parse import ranks
+
+    a, b = ranks.recorded_run(), ranks.recorded_run()
+    if a is None:
+        pytest.skip("no recorded NCCL set in this checkout")
+    label = a.labels()[0]
+    assert a.traces(label) is b.traces(label) and a._traces is b._traces
+    assert a.ranks is not b.ranks and a.ranks[0] is not b.ranks[0] and a.ranks == b.ranks
+    assert a.config(label)["trace"] is not b.config(label)["trace"]

@@ -64,15 +64,26 @@ class RankRun:
         return self._traces[label]
 
 
+# The parsed traces and tables of each recorded run, shared by every RankRun read from it in this process: (the
+# set's folder, its ddp files' checksums in the manifest) -> RankRun._traces. The recording does not change (every
+# load checks its checksum), so a second reader of the same set parses nothing again. Its rank dicts are still a
+# fresh copy per read; a caller that changes them builds its own RankRun from them (none in the package does).
+_PARSED: dict[tuple, dict] = {}
+
+
+def _recorded(store, world: int | None = None) -> RankRun:
+    """The recorder's NCCL run of ``store`` (``ddp_meta``, ``ddp_rank0`` …), its parsed traces shared (_PARSED)."""
+    world = store.load("ddp_meta").values["world"] if world is None else world
+    files = [f"ddp_rank{r}.json" for r in range(world)]
+    key = (str(Path(store.folder).resolve()), tuple(store.manifest["files"][f].get("sha256") for f in files))
+    evs = [store.load(f.removesuffix(".json")) for f in files]
+    return RankRun([e.values for e in evs], evs[0], _traces=_PARSED.setdefault(key, {}))
+
+
 def recorded_runs() -> list[tuple[str, RankRun]]:
     """``[(set folder name, RankRun)]``: the recorder's NCCL run of every recorded set that has one, each from its
     own recording (the default reference first)."""
-    out = []
-    for store in evidence.load_all_sets():
-        if "ddp_meta" in store.names():
-            evs = [store.load(f"ddp_rank{r}") for r in range(store.load("ddp_meta").values["world"])]
-            out.append((store.folder.name, RankRun([e.values for e in evs], evs[0])))
-    return out
+    return [(store.folder.name, _recorded(store)) for store in evidence.load_all_sets() if "ddp_meta" in store.names()]
 
 
 def recorded_run() -> RankRun | None:
@@ -80,9 +91,7 @@ def recorded_run() -> RankRun | None:
     default reference first), or None; a set that does not load raises :class:`~infralens_lab.evidence.EvidenceError`."""
     for store in evidence.load_all_sets():
         if "ddp_meta" in store.names():
-            world = store.load("ddp_meta").values["world"]
-            evs = [store.load(f"ddp_rank{r}") for r in range(world)]
-            return RankRun([e.values for e in evs], evs[0])
+            return _recorded(store)
     return None
 
 
@@ -99,8 +108,7 @@ def widest_recorded_run() -> tuple[str, RankRun] | None:
     if best is None:
         return None
     store, world = best
-    evs = [store.load(f"ddp_rank{r}") for r in range(world)]
-    return store.folder.name, RankRun([e.values for e in evs], evs[0])
+    return store.folder.name, _recorded(store, world)
 
 
 PID_STRIDE = 10_000_000  # rank r's processes become pid + (r + 1) * PID_STRIDE in a merged trace: no two ranks share one
