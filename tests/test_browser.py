@@ -1,8 +1,9 @@
 """The labs as a learner meets them, in headless Chromium, looking for trouble.
 
 JupyterLab is started the way a learner starts it, by ``tools/lab.sh`` (what ``make lab`` runs),
-on a temporary working copy, with the settings the repository ships and nothing else turned
-off. Each notebook is opened in it (its kernel started, as a learner's is). The fixture notebook
+on a temporary working copy, with the settings the repository ships and one change: every cell is
+attached when a notebook opens (``windowingMode`` "none"; JupyterLab's default attaches the cells out of
+view one at a time while the page is idle, which on a busy 2-core machine took a minute per lab). Each notebook is opened in it (its kernel started, as a learner's is). The fixture notebook
 (known content, a live self-check) and ``labs/00_start_here.ipynb`` are then run here: outputs
 cleared, Run All Cells, in the learner's kernel (``--ext=infralens_lab.notebook_guard``). The
 other ``labs/NN_*.ipynb`` are NOT run a second time: they are checked as opened, with their
@@ -155,6 +156,14 @@ class LabServer:
         env["JUPYTER_DATA_DIR"] = str(self.notary_dir)
         self.notary_dir.mkdir(parents=True, exist_ok=True)
         (home / "config").mkdir(parents=True, exist_ok=True)
+        # The one setting this server changes from what a learner gets (the repo's overrides.json still applies):
+        # every cell attached when the notebook opens (windowingMode "none") instead of JupyterLab's default, which
+        # attaches the cells out of view one at a time when the page is idle. On a 2-core machine running other
+        # tests the page is seldom idle, and a lab then took a minute to attach its cells (one a second); the checks
+        # below read every cell's outputs, which a learner sees attached as they scroll to them.
+        tracker = home / "user-settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+        tracker.parent.mkdir(parents=True, exist_ok=True)
+        tracker.write_text(json.dumps({"windowingMode": "none"}))
         (home / "config" / "jupyter_server_config.json").write_text(
             json.dumps({"NotebookNotary": {"data_dir": str(self.notary_dir)}}))
         self.log = home / "server.log"
@@ -532,6 +541,8 @@ def test_make_lab_banner_and_working_copy(lab_server):
     assert sorted(p.name for p in lab_server.work.glob("[0-9][0-9]_*.ipynb")) == [p.name for p in REAL_LABS]
     s = lab_server.api("/lab/api/settings/@jupyterlab/apputils-extension:notification")
     assert s["schema"]["properties"]["fetchNews"]["default"] == "false", "the repo's overrides.json is not in use"
+    t = lab_server.api("/lab/api/settings/@jupyterlab/notebook-extension:tracker")
+    assert t["settings"]["windowingMode"] == "none", "the test server's one changed setting (see LabServer) is not in use"
 
 
 def _committed_outputs_shown(page, name: str, expect: dict) -> None:
