@@ -317,8 +317,7 @@ def test_histogram_bins():
 _CHILD = textwrap.dedent("""
     import json, sys
     from infralens_lab.quiz import isolation as I
-    from infralens_lab.quiz.runner import skip_iri_grammar
-    skip_iri_grammar()  # as the grader does: nbformat's jsonschema then skips a grammar build (seconds on 2 cores)
+    import infralens_lab.quick_nbformat  # as the grader: nbformat's jsonschema then skips a grammar build
     import nbformat
     I.become_subreaper()
     nb = nbformat.v4.new_notebook()

@@ -47,12 +47,7 @@ import infralens_lab.quick_nbformat  # before nbformat: no IRI grammar built for
 import nbformat
 from infralens_lab.quiz.cells import working_copy
 names = [n for n in sys.argv[1:] if n.endswith(".ipynb")]
-try:
-    from nbformat.sign import NotebookNotary
-    notary = NotebookNotary()
-except Exception as exc:
-    notary = None
-    print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
+written = []
 for name in names:
     try:
         nb = nbformat.read(name, as_version=4)
@@ -61,12 +56,14 @@ for name in names:
     except Exception as exc:
         os.remove(name)
         sys.exit(f"make lab: could not clear the answers' outputs in {name} ({exc}); removed the copy, run again")
-    if notary is not None:  # the notebook as written (signed once, without reading it back)
-        try:
-            notary.sign(nb)
-        except Exception as exc:
-            notary = None
-            print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
+    written.append(nb)
+try:  # each notebook as written (signed without reading it back)
+    from nbformat.sign import NotebookNotary
+    notary = NotebookNotary()
+    for nb in written:
+        notary.sign(nb)
+except Exception as exc:
+    print(f"make lab: could not sign the new copies ({exc}; their tables render without styles until run)", file=sys.stderr)
 PYEOF
     )
 fi

@@ -279,8 +279,8 @@ def align(traces: list[Trace], tolerance_us: float | None = None) -> pd.DataFram
     # (collective, rank) arrays, collectives in rank 0's order: one row per collective and rank, rank fastest
     start = np.stack([k["ts_us"].reindex(idx).to_numpy(dtype=float) for k in keyed], axis=1) - t0
     end = start + np.stack([k["dur_us"].reindex(idx).to_numpy(dtype=float) for k in keyed], axis=1)
-    latest = start.max(axis=1, keepdims=True) if len(idx) else start
-    gap = latest[:, 0] - end.min(axis=1) if len(idx) else np.zeros(0)
+    latest = start.max(axis=1, keepdims=True)  # (collectives, 1); n >= 2, so defined with no collective too
+    gap = latest[:, 0] - end.min(axis=1)
     df = pd.DataFrame({"step": np.repeat(idx.get_level_values("step").to_numpy(dtype=np.int64), n),
                        "seq": np.repeat(idx.get_level_values("seq").to_numpy(dtype=np.int64), n),
                        "rank": np.tile(np.arange(n), len(idx)), "start_us": start.ravel(), "end_us": end.ravel(),

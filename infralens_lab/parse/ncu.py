@@ -49,8 +49,8 @@ TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
 TENSOR_PCT = ["sm__ops_path_tensor_src_fp16.sum.pct_of_peak_sustained_elapsed"]
 # Per-pipe work (issue 42's Gluon profile, ncu_gluon.csv): warp instructions issued to the FMA pipe (FFMA, FMUL,
 # FADD: the softmax's arithmetic), the ALU pipe (compares, max, conversions), the XU pipe (MUFU.EX2: exp2), and the
-# tensor pipe's active cycles as a share of peak per active cycle. Not verified on a GPU yet: the recorder drops a
-# name this ncu does not know and says so in record_log.
+# tensor pipe's active cycles as a share of peak per active cycle. Read by ncu 2025.3.1 on the H200
+# (data/recorded/nvidia-h200-gluon); the recorder drops a name another ncu does not know and says so in record_log.
 PIPES = ["sm__inst_executed_pipe_fma.sum", "sm__inst_executed_pipe_alu.sum", "sm__inst_executed_pipe_xu.sum",
          "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
 GRID, BLOCK, WAVES = "launch__grid_size", "launch__block_size", "launch__waves_per_multiprocessor"
