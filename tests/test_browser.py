@@ -48,9 +48,8 @@ files on one xdist worker). Screenshots go to artifacts/screenshots/.
 Skipped, with the reason, only where Chromium is missing or cannot start.
 
 Issue 41 again (the suite in 6 minutes): the checks are the same, made in fewer browser round trips and without
-fixed sleeps. All tables of an offline page are measured in one ``evaluate`` (in JupyterLab each is still
-scrolled into view by Playwright first: measuring cells the browser skips off-screen starved JupyterLab's
-idle-time work, and the next notebook then took a minute to attach its cells); the answer keys, explanations and contents
+fixed sleeps. All tables of a page are measured in one ``evaluate`` (in JupyterLab too: every cell is attached
+when the notebook opens, see LabServer, so no table is skipped off-screen); the answer keys, explanations and contents
 links of a site page are read in one round trip before and one after the reader's clicks; waits are on the
 condition itself (the notebook ready, Run All done, a cell's new prompt number and output, the save's checkpoint
 request answered, the restart request answered, the panel re-laid out for 800 px, the reopened self-check drawn
@@ -414,23 +413,12 @@ def _committed(nb_path: Path) -> dict:
             "to_clear": sum(bool(set(c.get("metadata", {}).get("tags", [])) & set(CLEARED_TAGS)) for c in code)}
 
 
-def check_tables(page, scope: str, name: str, shot: Path | None = None, scroll: bool = False) -> int:
+def check_tables(page, scope: str, name: str, shot: Path | None = None) -> int:
     """Every table under ``scope`` fits its output or scrolls in a box of its own, one that scrolls shows
     a visible cue that it does, and no cell shows raw markup; returns how many tables were checked.
-    All tables are measured in one round trip (``_TABLES_JS``: layout is computed for an element out of view too),
-    but with ``scroll`` (JupyterLab's notebook): there each is scrolled into view by Playwright and then measured,
-    as before. JupyterLab lets the browser skip cells out of view (content-visibility: auto); measuring those
-    unscrolled, or scrolled from the page's own script, left the page starving JupyterLab's idle-time work: the
-    next notebook opened took up to a minute to attach its cells (seen in 4 of 4 runs; not with this way).
-    ``shot``: a screenshot of the first table that scrolls."""
-    if scroll:
-        tables = page.locator(f"{scope} table")
-        results = []
-        for i in range(tables.count()):
-            tables.nth(i).scroll_into_view_if_needed()
-            results.append(tables.nth(i).evaluate(_TABLE_JS))
-    else:
-        results = page.evaluate(_TABLES_JS, f"{scope} table")
+    All tables are measured in one round trip (``_TABLES_JS``: layout is computed for an element out of view too;
+    in JupyterLab every cell is attached, see LabServer). ``shot``: a screenshot of the first table that scrolls."""
+    results = page.evaluate(_TABLES_JS, f"{scope} table")
     bad = []
     for i, r in enumerate(results):
         if not (r["fits"] or r["scrolls"]):
@@ -635,14 +623,14 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, lab_page, sho
         assert shown.count("Evidence: ") == expect["evidence"], \
             f"{name}: {shown.count('Evidence: ')} provenance lines rendered, committed {expect['evidence']}"
 
-        n_tables = check_tables(page, PANEL, name, shots / f"{name}_wide_table_1280.png", scroll=True)
+        n_tables = check_tables(page, PANEL, name, shots / f"{name}_wide_table_1280.png")
         if n_tables:
             panel.locator("table").last.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / f"{name}_table.png"))
             page.set_viewport_size({"width": 800, "height": 900})  # the same tables in a narrow window
             _until(page, _PANEL_FITS_JS, None, 10, f"{name}: the notebook did not narrow to the 800 px window")
             page.evaluate(_TWO_FRAMES_JS)
-            check_tables(page, PANEL, f"{name} at 800 px", shots / f"{name}_wide_table_800.png", scroll=True)
+            check_tables(page, PANEL, f"{name} at 800 px", shots / f"{name}_wide_table_800.png")
             page.set_viewport_size({"width": 1280, "height": 900})
 
         checks = panel.locator(".infralens-selfcheck")
