@@ -54,6 +54,9 @@ links of a site page are read in one round trip before and one after the reader'
 condition itself (the notebook ready, Run All done, a cell's new prompt number and output, the save's checkpoint
 request answered, the restart request answered, the panel re-laid out for 800 px, the reopened self-check drawn
 or "model not found" shown), asked from here, not polled by a timer in the page (which also starved that work).
+JupyterLab is loaded fewer times for the same checks: the two labs run here are closed as a learner closes a changed
+notebook (Discard) and the next lab opens in the same page; the three guard-notebook tests share one tab (its own
+Run All before each, so they pass in any order and alone).
 """
 from __future__ import annotations
 
@@ -555,13 +558,19 @@ _PANEL_FITS_JS = """() => { const p = document.querySelector('%s');
 _TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
 
-def _open_next(page, server, notebook: str, n_cells: int, name: str) -> None:
-    """In a JupyterLab page that already shows a notebook, unchanged (not run here): close its tab, shut its kernel
-    down, and open ``notebook`` as a learner opens the next lab (File > Open from Path…), without loading
-    JupyterLab again; waits as :func:`_open`."""
+def _open_next(page, server, notebook: str, n_cells: int, name: str, discard: bool = False) -> None:
+    """In a JupyterLab page that already shows a notebook: close its tab, shut its kernel down, and open
+    ``notebook`` as a learner opens the next lab (File > Open from Path…), without loading JupyterLab again; waits
+    as :func:`_open`. The notebook shown must be unchanged (closing it asks nothing), or, with ``discard``
+    (one run here), closing it must ask to save, and its changes are discarded as a learner does."""
     _menu(page, "File", "Close Tab")
     closed = _until(page, "sel => document.querySelector('.jp-Dialog') ? 'dialog' : !document.querySelector(sel)",
                     PANEL, UI_S / 1000, f"{name}: the previous notebook's tab did not close")
+    if discard:
+        assert closed == "dialog", f"{name}: closing the notebook run here asked nothing (its changes not seen?)"
+        page.locator(".jp-Dialog button", has_text=re.compile("^(Discard|Don't Save)$")).click()
+        closed = _until(page, "sel => document.querySelector('.jp-Dialog') ? 'dialog' : !document.querySelector(sel)",
+                        PANEL, UI_S / 1000, f"{name}: the discarded notebook's tab did not close")
     assert closed is True, f"{name}: closing the previous notebook asked: " \
         f"{page.locator('.jp-Dialog').first.inner_text()[:200]!r}"
     server.shutdown_kernels()
@@ -576,7 +585,7 @@ def _open_next(page, server, notebook: str, n_cells: int, name: str) -> None:
 def lab_page(lab_browser, lab_server):
     """One JupyterLab page for the labs, in order (a failed test closes it: the next one loads JupyterLab
     again). Holds {"page": the page or None}."""
-    held = {"page": None}
+    held = {"page": None, "ran": False}  # "ran": the notebook shown was run here (closing it asks to save)
     yield held
     if held["page"] is not None:
         held["page"].close()
@@ -600,7 +609,8 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, lab_page, sho
             trouble.watch(page)
             _open(page, lab_server.url(notebook), expect["cells"], name)
         else:
-            _open_next(page, lab_server, notebook, expect["cells"], name)
+            _open_next(page, lab_server, notebook, expect["cells"], name, discard=lab_page["ran"])
+        lab_page["ran"] = notebook in LIVE
         if notebook in LIVE:
             took = f"ran in {_run_all(page, name):.1f} s"
         else:
@@ -643,10 +653,9 @@ def test_lab_runs_in_jupyterlab(notebook, lab_server, lab_browser, lab_page, sho
         n_checks = check_self_checks(page, name, shots)
         trouble.check(name)
         print(f"{name}: {took}; {expect}; {n_tables} tables; {n_checks} self-checks answered")
-        # a lab run here (LIVE) leaves its notebook changed: closing its tab would ask whether to save, so its page
-        # is closed instead (the next lab loads JupyterLab again); so is the last lab's (the tests below open pages
-        # of their own)
-        if notebook in LIVE or notebook == _lab_params()[-1].values[0]:
+        # a lab run here (LIVE) leaves its notebook changed: the next lab closes its tab discarding the changes
+        # (_open_next); the last lab's page is closed (the tests below open pages of their own)
+        if notebook == _lab_params()[-1].values[0]:
             page.close()
             lab_page["page"] = None
             lab_server.shutdown_kernels()
@@ -755,40 +764,60 @@ def _reopen(ctx, lab_server, trouble, page, n_cells: int):
     return page
 
 
-@contextlib.contextmanager
-def _guard_tab(lab_server, lab_browser, failure_shot: Path | None = None):
-    """The guard notebook in a new tab, opened and run top to bottom; yields the tab (``.page``, which a test
-    may replace on reopening, and ``.n_cells``). At the end the page is closed and the kernels shut down; on a
-    failure ``failure_shot`` (if given) is a screenshot of the page first."""
-    ctx, trouble = lab_browser
-    n = len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells)
-    trouble.reset()
-    tab = SimpleNamespace(page=ctx.new_page(), n_cells=n)
-    trouble.watch(tab.page)
-    try:
-        _open(tab.page, lab_server.url(GUARD_NB), n, "guard")
-        _run_all(tab.page, "guard")
-        yield tab
-    except BaseException:
-        if failure_shot is not None:
-            tab.page.screenshot(path=str(failure_shot))
-        raise
-    finally:
+@pytest.fixture(scope="module")
+def guard_tab(lab_server, lab_browser, guard_nb):
+    """The guard notebook in one tab shared by the three tests below (one JupyterLab page load and kernel start,
+    not three): ``.page`` (None until a test opens it; replaced by a reopen) and ``.n_cells``. A test that fails
+    closes the tab: the next one opens it again. Each test starts from the state it needs (:func:`_guard_ready`),
+    so they pass in any order and alone."""
+    tab = SimpleNamespace(page=None, n_cells=len(nbformat.read(lab_server.work / GUARD_NB, as_version=4).cells))
+    yield tab
+    if tab.page is not None:
         tab.page.close()
+    lab_server.shutdown_kernels()
+
+
+def _guard_ready(tab, lab_server, lab_browser, run_all: bool):
+    """The shared guard tab, opened if it is not open, and with ``run_all`` run top to bottom in its kernel (outputs
+    cleared first); returns its page."""
+    ctx, trouble = lab_browser
+    trouble.reset()
+    if tab.page is None:
+        tab.page = ctx.new_page()
+        trouble.watch(tab.page)
+        _open(tab.page, lab_server.url(GUARD_NB), tab.n_cells, "guard")
+    if run_all:
+        _run_all(tab.page, "guard")
+    return tab.page
+
+
+@contextlib.contextmanager
+def _closed_on_failure(tab, lab_server, failure_shot: Path | None = None):
+    """On a failure inside: a screenshot of the tab (``failure_shot``, if given), then the tab closed and the kernels
+    shut down, so that the next test opens the guard notebook again."""
+    try:
+        yield
+    except BaseException:
+        if tab.page is not None:
+            if failure_shot is not None:
+                tab.page.screenshot(path=str(failure_shot))
+            tab.page.close()
+        tab.page = None
         lab_server.shutdown_kernels()
+        raise
 
 
-def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, guard_nb, shots):
+def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, guard_nb, guard_tab, shots):
     """Run, save, close, reopen: no "model not found"; the self-check is live (Check answers). Save again
     without re-running and reopen: still none (the saved state alone would have been lost here)."""
     ctx, trouble = lab_browser
     qid, _, right, wrong = guard_nb
-    with _guard_tab(lab_server, lab_browser, shots / "reopen_failure.png") as tab:
-        page = tab.page
+    with _closed_on_failure(guard_tab, lab_server, shots / "reopen_failure.png"):
+        page = _guard_ready(guard_tab, lab_server, lab_browser, run_all=True)
         page.locator(f"{PANEL} .infralens-selfcheck").first.wait_for(state="attached", timeout=30_000)
         _save(page)
         for round_ in (1, 2):
-            page = tab.page = _reopen(ctx, lab_server, trouble, page, tab.n_cells)
+            page = guard_tab.page = _reopen(ctx, lab_server, trouble, page, guard_tab.n_cells)
             text = page.locator(PANEL).inner_text()
             assert MODEL_NOT_FOUND not in text, f"reopen {round_}: a widget shows 'model not found'"
             box = page.locator(f"{PANEL} .infralens-selfcheck")
@@ -803,10 +832,10 @@ def test_a_reopened_notebook_shows_working_self_checks(lab_server, lab_browser, 
         trouble.check("guard notebook reopened")
 
 
-def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_browser, guard_nb, shots):
+def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_browser, guard_tab, shots):
     _, trouble = lab_browser
-    with _guard_tab(lab_server, lab_browser) as tab:
-        page = tab.page
+    with _closed_on_failure(guard_tab, lab_server):
+        page = _guard_ready(guard_tab, lab_server, lab_browser, run_all=True)  # base defined; the restart loses it
         _menu(page, "Kernel", "Restart Kernel…")
         # the page marks the kernel "restarting" before it asks the server, which answers once the kernel is back
         with page.expect_response(lambda r: r.request.method == "POST" and r.url.split("?")[0].endswith("/restart"),
@@ -823,11 +852,11 @@ def test_restart_then_a_middle_cell_says_what_to_run_first(lab_server, lab_brows
         trouble.check("restart guidance")
 
 
-def test_a_syntax_error_in_the_answer_cell_is_not_graded_stale(lab_server, lab_browser, guard_nb, shots):
+def test_a_syntax_error_in_the_answer_cell_is_not_graded_stale(lab_server, lab_browser, guard_nb, guard_tab, shots):
     _, trouble = lab_browser
     qid, var, right, wrong = guard_nb
-    with _guard_tab(lab_server, lab_browser) as tab:
-        page = tab.page
+    with _closed_on_failure(guard_tab, lab_server):
+        page = _guard_ready(guard_tab, lab_server, lab_browser, run_all=True)
         assert _cell_output(page, GUARD_ANSWER).startswith(f"✓ {qid}: right")
         broken = f'{var} = "{wrong}" +\ncheck("{qid}", {var})'
         out = _run_cell(page, GUARD_ANSWER, broken)

@@ -25,6 +25,7 @@ from infralens_lab.quiz import grader, labs, load_bank, question
 from infralens_lab.quiz import pytest_plugin as plugin
 from infralens_lab.quiz.check import GRADE_ENV
 from infralens_lab.quiz.keys import lab00 as lab00_key
+from infralens_lab.quiz.keys import lab06 as lab06_key
 
 nbformat = pytest.importorskip("nbformat", reason="needs the Jupyter test stack (make test installs it); plain python3 on a GPU machine lacks it")
 
@@ -399,6 +400,27 @@ def test_every_derived_question_can_be_marked_by_the_grader(q):
         if "found no evidence" in str(exc):
             pytest.skip(str(exc))  # no recording in this checkout: the row would say 'no evidence'
         raise
+
+
+def test_lab06_count_keys_are_the_bucket_rule_on_the_labs_model():
+    """The grader measures lab 06's counts on a run cut to what they read (``counts_spec``: the lab's model, its first
+    cap and its accumulation); the keys it derives there are what the lab's bucket rule gives for that model and cap
+    (the rule is tested against torch's own assignment in test_distributed_buckets). Reuses the derived test's run
+    (``keys.lab06._live`` is cached per process)."""
+    from infralens_lab.analysis import buckets, ddp_run
+    from infralens_lab.measure import distributed as measure_distributed
+
+    full, cut = measure_distributed.spec_for("gloo"), measure_distributed.counts_spec("gloo")
+    assert cut.configs == full.configs[:1] and cut.configs[0].label == "cap 1 MiB" and cut.accum == full.accum
+    gpu_full, gpu_cut = measure_distributed.spec_for("nccl"), measure_distributed.counts_spec("nccl")
+    assert gpu_cut.configs == gpu_full.configs[:1] and gpu_cut.accum == gpu_full.accum
+    cfg = cut.configs[0]
+    want = buckets.bucket_count(**ddp_run.plan_inputs(cfg.model, cfg.bucket_cap_mb))
+    assert want > 1, "a cap that gives one bucket would not tell the rule's answer from a guess"
+    assert grader.expected_for_grading(question("lab06.q3")) == want
+    assert grader.expected_for_grading(question("lab06.q5")) == want  # with no_sync: the last micro-batch only
+    plain = ddp_run.no_sync_counts(lab06_key._live()).set_index("accumulation")
+    assert plain.loc["plain", "allreduce_calls_per_optimizer_step"] == cut.accum * want
 
 
 def test_missing_evidence_is_a_row_not_a_crash(monkeypatch):

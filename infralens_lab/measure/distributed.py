@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import InfraLensError
 from ..parse.trace import trim
@@ -136,6 +136,16 @@ def spec_for(backend: str) -> RunSpec:
     if backend not in ddp.BACKENDS:
         raise ValueError(f"backend={backend!r}; expected one of {ddp.BACKENDS}")
     return CPU_SPEC if backend == "gloo" else LIVE_GPU_SPEC
+
+
+def counts_spec(backend: str) -> RunSpec:
+    """The lab's measurement for a backend (:func:`spec_for`) cut to what its counts read: the sweep's first config
+    (``cap 1 MiB``: its all-reduce calls per step and DDP's buckets) and its ``no_sync`` run with the lab's
+    accumulation, one timed step and one benchmark size. The counts depend on the model, the cap and the
+    accumulation, which are the lab's, not on how many steps are timed: the grader marks lab 06's count questions
+    against this run (a third of the full run's time on a 2-core CPU)."""
+    spec = spec_for(backend)
+    return replace(spec, configs=spec.configs[:1], timed=1, bench_mib=spec.bench_mib[:1], bench_reps=1)
 
 # the small run committed as tests/data/ddp_gloo_run.json (see tests/data/README.md)
 _SMALL, _SMALL_PRACTICE = ddp.MLPConfig(width=256, depth=8, batch=8), ddp.MLPConfig(width=64, depth=8, batch=8)

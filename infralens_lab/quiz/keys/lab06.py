@@ -1,8 +1,9 @@
 """Lab 06's grading providers: the evidence each derived question of ``banks/lab06.json`` is marked against,
 rebuilt in the grader's process with the same analysis functions the lab's cells call (never the lab's glue).
 
-Counts (q3, q5) come from a live DDP run of the lab's measurement (gloo on a CPU, NCCL on GPUs: the same on
-every run); the bucket plan (ex2) from the GPU-sized model's shapes; the straggler's wait (ex4) from the recorded
+Counts (q3, q5) come from a live DDP run of the lab's model, cap and accumulation (gloo on a CPU, NCCL on GPUs: the
+same on every run), the lab's measurement cut to the config and ``no_sync`` run they read
+(``measure.distributed.counts_spec``); the bucket plan (ex2) from the GPU-sized model's shapes; the straggler's wait (ex4) from the recorded
 NCCL run, None (not marked) when the checkout has none. Exercises 1 and 3 are function exercises (issue 38): their
 cases are the lab's recorded NCCL run, every other recorded NCCL set (held out: the 2-GPU H200 set and the 4-GPU one,
 where 2(n-1)/n = 1.5, so busbw without the ring factor fails there) and perturbed copies of the lab's own evidence.
@@ -26,9 +27,10 @@ EX2_CAP_MB = 100  # exercise 2: the GPU-sized model's buckets at this cap
 
 @functools.lru_cache(maxsize=1)
 def _live() -> RankRun:
-    """The lab's measurement, once per grading process (tens of seconds on a small CPU)."""
+    """The lab's measurement cut to what the count questions read, once per grading process (seconds on a small CPU)."""
     backend = "nccl" if ddp.gpu_count() >= 2 else "gloo"
-    return RankRun(measure_distributed.run(measure_distributed.spec_for(backend), world=2, backend=backend, timeout_s=300.0))
+    return RankRun(measure_distributed.run(measure_distributed.counts_spec(backend), world=2, backend=backend,
+                                           timeout_s=300.0))
 
 
 @functools.lru_cache(maxsize=1)
