@@ -36,20 +36,28 @@ EXPECTED_REFUSALS: dict[tuple[str, int], str] = {}
 
 @pytest.fixture(scope="session")
 def report(tmp_path_factory):
-    """The compile report of every kernel x target x dtype (one subprocess, a fresh Triton cache)."""
+    """The compile report of every kernel x target x dtype (one subprocess, a fresh Triton cache: the tool's own, made
+    in its temporary folder, here ``tmp``, and removed when it exits)."""
     tmp = tmp_path_factory.mktemp("arch_compile")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_CACHE_DIR": str(tmp / "cache")}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"} | {"PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "arch_compile_check.py"), "--json", str(tmp / "r.json")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((tmp / "r.json").read_text())
+    out["left_in_tmp"] = sorted(p.name for p in tmp.iterdir() if p.name != "r.json")
     print(f"arch compile matrix: {len(out['rows'])} compiles in {time.perf_counter() - t0:.1f} s")
     return out
 
 
 def _rows(report, cc, kernel=None):
     return [r for r in report["rows"] if r["cc"] == cc and (kernel is None or r["kernel"] == kernel)]
+
+
+def test_the_tools_own_triton_cache_is_removed_when_it_exits(report):
+    """Run without TRITON_CACHE_DIR, the tool compiles into a fresh cache of its own in the temporary folder and
+    removes it at exit (it used to leave one folder in /tmp per run, and one more per run that set the variable)."""
+    assert report["rows"] and report["left_in_tmp"] == [], report["left_in_tmp"]
 
 
 @pytest.mark.parametrize("cc", ARCHS)

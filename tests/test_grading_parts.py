@@ -158,6 +158,40 @@ def test_runner_script_imports_nothing_of_the_package():
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
 
 
+def test_the_runner_writes_the_kernels_connection_file_in_the_graders_private_folder(tmp_path):
+    """The kernel's connection file (its ports and message key) goes beside RESULTS, in the folder the grader removes
+    after each run (even a killed runner's), not one file per graded notebook left in /tmp."""
+    from infralens_lab.quiz import isolation
+
+    nb_path, results = tmp_path / "notebook" / "submission.ipynb", tmp_path / "private" / "results.jsonl"
+    nb_path.parent.mkdir()
+    results.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7")]), nb_path)
+    proc = subprocess.run([sys.executable, "-P", str(isolation.RUNNER), str(nb_path), str(results)], cwd=nb_path.parent,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [json.loads(line)["event"] for line in results.read_text().splitlines()]
+    assert events[0] == "start" and events[-1] == "end", events
+    info = json.loads((results.parent / "kernel-connection.json").read_text())
+    assert info["key"] and info["kernel_name"] == ":infralens-grader-env"
+
+
+def test_an_answer_cells_import_costs_no_pandas():
+    """``from infralens_lab.quiz import check`` (every answer cell, every graded notebook's kernel) imports no pandas
+    and no numpy (``quiz.derive`` imports them, and the analysis modules, in the derivations that read tables):
+    about 0.3-0.5 s of a 2-core machine per kernel. A derivation still works, and brings pandas in then."""
+    code = ("import sys\nfrom infralens_lab.quiz import check\n"
+            "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))\n"
+            "from infralens_lab.quiz import derive\n"
+            "assert derive.derive('value', [{'a': 1.5, 'b': 'x'}, {'a': 2.5, 'b': 'y'}], column='a', where={'b': 'y'}) == 2.5\n"
+            "assert derive.derive('dominant_stall', [{'reason': 'selected', 'share': 0.9}, {'reason': 'long_scoreboard', "
+            "'share': 0.1}]) == 'long_scoreboard'\n"
+            "print('pandas' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["[]", "True"], proc.stdout[-500:]
+
+
 def test_nbval_compares_outputs_without_answer_records():
     seen = []
 

@@ -18,9 +18,11 @@ would otherwise pick the interpreter), and with a fresh Triton cache unless ``TR
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -29,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ["TRITON_INTERPRET"] = "0"  # compile, even on a machine without a GPU
 os.environ["INFRALENS_MODE"] = "gpu"  # kernels/__init__ tolerates the missing GPU; nothing here launches
-os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="arch_compile_"))  # a stopped-at-PTX kernel
-sys.path.insert(0, str(ROOT))  # must not be found by a later full compile: its own cache
+if "TRITON_CACHE_DIR" not in os.environ:  # a stopped-at-PTX kernel must not be found by a later full compile: its
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="arch_compile_")  # own cache, removed at exit
+    atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], True)
+sys.path.insert(0, str(ROOT))
 
 import triton  # noqa: E402  (after the environment above)
 from triton import knobs  # noqa: E402

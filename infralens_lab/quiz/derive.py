@@ -24,14 +24,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import pandas as pd
-
-from ..analysis import gates as _gates
-from ..analysis import stalls
-from ..analysis.overlap import overlap_bound as _overlap_bound
-from ..analysis.overlap import step_bound as _step_bound
 from ..errors import InfraLensError
-from ..parse.ncu import stall_metric
+
+# pandas and the analysis modules are imported by the derivations that use them, not here: a notebook's
+# ``from infralens_lab.quiz import check`` (every answer cell, every graded kernel) then costs no pandas
+# (about 0.3-0.5 s of a 2-core machine per kernel; tests/test_layers.py holds it)
 
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
 
@@ -70,6 +67,8 @@ def derive(name: str, evidence: Any, **args: Any) -> Any:
 # ---------------------------------------------------------------- helpers
 def as_frame(evidence: Any, key: str | None = None):
     """Evidence as a DataFrame: an Evidence (``.frame(key)``), a DataFrame, or a list of row dicts."""
+    import pandas as pd  # heavy: pandas, only here
+
     if isinstance(evidence, pd.DataFrame):
         return evidence if key is None else as_frame(evidence[key])
     if hasattr(evidence, "frame") and hasattr(evidence, "provenance"):
@@ -200,6 +199,9 @@ def dominant_stall(evidence: Any, kernel: str | None = None, key: str | None = N
     (``_not_issued`` variants ignored) or ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``
     rows. Shares are summed over launches; ties go to the alphabetically first reason.
     """
+    from ..analysis import stalls  # heavy: pandas, only here
+    from ..parse.ncu import stall_metric  # heavy: pandas, only here
+
     df = as_frame(evidence, key)
     if kernel is not None:
         if "kernel" not in df.columns:
@@ -244,6 +246,8 @@ def dominant_stall_share(evidence: Any, key: str | None = None, exclude: tuple[s
     (``selected`` included in the total, left out of the choice, by the series' one rule
     :func:`infralens_lab.analysis.stalls.dominant_item`). Reads a breakdown with ``reason`` and ``samples``
     columns (one copy or kernel: :func:`infralens_lab.analysis.copies.reason_shares`), a fraction 0..1."""
+    from ..analysis import stalls  # heavy: pandas, only here
+
     df = as_frame(evidence, key)
     if not {"reason", "samples"} <= set(df.columns):
         raise DerivationError(f"dominant_stall_share needs 'reason' and 'samples' columns; got {list(df.columns)}")
@@ -355,6 +359,8 @@ def hot_kernel_pct(evidence: Any) -> float:
 def step_bound(evidence: Any) -> float:
     """Lab 01: the bound of a fix with both floors, :func:`infralens_lab.analysis.overlap.step_bound` on the
     evidence's ``period_ms, gpu_ms, cpu_ms, fraction, speedup`` (a dict)."""
+    from ..analysis.overlap import step_bound as _step_bound  # heavy: pandas, only here
+
     keys = ("period_ms", "gpu_ms", "cpu_ms", "fraction", "speedup")
     if not isinstance(evidence, dict) or not set(keys) <= set(evidence):
         seen = sorted(evidence) if isinstance(evidence, dict) else type(evidence).__name__
@@ -367,6 +373,8 @@ def overlap_bound(evidence: Any, period: str, hidden: str, floors: list[str] | t
                   where: dict | None = None, key: str | None = None) -> float:
     """Lab 05: the best speedup of a step when ``hidden`` of it runs under the rest, with both floors (Amdahl's
     and the overlap floor), from one row's columns (:func:`infralens_lab.analysis.overlap.overlap_bound`)."""
+    from ..analysis.overlap import overlap_bound as _overlap_bound  # heavy: pandas, only here
+
     def col(c):
         return _number(value(evidence, column=c, where=where, key=key), f"column {c!r}")
 
@@ -380,6 +388,8 @@ def overlap_bound(evidence: Any, period: str, hidden: str, floors: list[str] | t
 def smallest_k(evidence: Any, max_false_alarm_pct: float = 1.0, key: str | None = None) -> int:
     """Lab 07: the smallest k of a k table (:func:`infralens_lab.analysis.gates.k_table`) whose false-alarm rate
     is at most ``max_false_alarm_pct`` (:func:`infralens_lab.analysis.gates.smallest_k`)."""
+    from ..analysis import gates as _gates  # heavy: pandas, only here
+
     df = as_frame(evidence, key)
     for c in ("k", "false_alarm_pct"):
         if c not in df.columns:
@@ -394,6 +404,8 @@ def smallest_k(evidence: Any, max_false_alarm_pct: float = 1.0, key: str | None 
 def gates_tripped(evidence: Any, base: str = "intended", key: str | None = None) -> int:
     """Lab 07: how many (regression, count gate) pairs trip when each gate is set at the ``base`` step's count
     (:func:`infralens_lab.analysis.gates.gates_tripped`, the project's count rule)."""
+    from ..analysis import gates as _gates  # heavy: pandas, only here
+
     try:
         t = _gates.gates_tripped(as_frame(evidence, key), base=base)
     except (KeyError, ValueError) as exc:

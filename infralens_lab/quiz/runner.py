@@ -96,7 +96,10 @@ def run(nb_path: Path, results: Path, cell_timeout: float, log: Path) -> int:
         become_subreaper()
         emit(event="start", runner=os.getpid())
         nb = nbformat.read(str(nb_path), as_version=4)
-        km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=_spec_manager())
+        # the kernel's connection file (ports and its message key) beside RESULTS, in the grader's private folder that
+        # is removed after the run, even when this runner is killed: not one file per notebook left in /tmp
+        km = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=_spec_manager(),
+                                connection_file=str(Path(results).parent / "kernel-connection.json"))
         client = NotebookClient(nb, km=km, timeout=cell_timeout, allow_errors=False,
                                 resources={"metadata": {"path": str(nb_path.parent)}})
         code = -1
