@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import site_assets
+from .quick_nbformat import skip_iri_grammar
 from .quiz import question
 from .quiz.cells import TAG_ANSWER, TAG_EXERCISE, TAG_LOOK, TAG_SOLUTION, _qid, _tags
 from .quiz.widgets import SELF_CHECK_CALL
@@ -467,6 +468,7 @@ def accessible(page: str) -> str:
 
 
 def _exporter():
+    skip_iri_grammar()  # before nbconvert imports nbformat: no IRI grammar (about 4 s) for a format notebooks never use
     from jinja2 import DictLoader  # heavy: jinja2, only here
     from nbconvert import HTMLExporter  # heavy: Jupyter, only here
     from nbconvert.exporters.templateexporter import TemplateExporter  # heavy: Jupyter, only here
@@ -539,6 +541,7 @@ def add_answer_key(nb) -> int:
 def _html_cell(text: str):
     """A markdown cell holding one HTML block (no blank line inside, so the markdown renderer passes it whole;
     a raw cell's <details> would be escaped by nbconvert's cleaning)."""
+    skip_iri_grammar()
     import nbformat  # heavy: Jupyter, only here
 
     return nbformat.v4.new_markdown_cell(text.replace("\n\n", "\n"))
@@ -591,6 +594,7 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site", key:
     (never executed), the search index and the script (:mod:`.site_assets`). With ``key`` (the default) each
     question carries its folded answer key; ``key=False`` is the instructor's copy without it (``make site KEY=0``).
     Returns the :class:`Site`; ValueError if there are no labs."""
+    skip_iri_grammar()  # before nbformat is imported: no IRI grammar (about 4 s) for a format notebooks never use
     import nbformat  # heavy: Jupyter, only here
 
     notebooks = find_labs(labs_dir)

@@ -279,9 +279,14 @@ def test_unwritable_out_folder_from_the_command_line(fixture_labs, tmp_path):
     import sys
 
     (tmp_path / "f").write_text("x")
-    r = subprocess.run([sys.executable, "-m", "infralens_lab", "site", "--labs", str(fixture_labs),
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "infralens_lab", "site", "--labs", str(fixture_labs),
                         "--out", str(tmp_path / "f" / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "Fix: pass --out" in r.stderr
+    # nbformat was imported without the IRI grammar jsonschema would build for it (quick_nbformat: the import of
+    # rfc3987_syntax is tried and refused at once, where building the grammar takes about 4 s)
+    us = {ln.rsplit("|", 1)[-1].strip(): int(ln.split("|")[1]) for ln in r.stderr.splitlines()
+          if ln.startswith("import time:") and ln.count("|") == 2 and ln.split("|")[1].strip().isdigit()}
+    assert "nbformat" in us and us.get("rfc3987_syntax", 0) < 50_000, {k: us.get(k) for k in ("nbformat", "rfc3987_syntax")}
 
 
 def _card_lab(tmp_path) -> Path:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraLensError
+from ..quick_nbformat import skip_iri_grammar
 from .answers import Answer, cell_text, final_answers, nfkc, recorded_values, saved_payloads
 from .bank import BankError, Question, answer_variable, is_exercise, labs, load_bank
 from .check import _judge, expected_answer, judge_function
@@ -79,6 +80,7 @@ class Row:
 # ---------------------------------------------------------------- reading the file
 def read_notebook(path: str | Path, data: bytes | None = None):
     """The notebook at ``path`` (or its bytes ``data``) as an nbformat v4 node; NotebookError otherwise."""
+    skip_iri_grammar()  # before nbformat is imported (the grade plugin has done it; a script calling this may not)
     import nbformat  # heavy: Jupyter, only here
 
     path = Path(path)
