@@ -30,6 +30,8 @@ from .quiz import question
 from .quiz.cells import TAG_ANSWER, TAG_EXERCISE, TAG_LOOK, TAG_SOLUTION, _qid, _tags
 from .quiz.widgets import SELF_CHECK_CALL
 
+skip_iri_grammar()  # nbformat and nbconvert, imported lazily below, then build no IRI grammar (quick_nbformat)
+
 LAB_GLOB = "[0-9][0-9]_*.ipynb"
 NOTEBOOKS_DIR = "notebooks"  # under the site folder: the committed notebooks, for "Download this notebook"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -468,7 +470,6 @@ def accessible(page: str) -> str:
 
 
 def _exporter():
-    skip_iri_grammar()  # before nbconvert imports nbformat: no IRI grammar (about 4 s) for a format notebooks never use
     from jinja2 import DictLoader  # heavy: jinja2, only here
     from nbconvert import HTMLExporter  # heavy: Jupyter, only here
     from nbconvert.exporters.templateexporter import TemplateExporter  # heavy: Jupyter, only here
@@ -541,7 +542,6 @@ def add_answer_key(nb) -> int:
 def _html_cell(text: str):
     """A markdown cell holding one HTML block (no blank line inside, so the markdown renderer passes it whole;
     a raw cell's <details> would be escaped by nbconvert's cleaning)."""
-    skip_iri_grammar()
     import nbformat  # heavy: Jupyter, only here
 
     return nbformat.v4.new_markdown_cell(text.replace("\n\n", "\n"))
@@ -594,7 +594,6 @@ def build_site(labs_dir: str | Path = "labs", out_dir: str | Path = "site", key:
     (never executed), the search index and the script (:mod:`.site_assets`). With ``key`` (the default) each
     question carries its folded answer key; ``key=False`` is the instructor's copy without it (``make site KEY=0``).
     Returns the :class:`Site`; ValueError if there are no labs."""
-    skip_iri_grammar()  # before nbformat is imported: no IRI grammar (about 4 s) for a format notebooks never use
     import nbformat  # heavy: Jupyter, only here
 
     notebooks = find_labs(labs_dir)

@@ -122,16 +122,16 @@ SAME_WORKER = {"tests/test_site.py": "site", "tests/test_browser.py": "site",  #
                                 "tests/test_distributed_traces.py", "tests/test_distributed_cost.py",
                                 "tests/test_functions_lab06.py"), "ddp")}
 # The longest files (or SAME_WORKER groups) of `make test`, longest first, as measured on 2 cores (issue 41:
-# seconds of a clean 2-worker run, in parentheses): handed out before the rest, so that no worker starts a long one last
-# while the other has nothing left (xdist's own order is "most tests first", which puts these near the end).
-LONG_FIRST = ("site",                                 # test_browser + test_site (~160)
-              "tests/test_grading.py",                # a make grade run, slim notebooks, live keys (~58)
-              "tests/test_grading_hostile.py",        # three make grade runs (~46)
-              "labs/06_distributed_ddp.ipynb", "ddp",  # (~44; the five DDP files ~37)
-              "tests/test_distributed_launch.py", "tests/test_arch_compile.py",  # (~26, ~25)
-              "labs/07_regression_gates.ipynb", "tests/test_distributed_torchrun.py",  # (~22, ~18)
-              "tests/test_attn_ws_experiment.py", "labs/05_overlap_launch.ipynb",  # (~18, ~16)
-              "tests/test_packaging.py", "tests/test_grading_parallel.py", "tests/test_memory.py")  # (~14 each)
+# seconds of a 2-worker `make test` at 05e725b, in parentheses): handed out before the rest, so that no worker starts a
+# long one last while the other has nothing left (xdist's own order is "most tests first", which puts these near the end).
+LONG_FIRST = ("site",                                 # test_browser + test_site (~118)
+              "tests/test_grading.py",                # a make grade run, slim notebooks, live keys (~44)
+              "ddp", "tests/test_grading_hostile.py",  # the five DDP files (~42); three make grade runs (~41)
+              "labs/06_distributed_ddp.ipynb", "tests/test_arch_compile.py",  # (~40, ~31)
+              "tests/test_distributed_launch.py", "tests/test_attn_ws_experiment.py",  # (~22, ~21)
+              "tests/test_memory.py", "tests/test_distributed_torchrun.py",  # (~20 each)
+              "tests/test_grading_parallel.py", "labs/05_overlap_launch.ipynb",  # (~14, ~13)
+              "labs/07_regression_gates.ipynb", "tests/test_packaging.py")  # (12-34: its timing cells vary; ~12)
 
 
 @pytest.hookimpl(optionalhook=True)

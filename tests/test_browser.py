@@ -558,18 +558,22 @@ _PANEL_FITS_JS = """() => { const p = document.querySelector('%s');
 _TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
 
+# The open notebook's tab is gone (true), or a dialog asks something first ("dialog").
+_TAB_CLOSED_JS = "sel => document.querySelector('.jp-Dialog') ? 'dialog' : !document.querySelector(sel)"
+
+
 def _open_next(page, server, notebook: str, n_cells: int, name: str, discard: bool = False) -> None:
     """In a JupyterLab page that already shows a notebook: close its tab, shut its kernel down, and open
     ``notebook`` as a learner opens the next lab (File > Open from Path…), without loading JupyterLab again; waits
     as :func:`_open`. The notebook shown must be unchanged (closing it asks nothing), or, with ``discard``
     (one run here), closing it must ask to save, and its changes are discarded as a learner does."""
     _menu(page, "File", "Close Tab")
-    closed = _until(page, "sel => document.querySelector('.jp-Dialog') ? 'dialog' : !document.querySelector(sel)",
+    closed = _until(page, _TAB_CLOSED_JS,
                     PANEL, UI_S / 1000, f"{name}: the previous notebook's tab did not close")
     if discard:
         assert closed == "dialog", f"{name}: closing the notebook run here asked nothing (its changes not seen?)"
         page.locator(".jp-Dialog button", has_text=re.compile("^(Discard|Don't Save)$")).click()
-        closed = _until(page, "sel => document.querySelector('.jp-Dialog') ? 'dialog' : !document.querySelector(sel)",
+        closed = _until(page, _TAB_CLOSED_JS,
                         PANEL, UI_S / 1000, f"{name}: the discarded notebook's tab did not close")
     assert closed is True, f"{name}: closing the previous notebook asked: " \
         f"{page.locator('.jp-Dialog').first.inner_text()[:200]!r}"

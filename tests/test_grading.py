@@ -419,8 +419,8 @@ def test_lab06_count_keys_are_the_bucket_rule_on_the_labs_model():
     assert want > 1, "a cap that gives one bucket would not tell the rule's answer from a guess"
     assert grader.expected_for_grading(question("lab06.q3")) == want
     assert grader.expected_for_grading(question("lab06.q5")) == want  # with no_sync: the last micro-batch only
-    plain = ddp_run.no_sync_counts(lab06_key._live()).set_index("accumulation")
-    assert plain.loc["plain", "allreduce_calls_per_optimizer_step"] == cut.accum * want
+    counts = ddp_run.no_sync_counts(lab06_key._live()).set_index("accumulation")
+    assert counts.loc["plain", "allreduce_calls_per_optimizer_step"] == cut.accum * want
 
 
 def test_missing_evidence_is_a_row_not_a_crash(monkeypatch):

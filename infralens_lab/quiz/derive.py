@@ -28,7 +28,7 @@ from ..errors import InfraLensError
 
 # pandas and the analysis modules are imported by the derivations that use them, not here: a notebook's
 # ``from infralens_lab.quiz import check`` (every answer cell, every graded kernel) then costs no pandas
-# (about 0.3-0.5 s of a 2-core machine per kernel; tests/test_layers.py holds it)
+# (about 0.3-0.5 s of a 2-core machine per kernel; tests/test_grading_parts.py holds it)
 
 _DERIVATIONS: dict[str, Callable[..., Any]] = {}
 

@@ -42,6 +42,8 @@ from .check import _judge, expected_answer, judge_function
 from .functions import reference_values
 from .scores import CAPS, clip
 
+skip_iri_grammar()  # nbformat, imported lazily below, then builds no IRI grammar (quick_nbformat)
+
 COLUMNS = ("notebook", "lab", "question", "status", "points", "max_points", "feedback", "answer", "flags")
 STATUSES = ("correct", "wrong", "unanswered", "invalid", "no evidence", "not checked", "unreadable", "unknown lab",
             "not graded")
@@ -80,7 +82,6 @@ class Row:
 # ---------------------------------------------------------------- reading the file
 def read_notebook(path: str | Path, data: bytes | None = None):
     """The notebook at ``path`` (or its bytes ``data``) as an nbformat v4 node; NotebookError otherwise."""
-    skip_iri_grammar()  # before nbformat is imported (the grade plugin has done it; a script calling this may not)
     import nbformat  # heavy: Jupyter, only here
 
     path = Path(path)
